@@ -1,0 +1,43 @@
+# Two set-up commands (see README): `make trace` runs the main job, `make test`
+# runs the tests. Both create or reuse the virtual environments below and
+# install the pinned dependencies from requirements/.
+
+PYTHON ?= python3
+VENV := .venv
+VENV063 := .venv-fi063
+PYTEST_ARGS ?=
+
+.PHONY: trace test test-main test-fi063 bench clean venv
+
+venv: $(VENV)/.installed $(VENV063)/.installed
+
+$(VENV)/.installed: pyproject.toml requirements/ci.txt
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --disable-pip-version-check -r requirements/ci.txt
+	$(VENV)/bin/pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
+	touch $@
+
+$(VENV063)/.installed: pyproject.toml requirements/fi063.txt
+	$(PYTHON) -m venv $(VENV063)
+	$(VENV063)/bin/pip install -q --disable-pip-version-check -r requirements/fi063.txt
+	$(VENV063)/bin/pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
+	touch $@
+
+trace: $(VENV)/.installed
+	$(VENV)/bin/graphbreak-doctor trace --target fixtures.flashinfer_targets:fp4_quantize_wrapper --json
+
+test: test-main test-fi063
+
+test-main: $(VENV)/.installed
+	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
+# The flashinfer 0.6.3 environment runs the tests that depend on the
+# FlashInfer version (marked `flashinfer`).
+test-fi063: $(VENV063)/.installed
+	$(VENV063)/bin/python -m pytest -m flashinfer $(PYTEST_ARGS)
+
+bench: $(VENV)/.installed
+	$(VENV)/bin/python benchmarks/run.py
+
+clean:
+	rm -rf $(VENV) $(VENV063) reports/*.json reports/*.html

@@ -1,0 +1,3 @@
+from graphbreak_doctor.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,131 @@
+"""Where a frame lives: stdlib, torch, a third-party package, or the user's code.
+
+The actionable frame of a break is the innermost frame someone can change:
+not the standard library, not torch (Dynamo's own polyfills included).
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import os
+import sys
+import sysconfig
+from pathlib import Path
+
+from graphbreak_doctor.findings import Frame
+
+_SITE_MARKERS = ("site-packages", "dist-packages")
+
+
+@functools.cache
+def _stdlib_dirs() -> tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    dirs = {paths["stdlib"], paths["platstdlib"]}
+    # A venv's stdlib lives under the base interpreter's prefix.
+    for prefix in (sys.base_prefix, sys.base_exec_prefix):
+        dirs.add(os.path.join(prefix, "lib", f"python{sys.version_info.major}.{sys.version_info.minor}"))
+    return tuple(sorted(os.path.realpath(d) + os.sep for d in dirs))
+
+
+def package_of(filename: str) -> str:
+    """The owner of a source file: 'stdlib', 'torch', a distribution's top-level
+    package ('flashinfer', 'sglang'), or the top-level module of user code."""
+    if filename.startswith("<frozen ") or filename in ("<string>", "<stdin>"):
+        return "stdlib" if filename.startswith("<frozen ") else "user"
+    real = os.path.realpath(filename)
+    parts = Path(real).parts
+    for marker in _SITE_MARKERS:
+        if marker in parts:
+            idx = len(parts) - 1 - parts[::-1].index(marker)
+            if idx + 1 < len(parts):
+                top = parts[idx + 1]
+                return top[:-3] if top.endswith(".py") else top
+    if real.startswith(_stdlib_dirs()):
+        return "stdlib"
+    return _user_top_level(real)
+
+
+def _user_top_level(real: str) -> str:
+    """Top-level module name of a file found on sys.path (longest entry wins)."""
+    best = ""
+    for entry in sys.path:
+        base = os.path.realpath(entry or os.getcwd()) + os.sep
+        if real.startswith(base) and len(base) > len(best):
+            best = base
+    if not best:
+        return "user"
+    first = Path(real[len(best):]).parts[0]
+    return first[:-3] if first.endswith(".py") else first
+
+
+# Code a user does not change to fix a break: the interpreter's library,
+# torch itself (Dynamo's polyfills included), and FFI runtimes whose frames
+# only forward a call into a compiled kernel (tvm_ffi/module.py).
+INFRASTRUCTURE = frozenset({"stdlib", "torch", "tvm_ffi"})
+
+
+def is_changeable(frame: Frame) -> bool:
+    """A frame someone can edit: outside the stdlib, torch and FFI runtimes."""
+    return package_of(frame.file) not in INFRASTRUCTURE
+
+
+def actionable_frame(stack: list[Frame]) -> Frame | None:
+    for frame in reversed(stack):
+        if is_changeable(frame):
+            return frame
+    return None
+
+
+@functools.lru_cache(maxsize=512)
+def _function_spans(filename: str) -> tuple[tuple[int, int, str], ...]:
+    try:
+        source = Path(filename).read_text(encoding="utf-8")
+        tree = ast.parse(source)
+    except (OSError, SyntaxError, ValueError):
+        return ()
+    spans: list[tuple[int, int, str]] = []
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                name = f"{prefix}{child.name}"
+                spans.append((child.lineno, child.end_lineno or child.lineno, name))
+                inner = f"{name}.<locals>." if not isinstance(child, ast.ClassDef) else f"{name}."
+                visit(child, inner)
+            else:
+                visit(child, prefix)
+
+    visit(tree, "")
+    return tuple(spans)
+
+
+def qualname_at(filename: str, line: int, function: str) -> str:
+    """Qualified name of the innermost def/class enclosing ``line``.
+
+    Frame summaries carry only ``co_name``; baselines need a name that tells
+    ``Foo.forward`` from ``Bar.forward`` and survives line shifts."""
+    best = None
+    for start, end, name in _function_spans(filename):
+        if start <= line <= end and (not function or name.rsplit(".", 1)[-1] == function):
+            if best is None or start >= best[0]:
+                best = (start, name)
+    return best[1] if best else (function or "<module>")
+
+
+@functools.lru_cache(maxsize=4096)
+def source_line(filename: str, line: int) -> str:
+    import linecache
+
+    return linecache.getline(filename, line).strip()
+
+
+def make_frame(filename: str, line: int, function: str, code: str = "") -> Frame:
+    qualname = qualname_at(filename, line, function)
+    return Frame(
+        file=filename,
+        line=line,
+        function=function or qualname.rsplit(".", 1)[-1],
+        qualname=qualname,
+        code=code or source_line(filename, line),
+    )

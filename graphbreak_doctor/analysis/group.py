@@ -1,0 +1,82 @@
+"""Root causes: group breaks under the deepest function they share that someone can change.
+
+The call graph is built with networkx from every break's stack (nodes are
+functions, edges are calls). A break is filed under the deepest changeable
+function on its stack that it shares with another break -- e.g. FlashInfer's
+``get_fp4_quantization_module`` explains several breaks: fix one function,
+remove N breaks. A break that shares nothing but the traced function itself
+stands under its own actionable frame.
+"""
+
+from __future__ import annotations
+
+import networkx as nx
+
+from graphbreak_doctor.analysis.frames import is_changeable, package_of
+from graphbreak_doctor.findings import Break, Frame, RootCause
+
+
+def node_id(frame: Frame) -> str:
+    return f"{frame.file}::{frame.qualname or frame.function}"
+
+
+def call_graph(breaks: list[Break]) -> nx.DiGraph:
+    """Functions on the breaks' stacks, with call edges and the breaks they lead to."""
+    graph = nx.DiGraph()
+    for b in breaks:
+        previous = None
+        for frame in b.stack:
+            node = node_id(frame)
+            if node not in graph:
+                graph.add_node(node, frame=frame, breaks=set(), changeable=is_changeable(frame))
+            graph.nodes[node]["breaks"].add(b.id)
+            if previous is not None and previous != node:
+                graph.add_edge(previous, node)
+            previous = node
+        if b.stack:
+            graph.nodes[node_id(b.stack[-1])].setdefault("sites", set()).add(b.id)
+    return graph
+
+
+def root_causes(breaks: list[Break]) -> list[RootCause]:
+    graph = call_graph(breaks)
+    roots = {n for n in graph if graph.in_degree(n) == 0}
+    groups: dict[str, list[Break]] = {}
+    frames: dict[str, Frame] = {}
+    for b in breaks:
+        if b.caused_by:
+            continue  # filed with the break it follows from
+        chosen = None
+        for frame in reversed(b.stack):
+            node = node_id(frame)
+            if not graph.nodes[node]["changeable"] or node in roots:
+                continue
+            if len(graph.nodes[node]["breaks"] - _follow_ups(breaks)) > 1:
+                chosen = frame
+                break
+        if chosen is None:
+            chosen = b.actionable_frame or (b.stack[-1] if b.stack else b.site)
+        key = node_id(chosen)
+        frames.setdefault(key, chosen)
+        groups.setdefault(key, []).append(b)
+    for b in breaks:
+        if b.caused_by:
+            for key, members in groups.items():
+                if any(m.id == b.caused_by for m in members):
+                    members.append(b)
+                    break
+    causes = [
+        RootCause(
+            frame=frames[key],
+            package=package_of(frames[key].file),
+            break_ids=[m.id for m in members],
+            categories=sorted({m.category for m in members}),
+        )
+        for key, members in groups.items()
+    ]
+    # Most breaks explained first; ties keep first-seen order.
+    return sorted(causes, key=lambda c: -len(c.break_ids))
+
+
+def _follow_ups(breaks: list[Break]) -> set[str]:
+    return {b.id for b in breaks if b.caused_by}

@@ -1,0 +1,91 @@
+"""Listen to Dynamo's ``graph_breaks`` artifact logs.
+
+``torch._dynamo.explain`` only reports breaks of frames that produce a graph.
+Dynamo logs every break it handles on three artifact loggers (fact 5 in the
+design notes). A handler on them sees each break as it is handled, and --
+because the loggers are called inside the ``except`` block that caught the
+``Unsupported`` -- ``sys.exc_info()`` holds the exception itself, with its
+structured ``gb_type`` and message.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+from typing import Callable
+
+from graphbreak_doctor.analysis.frames import make_frame
+from graphbreak_doctor.capture.events import BreakEvent, parse_stack, parse_unsupported
+
+LOGGERS = (
+    "torch._dynamo.symbolic_convert.__graph_breaks",
+    "torch._dynamo.convert_frame.__graph_breaks",
+    "torch._dynamo.exc.__graph_breaks",
+)
+
+_AT = re.compile(r"in user code at (?P<file>.+):(?P<line>\d+)\s*$", re.M)
+_REASON = re.compile(r"Graph Break Reason: (?P<reason>.*)", re.S)
+
+
+class GraphBreakListener(logging.Handler):
+    """Collects :class:`BreakEvent` objects while installed (a context manager)."""
+
+    def __init__(self, mode: str, trim: Callable[[list], list], on_event: Callable[[BreakEvent], None] | None = None):
+        super().__init__(level=logging.DEBUG)
+        self.mode = mode
+        self.trim = trim
+        self.on_event = on_event
+        self.events: list[BreakEvent] = []
+        self._saved: list[tuple[logging.Logger, int, bool]] = []
+
+    def __enter__(self) -> GraphBreakListener:
+        for name in LOGGERS:
+            logger = logging.getLogger(name)
+            self._saved.append((logger, logger.level, logger.propagate))
+            logger.setLevel(logging.DEBUG)
+            # Keep Dynamo's own rendering of the breaks off the user's terminal.
+            logger.propagate = False
+            logger.addHandler(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for logger, level, propagate in self._saved:
+            logger.removeHandler(self)
+            logger.setLevel(level)
+            logger.propagate = propagate
+        self._saved.clear()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            event = self._event(record)
+        except Exception:  # never let analysis break Dynamo's own error handling
+            return
+        if event is not None:
+            event.seq = len(self.events)
+            self.events.append(event)
+            if self.on_event is not None:
+                self.on_event(event)
+
+    def _event(self, record: logging.LogRecord) -> BreakEvent | None:
+        text = record.getMessage()
+        exc = record.exc_info[1] if record.exc_info else sys.exc_info()[1]
+        gb_type = getattr(exc, "gb_type", None) or ""
+        msg = getattr(exc, "msg", None)
+        if not isinstance(gb_type, str):
+            gb_type = getattr(gb_type, "__name__", str(gb_type))
+        if msg is None:
+            m = _REASON.search(text)
+            msg = m.group("reason") if m else text
+        parsed = parse_unsupported(msg, gb_type)
+        duplicate = "user stack suppressed due to duplicate graph break" in text
+        skipped = text.startswith("Graph break: torch.compile cannot properly resume")
+        if duplicate:
+            m = _AT.search(text)
+            if m is None:
+                return None
+            site = make_frame(m.group("file"), int(m.group("line")), "")
+            return BreakEvent(self.mode, parsed.gb_type, parsed, [], site, duplicate=True)
+        stack = self.trim(parse_stack(text.split("User code traceback:", 1)[-1] if not skipped else text))
+        site = stack[-1] if stack else None
+        return BreakEvent(self.mode, parsed.gb_type, parsed, stack, site, skipped_frame=skipped)

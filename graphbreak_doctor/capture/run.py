@@ -1,0 +1,223 @@
+"""Run Dynamo over a target in explain and fullgraph mode and keep what it reports.
+
+Explain mode compiles with ``fullgraph=False`` and a recording backend (the
+same bookkeeping as ``torch._dynamo.explain``: graphs and ops per graph) while
+:class:`GraphBreakListener` hears every break, including those in frames that
+produce no graph. Fullgraph mode compiles with ``fullgraph=True``, as SGLang
+does, and turns the ``Unsupported`` it raises into the verdict. Dynamo is
+reset before and after each run so that one run never leaks into the next.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import sys
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+import torch._dynamo
+
+from graphbreak_doctor.capture.events import BreakEvent, frames_from_summary, parse_unsupported, scrub
+from graphbreak_doctor.capture.listener import GraphBreakListener
+from graphbreak_doctor.findings import Frame, GraphInfo
+from graphbreak_doctor.targets import Target, TargetError
+
+_HERE = __file__.removesuffix("c")
+
+
+@dataclass
+class RawHazard:
+    kind: str
+    message: str
+    file: str = ""
+    line: int = 0
+
+
+@dataclass
+class ModeResult:
+    mode: str
+    events: list[BreakEvent] = field(default_factory=list)
+    graphs: list[GraphInfo] = field(default_factory=list)
+    hazards: list[RawHazard] = field(default_factory=list)
+    resume_code: list[tuple[str, str]] = field(default_factory=list)
+    ok: bool | None = None
+    error: str = ""
+    crashed: bool = False
+
+
+def _trim_harness(frames: list[Frame]) -> list[Frame]:
+    """Drop the frames above (and including) the call into the compiled target."""
+    for i in range(len(frames) - 1, -1, -1):
+        if frames[i].file == _HERE:
+            return frames[i + 1:]
+    return frames
+
+
+def _op_name(node: torch.fx.Node) -> str:
+    target = node.target
+    if isinstance(target, str):
+        return target
+    name = getattr(target, "__qualname__", None) or getattr(target, "__name__", None) or str(target)
+    module = getattr(target, "__module__", None)
+    if isinstance(target, torch._ops.OpOverload | torch._ops.OpOverloadPacket):
+        return str(target)
+    return f"{module}.{name}" if module and module != "builtins" else name
+
+
+@contextlib.contextmanager
+def _fresh_dynamo():
+    """Reset Dynamo (caches, duplicate-break and warn-once memory) around a run."""
+    def reset():
+        torch._dynamo.reset()
+        utils = torch._dynamo.utils
+        getattr(utils, "reset_graph_break_dup_checker", lambda: None)()
+        cache = getattr(utils, "warn_once_cache", None)
+        if cache is not None:
+            cache.clear()
+
+    reset()
+    try:
+        yield
+    finally:
+        reset()
+
+
+# Libraries whose log handlers would print the target's errors and JIT chatter
+# ("Building JIT module ...") while it is traced.
+_NOISY = ("torch", "flashinfer")
+
+
+@contextlib.contextmanager
+def _quiet_torch_logs():
+    """torch/_logging attaches a stderr handler to each of torch's module
+    loggers; it would print the target's fake-tensor and Dynamo errors. The
+    findings carry what matters. GRAPHBREAK_DOCTOR_TORCH_LOGS=1 keeps them."""
+    if os.environ.get("GRAPHBREAK_DOCTOR_TORCH_LOGS") == "1":
+        yield
+        return
+    saved = []
+    for name, logger in list(logging.root.manager.loggerDict.items()):
+        if name.split(".", 1)[0] in _NOISY and isinstance(logger, logging.Logger) and logger.handlers:
+            if not any(isinstance(h, GraphBreakListener) for h in logger.handlers):
+                saved.append((logger, logger.handlers))
+                logger.handlers = [logging.NullHandler()]
+    try:
+        yield
+    finally:
+        for logger, handlers in saved:
+            logger.handlers = handlers
+
+
+_BREAK_WARNING = re.compile(r"^Dynamo does not know how to trace the builtin")
+_WARN_AT = re.compile(r"at '(?P<file>[^']+):(?P<line>\d+)'")
+
+
+def _hazards(caught: list[warnings.WarningMessage]) -> list[RawHazard]:
+    """Dynamo's warnings that are not the companion text of a break."""
+    out = []
+    for w in caught:
+        text = str(w.message)
+        if "torch/_dynamo" not in w.filename.replace("\\", "/") or _BREAK_WARNING.match(text):
+            continue
+        kind = "lru_cache" if "lru_cache" in text else w.category.__name__
+        m = _WARN_AT.search(text)
+        out.append(RawHazard(kind, scrub(text), m.group("file") if m else "", int(m.group("line")) if m else 0))
+    return out
+
+
+def _backend(result: ModeResult, split_ops: tuple[str, ...]) -> Callable:
+    def backend(gm: torch.fx.GraphModule, example_inputs: list[Any]):
+        ops = [_op_name(n) for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module")]
+        info = GraphInfo(index=len(result.graphs), mode=result.mode, ops=len(ops), op_names=ops, decompiled=gm.code.strip())
+        if split_ops:
+            info.pieces = _piece_count(gm, split_ops)
+        result.graphs.append(info)
+        return gm.forward
+
+    return backend
+
+
+def _piece_count(gm: torch.fx.GraphModule, split_ops: tuple[str, ...]) -> int:
+    """How many pieces SGLang's piecewise runner would cut this graph into."""
+    pieces, current = 0, 0
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        if str(node.target).split(".default")[0] in split_ops or str(node.target) in split_ops:
+            pieces += (1 if current else 0) + 1
+            current = 0
+        else:
+            current += 1
+    return pieces + (1 if current else 0)
+
+
+def _bytecode_hook(result: ModeResult):
+    def hook(code, new_code):
+        try:
+            import depyf
+
+            source = depyf.decompile(new_code)
+        except Exception as e:  # depyf cannot decompile every bytecode
+            source = f"# depyf could not decompile this code: {type(e).__name__}: {e}"
+        result.resume_code.append((f"{code.co_name} ({code.co_filename}:{code.co_firstlineno})", source))
+        return None
+
+    return hook
+
+
+def _call(fn: Callable, args: tuple, kwargs: dict) -> Any:
+    # This frame marks the boundary between the doctor and the target: user
+    # stacks are trimmed here (see _trim_harness).
+    return fn(*args, **kwargs)
+
+
+def _check_eager(target: Target) -> None:
+    try:
+        _call(target.fn, target.args, target.kwargs)
+    except Exception as e:
+        raise TargetError(f"the target raises without torch.compile: {type(e).__name__}: {e}") from e
+
+
+def run(target: Target, mode: str, *, decompile: bool = True, on_event: Callable[[BreakEvent], None] | None = None) -> ModeResult:
+    """Trace ``target`` once in ``mode`` ('explain', 'fullgraph' or 'piecewise')."""
+    result = ModeResult(mode=mode)
+    fullgraph = mode in ("fullgraph", "piecewise")
+    split_ops = target.split_ops if mode == "piecewise" else ()
+    listener = GraphBreakListener(mode, _trim_harness, on_event)
+    with contextlib.ExitStack() as stack:
+        if decompile:
+            stack.callback(torch._dynamo.convert_frame.register_bytecode_hook(_bytecode_hook(result)).remove)
+        stack.enter_context(_fresh_dynamo())
+        stack.enter_context(_quiet_torch_logs())
+        caught = stack.enter_context(warnings.catch_warnings(record=True))
+        warnings.simplefilter("always")
+        stack.enter_context(listener)
+        compiled = torch.compile(target.fn, fullgraph=fullgraph, backend=_backend(result, split_ops))
+        try:
+            _call(compiled, target.args, target.kwargs)
+            result.ok = True
+        except Exception as e:
+            if fullgraph and isinstance(e, torch._dynamo.exc.Unsupported):
+                result.ok = False
+                result.events.append(_fullgraph_event(mode, e))
+                result.error = result.events[-1].gb_type
+            else:
+                _check_eager(target)
+                result.ok, result.crashed = False, True
+                result.error = scrub(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+    if not fullgraph:
+        result.events[:0] = listener.events
+    result.hazards = _hazards(caught)
+    return result
+
+
+def _fullgraph_event(mode: str, e: Exception) -> BreakEvent:
+    gb_type = getattr(e, "gb_type", "") or type(e).__name__
+    parsed = parse_unsupported(getattr(e, "msg", str(e)), gb_type)
+    stack = _trim_harness(frames_from_summary(getattr(e, "real_stack", None) or []))
+    return BreakEvent(mode, parsed.gb_type, parsed, stack, stack[-1] if stack else None)

@@ -1,0 +1,169 @@
+"""Command line: a thin layer over diagnose(), the analysis and the renderers.
+
+Exit codes (also in --help and the README):
+  0  it ran (trace: whatever it found; check: the gate passed)
+  1  check: the gate failed
+  2  usage or input error (bad target, bad option, unreadable file)
+  3  the target crashed under Dynamo in a way that is not a graph break
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import traceback
+from pathlib import Path
+from typing import Callable
+
+from graphbreak_doctor import __version__
+from graphbreak_doctor.diagnose import MODE_CHOICES, diagnose, target_builder
+from graphbreak_doctor.findings import Findings
+from graphbreak_doctor.render import terminal, write_atomic
+from graphbreak_doctor.targets import TargetError
+
+EXIT_OK, EXIT_GATE, EXIT_USAGE, EXIT_CRASH = 0, 1, 2, 3
+DEVICE_CHOICES = ("sm120", "sm100", "sm90", "cuda", "cpu")
+LAYER_CHOICES = ("dense", "moe", "all")
+REPORTS = Path("reports")
+
+EXIT_CODES_HELP = """exit codes:
+  0  it ran (trace, report); the gate passed (check)
+  1  the gate failed (check)
+  2  usage or input error: bad target, option or file (one line on stderr)
+  3  the target crashed under Dynamo in a way that is not a graph break
+"""
+
+
+class UsageError(Exception):
+    """Bad input: reported as one line on stderr, exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, not usage + message
+        raise UsageError(message)
+
+
+class Progress:
+    """Progress lines on stderr when it is a terminal; quiet in CI logs."""
+
+    def __init__(self, enabled: bool | None = None):
+        self.enabled = sys.stderr.isatty() if enabled is None else enabled
+
+    def __call__(self, message: str) -> None:
+        if self.enabled:
+            print(f"graphbreak-doctor: {message}...", file=sys.stderr, flush=True)
+
+
+def add_target_options(p: argparse.ArgumentParser) -> None:
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--target", metavar="M:F", help="a factory pkg.module:factory returning (fn, args[, kwargs])")
+    which.add_argument("--layer", choices=LAYER_CHOICES, help="a GLM-5-NVFP4 decoder layer (all = one dense + one MoE)")
+    p.add_argument("--mode", choices=MODE_CHOICES, default="both",
+                   help="explain: every break; fullgraph: the first hard failure, as SGLang sees it; "
+                        "both (default); piecewise: fullgraph with the attention op as a split point")
+    p.add_argument("--device", choices=DEVICE_CHOICES, default="sm120",
+                   help="emulated GPU preset (default sm120), cuda for a real GPU, cpu for plain CPU tensors")
+    p.add_argument("--config", metavar="PATH", help="GLM-5 config.json (or its folder) of the same architecture")
+    p.add_argument("--tokens", type=_positive, default=128, help="tokens in the batch (default 128)")
+    p.add_argument("--tp", type=_positive, default=1, help="tensor-parallel size: per-rank shard shapes (default 1)")
+    p.add_argument("--debug", action="store_true", help="show tracebacks of errors")
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-") or "target"
+
+
+def selections(args: argparse.Namespace) -> list[tuple[str, Callable]]:
+    """(name, build) for each target the options select."""
+    if args.target:
+        return [(slug(args.target.replace(":", ".")), target_builder(args.target))]
+    if args.layer:
+        from graphbreak_doctor.targets import glm5
+
+        kinds = ["dense", "moe"] if args.layer == "all" else [args.layer]
+        try:
+            config = glm5.load_config(args.config)
+        except ValueError as e:
+            raise UsageError(str(e)) from e
+        out = []
+        for kind in kinds:
+            def build(kind=kind):
+                target = glm5.build_layer(kind, config=config, tokens=args.tokens, tp=args.tp, device=args.device)
+                if args.layer == "all":
+                    target.meta["note"] = "the other 76 decoder layers run the same code as this one"
+                return target
+            out.append((f"glm5-{kind}", build))
+        return out
+    raise UsageError("choose what to trace: --target pkg.module:factory or --layer dense|moe|all")
+
+
+def run_diagnoses(args: argparse.Namespace, progress: Progress) -> list[tuple[str, Findings]]:
+    return [
+        (f"{name}-{args.device}-{args.mode}", diagnose(build, mode=args.mode, device=args.device, progress=progress))
+        for name, build in selections(args)
+    ]
+
+
+def cmd_trace(args: argparse.Namespace) -> int:
+    progress = Progress()
+    results = run_diagnoses(args, progress)
+    crashed = False
+    for stem, findings in results:
+        sys.stdout.write(terminal.render(findings))
+        if args.json:
+            path = REPORTS / f"{stem}.json" if args.json == "auto" or len(results) > 1 and args.json else Path(args.json)
+            if len(results) > 1 and args.json != "auto":
+                path = Path(args.json).with_name(f"{Path(args.json).stem}-{stem}.json")
+            write_atomic(path, findings.to_json())
+            print(f"JSON findings written to {path}")
+        crashed = crashed or findings.fullgraph.crashed
+    return EXIT_CRASH if crashed else EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="graphbreak-doctor",
+        description="Tells why torch.compile cannot capture a model layer, and what to change.",
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"graphbreak-doctor {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    trace = sub.add_parser("trace", help="trace a target and explain every graph break",
+                           epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_target_options(trace)
+    trace.add_argument("--json", nargs="?", const="auto", metavar="PATH",
+                       help="write JSON findings (default path: reports/<target>-<device>-<mode>.json)")
+    trace.set_defaults(func=cmd_trace)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    debug = "--debug" in argv
+    try:
+        args = build_parser().parse_args(argv)
+        if not getattr(args, "func", None):
+            raise UsageError("choose a command (trace); see --help")
+        return args.func(args)
+    except (UsageError, TargetError) as e:
+        if debug:
+            traceback.print_exc()
+        print(f"graphbreak-doctor: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as e:
+        if debug:
+            traceback.print_exc()
+        print(f"graphbreak-doctor: error: {e.strerror or e}: {e.filename or ''}".rstrip(": "), file=sys.stderr)
+        return EXIT_USAGE

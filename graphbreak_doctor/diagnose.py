@@ -1,0 +1,112 @@
+"""One diagnosis: select the device, build the target inside it, trace each
+mode, and turn what Dynamo reported into findings."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import platform
+import sys
+from typing import Any, Callable
+
+from graphbreak_doctor.analysis.build import build_findings
+from graphbreak_doctor.capture import run as capture
+from graphbreak_doctor.findings import Findings, JitRequest
+from graphbreak_doctor.targets import Target, TargetError, call_factory, load_factory
+
+MODE_CHOICES = ("explain", "fullgraph", "both", "piecewise")
+
+
+def modes_for(mode: str) -> list[str]:
+    return ["explain", "fullgraph"] if mode == "both" else [mode]
+
+
+def environment() -> dict[str, str]:
+    import torch
+
+    env = {"python": platform.python_version(), "torch": torch.__version__}
+    for dist in ("flashinfer-python", "sglang"):
+        try:
+            env[dist.split("-")[0]] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            env[dist.split("-")[0]] = ""
+    return env
+
+
+@contextlib.contextmanager
+def device_context(name: str):
+    """The selected device: an emulated GPU preset (torch and FlashInfer
+    patched, fake CUDA tensors), ``cuda`` for a real GPU or ``cpu``."""
+    from graphbreak_doctor.emulation import EmulatedDevice
+
+    try:
+        device = EmulatedDevice(name)
+        stack = contextlib.ExitStack()
+        stack.enter_context(device)
+    except (ValueError, RuntimeError) as e:
+        raise TargetError(str(e)) from e
+    with stack:
+        yield device
+
+
+def diagnose(
+    build: Callable[[], Target],
+    *,
+    mode: str = "both",
+    device: str = "sm120",
+    progress: Callable[[str], None] = lambda _msg: None,
+) -> Findings:
+    """Trace the target ``build()`` returns (called inside the device) in each mode."""
+    with device_context(device) as dev:
+        progress("building the target")
+        target = build()
+        results = []
+        current: list[capture.BreakEvent] = []
+        on_jit = _jit_hook(current)
+        previous_hook = getattr(dev, "on_jit", None)
+        if hasattr(dev, "on_jit"):
+            dev.on_jit = on_jit
+        try:
+            # The target's own prints go to stderr: stdout carries the summary.
+            with contextlib.redirect_stdout(sys.stderr):
+                for m in modes_for(mode):
+                    progress(f"tracing ({m})")
+                    current.clear()
+                    results.append(capture.run(target, m, on_event=current.append))
+        finally:
+            if hasattr(dev, "on_jit"):
+                dev.on_jit = previous_hook
+        jit = [JitRequest(name=r.name, action=r.action) for r in getattr(dev, "jit_requests", [])]
+        progress("analysing")
+        return build_findings(
+            results,
+            target={"spec": target.spec, **target.meta},
+            environment=environment(),
+            device=dev.describe(),
+            jit_requests=_dedupe(jit),
+        )
+
+
+def _jit_hook(current: list) -> Callable[[Any], None]:
+    """JIT requests happen while the eager fallback after a break runs: file
+    each one under the break Dynamo handled last."""
+    def on_jit(record: Any) -> None:
+        if current:
+            entry = (record.name, record.action)
+            if entry not in current[-1].jit:
+                current[-1].jit.append(entry)
+    return on_jit
+
+
+def _dedupe(requests: list[JitRequest]) -> list[JitRequest]:
+    seen, out = set(), []
+    for r in requests:
+        if (r.name, r.action) not in seen:
+            seen.add((r.name, r.action))
+            out.append(r)
+    return out
+
+
+def target_builder(spec: str) -> Callable[[], Target]:
+    factory = load_factory(spec)
+    return lambda: call_factory(spec, factory)

@@ -1,0 +1,118 @@
+"""EmulatedDevice: a CPU-only machine that looks like a chosen NVIDIA GPU."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from . import flashinfer_dry, torch_surface
+from .flashinfer_dry import JitRequest
+from .presets import DevicePreset, resolve_device
+from .undo import UndoLog
+
+
+class EmulatedDevice:
+    """Context manager: PyTorch and FlashInfer see `device`; undone on exit.
+
+    Inside, a FakeTensorMode is active (`self.fake_mode`), so
+    `torch.empty(..., device="cuda")` is a FakeTensor on cuda:0 that owns no
+    memory; FlashInfer's JIT runs dry and each build/load it requests is
+    appended to `self.jit_requests` and passed to `on_jit` at once.
+
+    "cuda" and "cpu" emulate nothing: no patches, no fake mode (real tensors).
+    An instance may be entered again after it exits, and emulations may nest.
+    """
+
+    def __init__(
+        self,
+        device: Optional[str] = None,
+        on_jit: Optional[Callable[[JitRequest], None]] = None,
+    ) -> None:
+        self.preset: DevicePreset = resolve_device(device)
+        self.name = self.preset.name
+        self.on_jit = on_jit
+        self.jit_requests: list[JitRequest] = []
+        self.fake_mode: Optional[FakeTensorMode] = None
+        self._logs: list[UndoLog] = []
+        self._modes: list[Optional[FakeTensorMode]] = []
+        self._facts: dict = {}
+
+    @property
+    def emulated(self) -> bool:
+        return self.preset.emulated
+
+    @property
+    def active(self) -> bool:
+        return bool(self._logs)
+
+    def _record(self, action: str, name: str, path: str, exports: tuple) -> JitRequest:
+        request = JitRequest(
+            seq=flashinfer_dry._next_seq(),
+            name=name,
+            action=action,
+            device=self.name,
+            path=path,
+            exports=tuple(exports),
+        )
+        self.jit_requests.append(request)
+        if self.on_jit is not None:
+            self.on_jit(request)
+        return request
+
+    def __enter__(self) -> "EmulatedDevice":
+        if self.name == "cuda" and not torch.cuda.is_available():
+            raise RuntimeError(
+                "--device cuda needs a CUDA build of PyTorch and a visible GPU; "
+                "use an emulated device (sm120, sm100, sm90) on this machine"
+            )
+        log = UndoLog()
+        mode: Optional[FakeTensorMode] = None
+        try:
+            if self.emulated:
+                torch_surface.install(self.preset, log)
+                self._facts = flashinfer_dry.install(self.preset, log, self._record)
+                mode = FakeTensorMode(allow_non_fake_inputs=True)
+                mode.__enter__()
+        except BaseException:
+            log.undo()
+            raise
+        self._logs.append(log)
+        self._modes.append(mode)
+        self.fake_mode = mode
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        log = self._logs.pop()
+        mode = self._modes.pop()
+        try:
+            if mode is not None:
+                mode.__exit__(*exc_info)
+        finally:
+            self.fake_mode = self._modes[-1] if self._modes else None
+            log.undo()
+
+    def describe(self) -> dict:
+        """Plain, JSON-able facts about the device, for the findings."""
+        info = self.preset.describe()
+        if self.name == "cuda" and torch.cuda.is_available():
+            props = torch.cuda.get_device_properties(0)
+            info.update(
+                gpu=props.name,
+                capability=f"{props.major}.{props.minor}",
+                sms=props.multi_processor_count,
+                memory_gb=round(props.total_memory / 1024**3),
+                cuda=torch.version.cuda,
+            )
+        info["torch"] = torch.__version__.split("+")[0]
+        if self.emulated:
+            if not self._facts and flashinfer_dry.flashinfer_installed():
+                import flashinfer
+
+                self._facts = {"flashinfer": getattr(flashinfer, "__version__", None)}
+            info.update({k: v for k, v in self._facts.items() if k != "jit_cache"})
+        return info
+
+    def __repr__(self) -> str:
+        return f"EmulatedDevice({self.name!r})"

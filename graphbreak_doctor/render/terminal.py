@@ -1,0 +1,93 @@
+"""The short terminal summary: verdict, counts per category, one line per distinct break."""
+
+from __future__ import annotations
+
+import os
+
+from graphbreak_doctor.findings import Findings
+
+
+def _short(path: str) -> str:
+    """Paths relative to the working directory or to site-packages, for reading."""
+    for marker in ("site-packages/", "dist-packages/"):
+        if marker in path:
+            return path.split(marker, 1)[1]
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return path
+    return rel if not rel.startswith("..") else path
+
+
+def describe_target(findings: Findings) -> str:
+    t = findings.target
+    if t.get("layer"):
+        keys = ("hidden_size", "intermediate_size", "moe_intermediate_size", "n_routed_experts", "top_k", "tokens", "tp")
+        shapes = ", ".join(f"{k}={t[k]}" for k in keys if t.get(k) is not None)
+        return f"GLM-5 {t['layer']} layer {t.get('layer_index', '')} ({shapes})".replace(" ()", "")
+    return t.get("spec", "?")
+
+
+def describe_device(findings: Findings) -> str:
+    d = findings.device
+    if d.get("emulated"):
+        return f"{d.get('name')} (emulated {d.get('gpu', '')}, capability {d.get('capability', '?')})"
+    return d.get("name", "?")
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def render(findings: Findings) -> str:
+    lines = []
+    env = findings.environment
+    versions = ", ".join(f"{k} {v}" for k, v in env.items() if v and k != "python")
+    lines.append(f"target: {describe_target(findings)}")
+    lines.append(f"device: {describe_device(findings)}; {versions}")
+    if findings.target.get("note"):
+        lines.append(f"note: {findings.target['note']}")
+    fg = findings.fullgraph
+    if fg.ran:
+        if fg.ok:
+            lines.append("fullgraph: OK -- the whole target is captured as one graph")
+        else:
+            first = findings.break_by_id(fg.break_id)
+            where = f" [{first.category}] at {_short(first.site.file)}:{first.site.line}" if first else ""
+            lines.append(f"fullgraph: FAILED -- {fg.error}{where}")
+    elif fg.crashed:
+        lines.append(f"tracing crashed: {fg.error}")
+    hits = sum(b.count for b in findings.breaks)
+    explain_graphs = sum(1 for g in findings.graphs if g.mode == "explain")
+    pieces = [g.pieces for g in findings.graphs if g.pieces]
+    if pieces:
+        lines.append(f"piecewise: the graph splits into {sum(pieces)} pieces at {', '.join(findings.target.get('split_ops', []))}")
+    lines.append(
+        f"breaks: {_n(len(findings.breaks), 'distinct break')} ({_n(hits, 'hit')}), "
+        f"{_n(len(findings.root_causes), 'root cause')}; explain captured {_n(explain_graphs, 'graph')}"
+    )
+    if findings.breaks:
+        cats = ", ".join(f"{k} {v}" for k, v in sorted(findings.categories().items()))
+        lines.append(f"by category: {cats}")
+    for b in findings.breaks:
+        act = b.actionable_frame
+        via = f" <- {_short(act.file)}:{act.line} {act.qualname} ({b.package})" if act and act != b.site else ""
+        modes = "+".join(b.modes)
+        lines.append(f"  [{b.category}] {_short(b.site.file)}:{b.site.line}{via}  x{b.count} {modes}")
+        lines.append(f"      {b.gb_type}{': ' + b.culprit if b.culprit else ''}")
+        if b.caused_by:
+            lines.append(f"      follows from break {b.caused_by}")
+        lines.append(f"      fix: {b.fix.summary}")
+        for j in b.jit:
+            lines.append(f"      JIT: this call {j.action}s {j.name} at trace time")
+    kinds: dict[str, list] = {}
+    for h in findings.hazards:
+        kinds.setdefault(h.kind, []).append(h)
+    for kind, hazards in kinds.items():
+        sites = [f"{_short(h.site.file)}:{h.site.line}" for h in hazards if h.site]
+        shown = ", ".join(sites[:4]) + (f", +{len(sites) - 4} more" if len(sites) > 4 else "")
+        first = hazards[0].message.splitlines()[0]
+        if kind == "lru_cache":
+            first = "Dynamo ignores the lru_cache wrapper and traces the wrapped function"
+        lines.append(f"hazard [{kind}] x{len(hazards)}: {first[:160]}" + (f" ({shown})" if shown else ""))
+    return "\n".join(lines) + "\n"

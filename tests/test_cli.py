@@ -1,0 +1,74 @@
+"""The command line as a user meets it: summaries, JSON, and one-line errors."""
+
+import json
+
+import pytest
+
+from graphbreak_doctor.findings import Findings
+
+BAD_TARGETS = [
+    ("no.such.module:target", "cannot import target module"),
+    ("fixtures.breaks.clean:missing", "has no attribute"),
+    ("fixtures.bad.targets:raises", "raised RuntimeError: factory failed on purpose"),
+    ("fixtures.bad.targets:wrong_shape", "must return (fn, args) or (fn, args, kwargs)"),
+    ("fixtures.bad.targets:not_callable", "first item must be callable"),
+    ("fixtures.bad.targets:NOT_A_FACTORY", "is not callable"),
+    ("fixtures.bad.targets:fails_in_eager", "the target raises without torch.compile"),
+    ("not-a-spec", "must look like pkg.module:factory"),
+]
+
+
+@pytest.mark.parametrize("spec,message", BAD_TARGETS)
+def test_bad_target_is_one_line_exit_2_and_no_json(cli, tmp_path, spec, message):
+    out = tmp_path / "f.json"
+    result = cli("trace", "--target", spec, "--device", "cpu", "--json", str(out))
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("graphbreak-doctor: error: ")
+    assert message in lines[0]
+    assert "Traceback" not in result.stderr
+    assert not out.exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_debug_shows_the_traceback(cli):
+    result = cli("trace", "--target", "fixtures.bad.targets:raises", "--device", "cpu", "--debug")
+    assert result.returncode == 2
+    assert "Traceback" in result.stderr
+
+
+@pytest.mark.parametrize("argv", [["trace", "--mode", "bogus"], ["trace", "--tokens", "0"], ["frobnicate"], []])
+def test_bad_options_exit_2(cli, argv):
+    result = cli(*argv)
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_trace_prints_summary_and_writes_json(cli, tmp_path):
+    out = tmp_path / "sub" / "findings.json"
+    result = cli("trace", "--target", "fixtures.breaks.subprocess_call:target", "--device", "cpu", "--json", str(out))
+    assert result.returncode == 0, result.stderr
+    assert "fullgraph: FAILED" in result.stdout
+    assert "[subprocess]" in result.stdout
+    assert "subprocess_call.py:10" in result.stdout
+    assert f"JSON findings written to {out}" in result.stdout
+    data = json.loads(out.read_text())
+    assert data["schema_version"] == 1
+    assert data["fullgraph"]["ok"] is False
+    assert data["environment"]["torch"]
+    assert [b["category"] for b in data["breaks"]] == ["subprocess"]
+    assert Findings.from_dict(data).to_json() == out.read_text()
+
+
+def test_same_trace_twice_gives_identical_json(cli, tmp_path):
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    for path in (a, b):
+        result = cli("trace", "--target", "fixtures.breaks.logging_calls:target", "--device", "cpu", "--json", str(path))
+        assert result.returncode == 0, result.stderr
+    assert a.read_bytes() == b.read_bytes()
+
+
+def test_module_entry_point_and_help(cli):
+    result = cli("--help")
+    assert result.returncode == 0
+    assert "exit codes" in result.stdout and "usage or input error" in result.stdout

@@ -1,0 +1,465 @@
+"""EmulatedDevice: presets, the torch.cuda surface, dry FlashInfer JIT, undo, and
+the issue-3 facts checked directly against real Dynamo and the installed FlashInfer.
+
+FlashInfer-dependent tests are marked `flashinfer` (the 0.6.3 environment runs
+`pytest -m flashinfer`); version-specific facts are selected by feature (does
+`torch.ops.flashinfer.fp4_quantize` exist?), not by version string.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+from torch._dynamo import trace_rules
+
+from graphbreak_doctor.emulation import PRESETS, EmulatedDevice, resolve_device
+from graphbreak_doctor.emulation import flashinfer_dry, torch_surface
+
+HAS_FLASHINFER = importlib.util.find_spec("flashinfer") is not None
+needs_flashinfer = pytest.mark.skipif(not HAS_FLASHINFER, reason="flashinfer not installed")
+EMULATION_DIR = "graphbreak_doctor/emulation"
+GRAPH_BREAK_LOGGERS = (
+    "torch._dynamo.symbolic_convert.__graph_breaks",
+    "torch._dynamo.convert_frame.__graph_breaks",
+    "torch._dynamo.exc.__graph_breaks",
+)
+
+
+def _has_fp4_op() -> bool:
+    import flashinfer  # noqa: F401  (registers torch.ops.flashinfer.*)
+
+    return hasattr(torch.ops.flashinfer, "fp4_quantize")
+
+
+def _sm120_module_suffix() -> str:
+    # FlashInfer 0.7 builds the SM12x family variant "120f" when CUDA >= 12.9
+    # (quantization/fp4_quantization.py get_fp4_quantization_module); 0.6.3 has
+    # no such variant and builds "120".
+    import flashinfer
+
+    fp4 = sys.modules.get("flashinfer.quantization.fp4_quantization") or sys.modules.get(
+        "flashinfer.fp4_quantization"
+    )
+    assert fp4 is not None, flashinfer.__version__
+    return "120f" if hasattr(fp4, "gen_fp4_quantization_sm120f_module") else "120"
+
+
+class BreakLog:
+    """Dynamo's graph-break artifact logs (architecture fact 5), as messages."""
+
+    def __init__(self) -> None:
+        self.messages: list[str] = []
+        handler = logging.Handler()
+        handler.emit = lambda record: self.messages.append(record.getMessage())
+        self._handler = handler
+
+    def __enter__(self) -> "BreakLog":
+        torch._logging.set_logs(graph_breaks=True)
+        for name in GRAPH_BREAK_LOGGERS:
+            logging.getLogger(name).addHandler(self._handler)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for name in GRAPH_BREAK_LOGGERS:
+            logging.getLogger(name).removeHandler(self._handler)
+        torch._logging.set_logs()
+
+    def with_stack(self) -> list[str]:
+        return [m for m in self.messages if "User code traceback" in m]
+
+
+class RecordingBackend:
+    def __init__(self) -> None:
+        self.graphs: list[torch.fx.GraphModule] = []
+
+    def __call__(self, gm, example_inputs):
+        self.graphs.append(gm)
+        return gm.forward
+
+
+def explain_run(fn, args):
+    """Explain-style: compile allowing breaks, return (BreakLog, backend, warnings)."""
+    torch._dynamo.reset()
+    backend = RecordingBackend()
+    with warnings.catch_warnings(record=True) as caught, BreakLog() as log:
+        warnings.simplefilter("always")
+        torch.compile(fn, backend=backend)(*args)
+    return log, backend, caught
+
+
+def fullgraph_run(fn, args):
+    """Fullgraph: return (exception or None, BreakLog, backend, warnings)."""
+    torch._dynamo.reset()
+    backend = RecordingBackend()
+    error = None
+    with warnings.catch_warnings(record=True) as caught, BreakLog() as log:
+        warnings.simplefilter("always")
+        try:
+            torch.compile(fn, fullgraph=True, backend=backend)(*args)
+        except torch._dynamo.exc.Unsupported as e:
+            error = e
+    return error, log, backend, caught
+
+
+# ------------------------------------------------------------------ presets
+
+
+def test_presets_match_the_issue():
+    sm120, sm100, sm90 = PRESETS["sm120"], PRESETS["sm100"], PRESETS["sm90"]
+    assert (sm120.capability, sm120.sms, sm120.smem_optin_kib, sm120.memory_gb) == ((12, 0), 188, 99, 96)
+    assert (sm100.capability, sm100.sms, sm100.smem_optin_kib, sm100.memory_gb) == ((10, 0), 148, 227, 180)
+    assert (sm90.capability, sm90.sms, sm90.smem_optin_kib) == ((9, 0), 132, 227)
+    assert all(p.cuda for p in (sm120, sm100, sm90))
+    assert resolve_device(None) is sm120
+    assert not PRESETS["cuda"].emulated and not PRESETS["cpu"].emulated
+
+
+def test_unknown_device_is_a_one_line_value_error():
+    with pytest.raises(ValueError) as info:
+        EmulatedDevice("sm999")
+    message = str(info.value)
+    assert "\n" not in message
+    for name in ("sm120", "sm100", "sm90", "cuda", "cpu"):
+        assert name in message
+
+
+def test_describe_is_plain_json():
+    import json
+
+    with EmulatedDevice("sm100") as dev:
+        inside = dev.describe()
+    assert json.loads(json.dumps(inside)) == inside
+    assert inside["name"] == "sm100" and inside["emulated"] is True
+    assert inside["capability"] == "10.0" and inside["sms"] == 148
+    assert EmulatedDevice("cpu").describe()["emulated"] is False
+
+
+# ------------------------------------------------------------ torch surface
+
+
+def _rss_kib() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
+
+
+def test_fake_cuda_tensors_allocate_no_memory():
+    before = _rss_kib()
+    with EmulatedDevice("sm120"):
+        # One GLM-5 MoE layer's w13 experts: 256 x 4096 x 3072 bytes = 3 GiB.
+        w13 = torch.empty(256, 4096, 3072, dtype=torch.uint8, device="cuda")
+        y = torch.empty(8192, 6144, dtype=torch.bfloat16, device="cuda") @ torch.empty(
+            6144, 12288, dtype=torch.bfloat16, device="cuda"
+        )
+        assert str(w13.device) == "cuda:0" and type(w13).__name__ == "FakeTensor"
+        assert y.shape == (8192, 12288)
+        grown = _rss_kib() - before
+    assert grown < 200 * 1024, f"RSS grew by {grown} KiB"
+
+
+@pytest.mark.parametrize("name", ["sm120", "sm100", "sm90"])
+def test_torch_cuda_surface_reports_the_preset(name):
+    preset = PRESETS[name]
+    with EmulatedDevice(name):
+        props = torch.cuda.get_device_properties(0)
+        assert torch.cuda.get_device_capability() == preset.capability
+        assert (props.major, props.minor) == preset.capability
+        assert props.multi_processor_count == preset.sms
+        assert props.shared_memory_per_block_optin == preset.smem_optin_kib * 1024
+        assert torch.cuda.get_device_name(torch.device("cuda:0")) == preset.device_name
+        assert torch.cuda.device_count() == 1 and torch.cuda.current_device() == 0
+        assert torch.version.cuda == preset.cuda
+        # Fact 3: is_available stays the real answer.
+        assert torch.cuda.is_available() is False
+        with pytest.raises(AssertionError):
+            torch.cuda.get_device_properties(1)
+
+
+def test_every_emulated_function_keeps_its_dynamo_classification():
+    originals = torch_surface.originals()
+    tables = torch_surface.dynamo_tables()
+    with EmulatedDevice("sm120"):
+        for name in torch_surface.EMULATED_NAMES:
+            replacement = getattr(torch.cuda, name)
+            original = originals[name]
+            assert replacement is not original, name
+            assert trace_rules.lookup(replacement) is trace_rules.lookup(original), name
+            for table in tables:
+                assert (replacement in table) == (original in table), name
+                if original in table:
+                    assert table[replacement] is table[original], name
+        for name in torch_surface.C_NAMES:
+            # Missing from a CPU build; on a GPU build this is the real binding.
+            rule = trace_rules.torch_c_binding_in_graph_functions[f"torch._C.{name}"]
+            assert trace_rules.lookup(getattr(torch._C, name)) is rule, name
+    for name in torch_surface.EMULATED_NAMES:
+        assert getattr(torch.cuda, name) is originals[name]
+        # The rule map still maps the real function, and nothing else was left behind.
+        assert trace_rules.lookup(originals[name]) is not None
+    assert not any(
+        getattr(key, "__code__", None) is not None
+        and EMULATION_DIR in key.__code__.co_filename
+        for table in tables
+        for key in table
+    )
+
+
+def test_dynamo_constant_folds_emulated_properties_without_a_break():
+    def fn(x):
+        props = torch.cuda.get_device_properties(x.device)
+        return x * props.multi_processor_count + torch.cuda.current_device()
+
+    with EmulatedDevice("sm120"):
+        x = torch.empty(4, 4, device="cuda")
+        error, log, backend, _ = fullgraph_run(fn, (x,))
+    assert error is None and log.messages == []
+    assert len(backend.graphs) == 1
+    assert "188" in backend.graphs[0].code  # folded in as a constant
+
+
+# --------------------------------------------------------------------- undo
+
+
+def _snapshot() -> dict:
+    snap = {
+        "torch.cuda": {n: getattr(torch.cuda, n) for n in torch_surface.EMULATED_NAMES},
+        "torch.version.cuda": torch.version.cuda,
+        "torch._C": {n: getattr(torch._C, n, None) for n in torch_surface.C_NAMES},
+        "env": {
+            k: os.environ.get(k)
+            for k in ("PATH", "CUDA_HOME", "FLASHINFER_CUDA_ARCH_LIST", "FLASHINFER_WORKSPACE_BASE")
+        },
+        "tables": [dict(t) for t in torch_surface.dynamo_tables()],
+        "fake_mode": torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE),
+        "sinks": list(flashinfer_dry._sinks),
+    }
+    if HAS_FLASHINFER:
+        import tvm_ffi
+
+        flashinfer_dry.import_flashinfer()
+        jit_env = sys.modules["flashinfer.jit.env"]
+        jit_core = sys.modules["flashinfer.jit.core"]
+        snap["jit_env"] = {
+            n: getattr(jit_env, n)
+            for n in (
+                "FLASHINFER_BASE_DIR",
+                "FLASHINFER_CACHE_DIR",
+                "FLASHINFER_WORKSPACE_DIR",
+                "FLASHINFER_JIT_DIR",
+                "FLASHINFER_GEN_SRC_DIR",
+            )
+        }
+        snap["target_archs"] = set(jit_core.current_compilation_context.TARGET_CUDA_ARCHS)
+        snap["so_loader"] = tvm_ffi.registry.get_global_func(flashinfer_dry.SO_LOADER)
+    return snap
+
+
+def _assert_same(before: dict, after: dict) -> None:
+    so_before, so_after = before.pop("so_loader", None), after.pop("so_loader", None)
+    assert after == before
+    if so_before is not None:
+        assert so_after.same_as(so_before)
+
+
+def test_exit_restores_everything():
+    before = _snapshot()
+    with EmulatedDevice("sm120") as dev:
+        during = _snapshot()
+        assert during["fake_mode"] is dev.fake_mode is not None
+        assert during["torch.version.cuda"] == "12.9"
+        if HAS_FLASHINFER:
+            assert during["target_archs"] != before["target_archs"]
+    _assert_same(before, _snapshot())
+
+
+def test_nested_and_repeated_use_restores_everything():
+    before = _snapshot()
+    dev = EmulatedDevice("sm120")
+    with dev:
+        with EmulatedDevice("sm100"):
+            assert torch.cuda.get_device_capability() == (10, 0)
+        assert torch.cuda.get_device_capability() == (12, 0)
+        with dev:  # the same instance, entered again while active
+            assert dev.fake_mode is not None
+        assert dev.fake_mode is not None
+        assert torch.empty(2, device="cuda").device.type == "cuda"
+    assert dev.fake_mode is None
+    with dev:  # and again after exit
+        assert torch.cuda.get_device_capability() == (12, 0)
+    _assert_same(before, _snapshot())
+
+
+def test_cpu_device_emulates_nothing():
+    before = _snapshot()
+    with EmulatedDevice("cpu") as dev:
+        assert dev.fake_mode is None
+        assert type(torch.empty(2)) is torch.Tensor
+        _assert_same(dict(before), _snapshot())
+    _assert_same(before, _snapshot())
+
+
+def test_cuda_device_needs_a_gpu():
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    with pytest.raises(RuntimeError, match="--device cuda"):
+        with EmulatedDevice("cuda"):
+            pass
+
+
+# ------------------------------------------------------------------ dry JIT
+
+
+@pytest.mark.flashinfer
+@needs_flashinfer
+@pytest.mark.parametrize("device", ["sm120", "sm100"])
+def test_dry_jit_builds_and_loads_the_arch_specific_module(device):
+    import tvm_ffi
+
+    from fixtures.flashinfer_targets import fp4_quantize_wrapper
+
+    seen = []
+    with EmulatedDevice(device, on_jit=seen.append) as dev:
+        fn, args = fp4_quantize_wrapper()
+        x_q, sf = fn(*args)  # eager: FlashInfer's real Python, dry JIT
+        assert type(x_q).__name__ == "FakeTensor" and x_q.shape == (128, 128)
+        assert x_q.dtype == torch.uint8 and sf.dtype == torch.uint8
+    suffix = _sm120_module_suffix() if device == "sm120" else "100"
+    expected = f"fp4_quantization_{suffix}"
+    assert [(r.name, r.action) for r in dev.jit_requests] == [(expected, "build"), (expected, "load")]
+    assert seen == dev.jit_requests  # the callback saw each request as it happened
+    assert dev.jit_requests[0].seq < dev.jit_requests[1].seq
+    load = dev.jit_requests[1]
+    assert "fp4_quantize" in load.exports
+    assert not Path(load.path).exists()  # no shared library was written
+    # The dry kernel is the same kind of object as a real one.
+    kernel = flashinfer_dry.dry_module(expected, load.exports).fp4_quantize
+    assert type(kernel) is tvm_ffi.Function
+
+
+@pytest.mark.flashinfer
+@needs_flashinfer
+def test_dry_kernel_leaves_destination_buffers_alone():
+    import tvm_ffi
+
+    module = flashinfer_dry.dry_module("graphbreak_doctor_test", ("write_ones",))
+    assert isinstance(module, tvm_ffi.Module)
+    out = torch.zeros(8)
+    assert module.write_ones(out, 1.0) is None
+    assert torch.equal(out, torch.zeros(8))
+    with pytest.raises(AttributeError):
+        module.not_exported
+
+
+@pytest.mark.flashinfer
+@needs_flashinfer
+def test_fake_nvcc_answers_flashinfer_version_probe():
+    with EmulatedDevice("sm120"):
+        from flashinfer.jit import cpp_ext
+
+        assert str(cpp_ext.get_cuda_version()) == "12.9"  # parsed from `nvcc --version`
+        assert cpp_ext.get_cuda_path() == os.environ["CUDA_HOME"]
+
+
+# --------------------------------------------- no emulation frames in findings
+
+TARGETS = ["fp4_quantize_wrapper", "fp4_quantize_op"]
+
+
+@pytest.mark.flashinfer
+@needs_flashinfer
+@pytest.mark.parametrize("target", TARGETS)
+def test_no_break_warning_or_frame_points_into_emulation(target):
+    from fixtures import flashinfer_targets
+
+    with EmulatedDevice("sm120"):
+        try:
+            fn, args = getattr(flashinfer_targets, target)()
+        except flashinfer_targets.FlashInferOpMissing:
+            pytest.skip("this FlashInfer registers no fp4_quantize op")
+        log, _, explain_warnings = explain_run(fn, args)
+        error, full_log, _, full_warnings = fullgraph_run(fn, args)
+    texts = log.messages + full_log.messages
+    texts += [f"{w.filename}:{w.lineno}: {w.message}" for w in explain_warnings + full_warnings]
+    if error is not None:
+        import traceback
+
+        texts.append("".join(traceback.format_exception(error)))
+    assert texts == [] or all(EMULATION_DIR not in t for t in texts)
+    assert all("graphbreak_doctor.emulation" not in t for t in texts)
+
+
+# ----------------------------------------------------------- issue 3 facts
+
+
+@pytest.mark.flashinfer
+@needs_flashinfer
+def test_issue3_flashinfer_063_story_on_sm120():
+    from fixtures.flashinfer_targets import fp4_quantize_wrapper
+
+    if _has_fp4_op():
+        pytest.skip("FlashInfer registers torch.ops.flashinfer.fp4_quantize (0.7+)")
+    with EmulatedDevice("sm120"):
+        fn, args = fp4_quantize_wrapper()
+        log, _, _ = explain_run(fn, args)
+        error, _, _, _ = fullgraph_run(fn, args)
+    stacks = log.with_stack()
+
+    def one(predicate):
+        hits = [s for s in stacks if predicate(s)]
+        assert hits, "\n\n".join(stacks)
+        return hits[0]
+
+    # subprocess, reached from FlashInfer's CUDA version probe.
+    one(lambda s: "subprocess.py" in s and "flashinfer/jit/cpp_ext.py" in s
+        and "_thread.allocate_lock" in s)
+    # filesystem: Path.exists -> os.stat inside FlashInfer's JIT loading.
+    one(lambda s: "pathlib.py" in s and "posix.stat" in s and "flashinfer/jit/core.py" in s)
+    # unsupported builtin: SimpleNamespace(...) building the module table.
+    one(lambda s: "SimpleNamespace" in s and "fp4_quantization.py" in s)
+    # opaque call: the tvm-ffi Function (kernel lookup / kernel) called from a traced frame.
+    one(lambda s: "Function" in s and "tvm_ffi" in s)
+    sites = {s.splitlines()[0] for s in stacks}
+    assert len(sites) >= 4
+    # fullgraph stops at the first: the subprocess break from cpp_ext.py.
+    assert error is not None
+    text = str(error)
+    assert "_thread.allocate_lock" in text
+    assert "flashinfer/jit/cpp_ext.py" in text and "get_cuda_version" in text
+
+
+@pytest.mark.flashinfer
+@needs_flashinfer
+def test_issue3_flashinfer_074_registered_op_has_no_quantization_break():
+    from fixtures.flashinfer_targets import fp4_quantize_op, fp4_quantize_wrapper
+
+    if not _has_fp4_op():
+        pytest.skip("FlashInfer has no torch.ops.flashinfer.fp4_quantize (before 0.7)")
+    with EmulatedDevice("sm120"):
+        fn, args = fp4_quantize_op()
+        error, log, backend, _ = fullgraph_run(fn, args)
+        wrapper, wrapper_args = fp4_quantize_wrapper()
+        wrapper_log, _, _ = explain_run(wrapper, wrapper_args)
+    assert error is None and log.messages == []
+    assert len(backend.graphs) == 1
+    assert "torch.ops.flashinfer.fp4_quantize" in backend.graphs[0].code
+    # The Python wrapper still breaks: JIT loading, subprocess, opaque kernel.
+    assert wrapper_log.with_stack()
+    assert any("flashinfer/" in s for s in wrapper_log.with_stack())
+
+
+@pytest.mark.flashinfer
+@needs_flashinfer
+def test_fp4_quantize_op_factory_explains_a_missing_op():
+    from fixtures import flashinfer_targets
+
+    if _has_fp4_op():
+        pytest.skip("the op exists in this FlashInfer")
+    with EmulatedDevice("sm120"):
+        with pytest.raises(flashinfer_targets.FlashInferOpMissing, match="0.7"):
+            flashinfer_targets.fp4_quantize_op()
