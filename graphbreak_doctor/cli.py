@@ -115,6 +115,15 @@ def run_diagnoses(args: argparse.Namespace, progress: Progress) -> list[tuple[st
     ]
 
 
+def output_path(option: str, stem: str, count: int, suffix: str) -> Path:
+    """Where an output goes: reports/<stem><suffix> for "auto"; the given path
+    for one target; the given path with "-<stem>" added for several."""
+    if option == "auto":
+        return REPORTS / f"{stem}{suffix}"
+    path = Path(option)
+    return path if count == 1 else path.with_name(f"{path.stem}-{stem}{path.suffix or suffix}")
+
+
 def cmd_trace(args: argparse.Namespace) -> int:
     progress = Progress()
     results = run_diagnoses(args, progress)
@@ -122,9 +131,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
     for stem, findings in results:
         sys.stdout.write(terminal.render(findings))
         if args.json:
-            path = REPORTS / f"{stem}.json" if args.json == "auto" or len(results) > 1 and args.json else Path(args.json)
-            if len(results) > 1 and args.json != "auto":
-                path = Path(args.json).with_name(f"{Path(args.json).stem}-{stem}.json")
+            path = output_path(args.json, stem, len(results), ".json")
             write_atomic(path, findings.to_json())
             print(f"JSON findings written to {path}")
         crashed = crashed or findings.fullgraph.crashed

@@ -22,7 +22,7 @@ from typing import Any, Callable
 import torch
 import torch._dynamo
 
-from graphbreak_doctor.capture.events import BreakEvent, frames_from_summary, parse_unsupported, scrub
+from graphbreak_doctor.capture.events import BreakEvent, frames_from_summary, parse_stack, parse_unsupported, scrub
 from graphbreak_doctor.capture.listener import GraphBreakListener
 from graphbreak_doctor.findings import Frame, GraphInfo
 from graphbreak_doctor.targets import Target, TargetError
@@ -125,8 +125,13 @@ def _hazards(caught: list[warnings.WarningMessage]) -> list[RawHazard]:
         if "torch/_dynamo" not in w.filename.replace("\\", "/") or _BREAK_WARNING.match(text):
             continue
         kind = "lru_cache" if "lru_cache" in text else w.category.__name__
-        m = _WARN_AT.search(text)
-        out.append(RawHazard(kind, scrub(text), m.group("file") if m else "", int(m.group("line")) if m else 0))
+        # The lru_cache warning ends with "This call originates from:" and the
+        # frame in traceback form (torch/_dynamo/variables/functions.py).
+        frames = parse_stack(text)
+        file, line = (frames[-1].file, frames[-1].line) if frames else ("", 0)
+        if not file and (m := _WARN_AT.search(text)):
+            file, line = m.group("file"), int(m.group("line"))
+        out.append(RawHazard(kind, scrub(text.split("\n\n", 1)[0]), file, line))
     return out
 
 
