@@ -80,7 +80,8 @@ def diagnose(
         progress("analysing")
         return build_findings(
             results,
-            target={"spec": target.spec, **target.meta},
+            target={"spec": target.spec, **target.meta,
+                    **({"split_ops": list(target.split_ops)} if target.split_ops else {})},
             environment=environment(),
             device=dev.describe(),
             jit_requests=_dedupe(jit),

@@ -29,6 +29,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from .presets import GIB, KIB, DevicePreset
+from . import device_guard
 from .undo import UndoLog
 
 
@@ -195,6 +196,7 @@ def install(preset: DevicePreset, log: UndoLog) -> dict[str, Callable[..., Any]]
     # get_fp4_quantization_module: "120" -> "120f" when CUDA >= 12.9).
     log.setattr(torch.version, "cuda", preset.cuda)
     install_c_surface(log)
+    device_guard.install(log)
     return surface
 
 

@@ -21,10 +21,12 @@ def _short(path: str) -> str:
 
 def describe_target(findings: Findings) -> str:
     t = findings.target
-    if t.get("layer"):
-        keys = ("hidden_size", "intermediate_size", "moe_intermediate_size", "n_routed_experts", "top_k", "tokens", "tp")
+    if t.get("layer_kind"):
+        keys = ("hidden_size", "intermediate_size_per_rank", "moe_intermediate_size_per_rank", "n_routed_experts",
+                "experts_per_tok", "tokens", "tp")
         shapes = ", ".join(f"{k}={t[k]}" for k in keys if t.get(k) is not None)
-        return f"GLM-5 {t['layer']} layer {t.get('layer_index', '')} ({shapes})".replace(" ()", "")
+        same = f"; layers {t['same_code_layers']} run the same code" if t.get("same_code_layers") else ""
+        return f"{t.get('model', 'GLM-5')} {t['layer_kind']} layer {t.get('layer_index', '')} ({shapes}){same}"
     return t.get("spec", "?")
 
 

@@ -1,0 +1,61 @@
+"""Wall time and peak RSS of `graphbreak-doctor trace --layer dense|moe|all` at real shapes.
+
+Each case is one CLI run in its own process (as a user runs it), so the peak
+RSS is that run's own. Target: under 1.5 GB peak RSS per run -- real weights
+for one MoE layer would be about 4.8 GB; as fake tensors they own nothing.
+
+    .venv/bin/python benchmarks/layers.py                      # sm120, both modes
+    .venv/bin/python benchmarks/layers.py --device sm100 --env .venv-fi063
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+LIMIT_MIB = 1536
+
+
+def measure(python: str, argv: list[str]) -> tuple[float, float, int]:
+    """(wall seconds, peak RSS MiB, exit code) of one CLI run in a child process."""
+    code = (
+        "import resource, subprocess, sys, time\n"
+        "t = time.perf_counter()\n"
+        "rc = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode\n"
+        "wall = time.perf_counter() - t\n"
+        "print(wall, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, rc)\n"
+    )
+    out = subprocess.run([python, "-c", code, python, "-m", "graphbreak_doctor", *argv],
+                         cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    return float(out[0]), float(out[1]), int(out[2])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--env", default=".venv", help="virtual environment to run in (default .venv)")
+    parser.add_argument("--device", default="sm120")
+    parser.add_argument("--mode", default="both")
+    parser.add_argument("--layers", default="dense,moe,all")
+    args = parser.parse_args()
+    python = str(ROOT / args.env / "bin" / "python")
+    if not os.path.exists(python):
+        python = sys.executable
+    print(f"graphbreak-doctor trace --layer L --device {args.device} --mode {args.mode} --no-html  ({args.env})")
+    print(f"{'layer':<8}{'wall s':>9}{'peak RSS MiB':>15}{'exit':>6}  {'< ' + str(LIMIT_MIB) + ' MiB':>10}")
+    worst = 0.0
+    for layer in args.layers.split(","):
+        wall, rss, rc = measure(python, ["trace", "--layer", layer, "--device", args.device,
+                                         "--mode", args.mode, "--no-html"])
+        worst = max(worst, rss)
+        print(f"{layer:<8}{wall:>9.1f}{rss:>15.0f}{rc:>6}  {'yes' if rss < LIMIT_MIB else 'NO':>10}")
+    return 0 if worst < LIMIT_MIB else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,216 @@
+"""GLM-5 model configuration and NVFP4 quantization profile, read from files.
+
+The key names are those of HuggingFace transformers'
+``models/glm_moe_dsa/configuration_glm_moe_dsa.py`` (``GlmMoeDsaConfig``) plus
+the DeepSeek-V2 keys SGLang's ``DeepseekV2ForCausalLM`` reads
+(``first_k_dense_replace``, ``moe_layer_freq``, ``scoring_func``...). The
+quantization profile is ModelOpt's ``hf_quant_config.json`` (nested
+``{"quantization": {...}}``) or the flat ``quantization_config`` block of
+``config.json``, the two formats SGLang's ``ModelOptFp4Config.from_config``
+(``layers/quantization/modelopt_quant.py``) accepts.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ARCHITECTURE = "GlmMoeDsaForCausalLM"
+QUANT_CONFIG_NAME = "hf_quant_config.json"
+
+# Keys the layer builder cannot do without; a config missing one is not a
+# GLM-5 (GlmMoeDsa) config.
+_REQUIRED = (
+    "hidden_size",
+    "intermediate_size",
+    "moe_intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "q_lora_rank",
+    "kv_lora_rank",
+    "qk_nope_head_dim",
+    "qk_rope_head_dim",
+    "v_head_dim",
+    "n_routed_experts",
+    "n_shared_experts",
+    "num_experts_per_tok",
+    "n_group",
+    "topk_group",
+    "routed_scaling_factor",
+    "rms_norm_eps",
+    "max_position_embeddings",
+    "index_n_heads",
+    "index_head_dim",
+    "index_topk",
+)
+
+
+def default_config_dir() -> Path:
+    """fixtures/models/glm5 of this checkout (the repository root holds both
+    ``graphbreak_doctor/`` and ``fixtures/``)."""
+    return Path(__file__).resolve().parents[3] / "fixtures" / "models" / "glm5"
+
+
+@dataclass(frozen=True)
+class QuantProfile:
+    """Which linear layers are NVFP4, as a ModelOpt profile says."""
+
+    quant_algo: str | None
+    group_size: int
+    exclude_modules: tuple[str, ...]
+    path: str | None
+
+    def is_nvfp4(self, prefix: str) -> bool:
+        """True when the module at ``prefix`` (HF name, e.g.
+        ``model.layers.3.mlp.experts``) is NVFP4 in the checkpoint.
+
+        Glob matching on the full name and on each dotted part, as SGLang's
+        ``ModelOptQuantConfig.is_layer_excluded`` does (fnmatch here, its
+        regex there).
+        """
+        if not self.quant_algo or "FP4" not in self.quant_algo.upper():
+            return False
+        for pattern in self.exclude_modules:
+            if fnmatch.fnmatchcase(prefix, pattern):
+                return False
+            if any(fnmatch.fnmatchcase(part, pattern) for part in prefix.split(".")):
+                return False
+        return True
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "quant_algo": self.quant_algo,
+            "group_size": self.group_size,
+            "exclude_modules": list(self.exclude_modules),
+            "path": self.path,
+        }
+
+
+@dataclass(frozen=True)
+class Glm5Config:
+    values: dict[str, Any]
+    path: str
+    quant: QuantProfile
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __getattr__(self, name: str) -> Any:
+        # Attribute access for config keys (cfg.hidden_size), like a HF config.
+        try:
+            return self.__dict__["values"][name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    @property
+    def first_k_dense_replace(self) -> int:
+        return int(self.values.get("first_k_dense_replace", 3))
+
+    @property
+    def moe_layer_freq(self) -> int:
+        return int(self.values.get("moe_layer_freq", 1))
+
+    def layer_kind(self, index: int) -> str:
+        """'dense' or 'moe' for decoder layer ``index``, with SGLang's rule
+        (``deepseek_v2.py``: ``_is_layer_sparse``)."""
+        if not 0 <= index < self.num_hidden_layers:
+            raise ValueError(
+                f"layer index {index} out of range 0..{self.num_hidden_layers - 1}"
+            )
+        sparse = (
+            self.n_routed_experts is not None
+            and index >= self.first_k_dense_replace
+            and index % self.moe_layer_freq == 0
+        )
+        return "moe" if sparse else "dense"
+
+    def layer_indices(self, kind: str) -> list[int]:
+        return [i for i in range(self.num_hidden_layers) if self.layer_kind(i) == kind]
+
+    @property
+    def rope_theta(self) -> float:
+        rope = self.values.get("rope_parameters") or {}
+        return float(rope.get("rope_theta", self.values.get("rope_theta", 10000.0)))
+
+
+def _read_json(path: Path, what: str) -> dict[str, Any]:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ValueError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{what} {path} is not valid JSON: {exc.msg} (line {exc.lineno})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{what} {path} must hold a JSON object")
+    return data
+
+
+def _quant_profile(config_dir: Path, values: dict[str, Any], quant_profile: str | Path | None) -> QuantProfile:
+    if quant_profile is not None:
+        qpath = Path(quant_profile)
+        if not qpath.is_absolute() and not qpath.exists():
+            qpath = config_dir / qpath
+        data = _read_json(qpath, "quantization profile")
+        source: str | None = str(qpath)
+    elif (config_dir / QUANT_CONFIG_NAME).exists():
+        qpath = config_dir / QUANT_CONFIG_NAME
+        data = _read_json(qpath, "quantization profile")
+        source = str(qpath)
+    elif isinstance(values.get("quantization_config"), dict):
+        data = values["quantization_config"]
+        source = "config.json:quantization_config"
+    else:
+        # An unquantized checkpoint: everything BF16.
+        return QuantProfile(None, 16, (), None)
+
+    # Nested (hf_quant_config.json) or flat (config.json) format; the flat one
+    # names the exclusions "ignore" (modelopt_quant.py: ModelOptFp4Config.from_config).
+    section = data.get("quantization", data)
+    if not isinstance(section, dict):
+        raise ValueError(f"quantization profile {source}: 'quantization' must be an object")
+    algo = section.get("quant_algo")
+    excludes = section.get("exclude_modules", section.get("ignore")) or []
+    group = section.get("group_size", 16)
+    if algo is None:
+        raise ValueError(f"quantization profile {source} has no quant_algo")
+    if not isinstance(excludes, list) or not all(isinstance(e, str) for e in excludes):
+        raise ValueError(f"quantization profile {source}: exclude_modules must be a list of strings")
+    if algo.upper() == "NVFP4" and group != 16:
+        raise ValueError(f"quantization profile {source}: NVFP4 needs group_size 16, got {group}")
+    return QuantProfile(str(algo), int(group), tuple(excludes), source)
+
+
+def load_config(path: str | Path | None = None, *, quant_profile: str | Path | None = None) -> Glm5Config:
+    """Read a GLM-5 config.
+
+    ``path``: a directory holding ``config.json`` (and optionally
+    ``hf_quant_config.json``), or the ``config.json`` itself; default
+    ``fixtures/models/glm5``. ``quant_profile``: another profile file (absolute,
+    or relative to the config directory), e.g.
+    ``hf_quant_config.routed-experts-only.json``.
+
+    Errors (missing file, bad JSON, another architecture, missing keys) raise
+    ``ValueError`` with a one-line message.
+    """
+    p = Path(path) if path is not None else default_config_dir()
+    if p.is_dir():
+        config_file = p / "config.json"
+    else:
+        config_file = p
+    if not config_file.exists():
+        raise ValueError(f"no GLM-5 config at {p} (expected a directory with config.json, or the file)")
+    values = _read_json(config_file, "config")
+    archs = values.get("architectures") or []
+    if ARCHITECTURE not in archs and values.get("model_type") != "glm_moe_dsa":
+        raise ValueError(
+            f"{config_file} is not a {ARCHITECTURE} config (architectures={archs}, "
+            f"model_type={values.get('model_type')!r})"
+        )
+    missing = [k for k in _REQUIRED if k not in values]
+    if missing:
+        raise ValueError(f"{config_file} lacks keys: {', '.join(missing)}")
+    quant = _quant_profile(config_file.parent, values, quant_profile)
+    return Glm5Config(values=values, path=str(config_file.resolve()), quant=quant)
