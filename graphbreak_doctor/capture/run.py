@@ -161,7 +161,29 @@ def _piece_count(gm: torch.fx.GraphModule, split_ops: tuple[str, ...]) -> int:
     return pieces + (1 if current else 0)
 
 
+class _Renumber:
+    """Dynamo numbers generated names with process-wide counters
+    (``__compiled_fn_110``, ``__resume_at_38_111``, ``__temp_417``; compiled
+    graphs also get a uuid4 suffix, torch/_dynamo/output_graph.py). Renumber
+    them by first appearance within one run so the same trace gives the same
+    text, in a fresh process or after other traces."""
+
+    _NAME = re.compile(r"\b(__compiled_fn|__resume_at_\d+|__temp)_(\d+)(?:_[0-9a-f]{8}(?:_[0-9a-f]{4}){3}_[0-9a-f]{12})?")
+
+    def __init__(self) -> None:
+        self.seen: dict[str, dict[str, int]] = {}
+
+    def __call__(self, text: str) -> str:
+        def sub(m: re.Match) -> str:
+            numbers = self.seen.setdefault(m.group(1), {})
+            return f"{m.group(1)}_{numbers.setdefault(m.group(2), len(numbers))}"
+
+        return self._NAME.sub(sub, text)
+
+
 def _bytecode_hook(result: ModeResult):
+    renumber = _Renumber()
+
     def hook(code, new_code):
         try:
             import depyf
@@ -169,7 +191,8 @@ def _bytecode_hook(result: ModeResult):
             source = depyf.decompile(new_code)
         except Exception as e:  # depyf cannot decompile every bytecode
             source = f"# depyf could not decompile this code: {type(e).__name__}: {e}"
-        result.resume_code.append((f"{code.co_name} ({code.co_filename}:{code.co_firstlineno})", source))
+        name = f"{code.co_name} ({code.co_filename}:{code.co_firstlineno})"
+        result.resume_code.append((renumber(name), renumber(scrub(source))))
         return None
 
     return hook
