@@ -147,18 +147,28 @@ def _backend(result: ModeResult, split_ops: tuple[str, ...]) -> Callable:
     return backend
 
 
+def _op_schema_name(target: Any) -> str:
+    """'ns::op' of a registered op node target (OpOverload / packet)."""
+    schema = getattr(target, "_schema", None)
+    if schema is not None:
+        return schema.name
+    return getattr(target, "_qualified_op_name", "") or ""
+
+
 def _piece_count(gm: torch.fx.GraphModule, split_ops: tuple[str, ...]) -> int:
-    """How many pieces SGLang's piecewise runner would cut this graph into."""
-    pieces, current = 0, 0
+    """How many pieces SGLang's piecewise runner would cut this graph into:
+    each split op is a piece of its own, and so is each run of ops between them
+    (sglang/srt/compilation/backend.py splits with torch.fx split_module)."""
+    pieces, run = 0, 0
     for node in gm.graph.nodes:
-        if node.op != "call_function":
+        if node.op not in ("call_function", "call_method", "call_module"):
             continue
-        if str(node.target).split(".default")[0] in split_ops or str(node.target) in split_ops:
-            pieces += (1 if current else 0) + 1
-            current = 0
+        if _op_schema_name(node.target) in split_ops:
+            pieces += (1 if run else 0) + 1
+            run = 0
         else:
-            current += 1
-    return pieces + (1 if current else 0)
+            run += 1
+    return pieces + (1 if run else 0)
 
 
 class _Renumber:

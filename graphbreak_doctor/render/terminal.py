@@ -66,7 +66,8 @@ def render(findings: Findings) -> str:
         lines.append(f"piecewise: the graph splits into {sum(pieces)} pieces at {', '.join(findings.target.get('split_ops', []))}")
     lines.append(
         f"breaks: {_n(len(findings.breaks), 'distinct break')} ({_n(hits, 'hit')}), "
-        f"{_n(len(findings.root_causes), 'root cause')}; explain captured {_n(explain_graphs, 'graph')}"
+        f"{_n(len(findings.root_causes), 'root cause')}"
+        + (f"; explain captured {_n(explain_graphs, 'graph')}" if "explain" in findings.modes else "")
     )
     if findings.breaks:
         cats = ", ".join(f"{k} {v}" for k, v in sorted(findings.categories().items()))
