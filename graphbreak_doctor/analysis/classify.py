@@ -81,9 +81,18 @@ RULES: tuple[Rule, ...] = (
          through=("logging", "warnings"),
          culprits=("builtins.print", "print", "_warnings.warn", "warnings.warn", "logging.")),
     Rule("opaque-call", "a compiled extension (C++/pybind/tvm-ffi/ctypes) called from a traced frame",
+         # A torch C binding that returns a non-tensor (a raw stream handle,
+         # torch._C._cuda_getCurrentRawStream) is just as opaque to the graph.
+         gb_types=frozenset({"torch.* op returned non-Tensor"}),
          through=("ctypes",), culprits=("_ctypes.", "ctypes.", "tvm_ffi.", "PyCFuncPtrType.", "CFuncPtr"),
          extension_culprit=True),
-    Rule("unsupported-builtin", "a builtin or stdlib constructor Dynamo cannot model",
+    Rule("unsupported-builtin", "a builtin, stdlib object or runtime API Dynamo cannot model",
+         # Locks and generator-based context managers (FlashInfer's autotuner
+         # `with self._lock:`), a `class` statement executed on the traced path
+         # (LOAD_NAME has no handler), and torch runtime APIs Dynamo skips on
+         # purpose (torch.cuda.use_mem_pool).
+         gb_types=frozenset({"Unsupported context manager", "Missing bytecode handler"}),
+         culprits=("torch.cuda.", "torch._utils.", "torch._C."),
          stdlib_culprit=True),
 )
 
@@ -135,8 +144,9 @@ def stdlib_module(frame: Frame) -> str:
 
 
 def _culprit_is_stdlib(culprit: str) -> bool:
-    head = culprit.split(".", 1)[0]
-    return head in sys.stdlib_module_names or head == "builtins"
+    # "frozenset[str]" (a generic alias called as a constructor) is a builtin too.
+    head = culprit.split(".", 1)[0].split("[", 1)[0]
+    return head in sys.stdlib_module_names or head == "builtins" or ("." not in culprit and hasattr(builtins, head))
 
 
 def _culprit_is_extension(culprit: str) -> bool:

@@ -1,0 +1,43 @@
+"""The rule table on break shapes seen in real FlashInfer traces (GLM-5 dense layer, emulated sm120)."""
+
+import subprocess
+
+import pytest
+
+from graphbreak_doctor.analysis.classify import CATEGORIES, RULES, classify, culprit_of
+from graphbreak_doctor.findings import Frame
+
+SUBPROCESS_PY = subprocess.__file__
+
+
+def frame(file, fn="f", line=1):
+    return Frame(file=file, line=line, function=fn)
+
+
+@pytest.mark.parametrize("gb_type,explanation,context,stack,category", [
+    ("Unsupported context manager", "Dynamo does not know how to enter a `RLock` context manager.",
+     "Attempted SETUP_WITH on UserDefinedObjectVariable(RLock)", [frame("/x/flashinfer/autotuner/autotuner.py")],
+     "unsupported-builtin"),
+    ("Missing bytecode handler", "Dynamo does not know how to handle the bytecode instruction `LOAD_NAME`.", "",
+     [frame("/x/flashinfer/gemm/gemm_base.py")], "unsupported-builtin"),
+    ("Unsupported function call", "Dynamo does not know how to trace the function `frozenset[str]`",
+     "call_function TypingVariable() [] {}", [frame("/x/flashinfer/autotuner/autotuner.py")], "unsupported-builtin"),
+    ("Attempted to call function marked as skipped", "marked `use_mem_pool` should not be traced",
+     "module: torch.cuda.memory, qualname: use_mem_pool, skip reason: file matches MOD_SKIPLIST",
+     [frame("/x/flashinfer/utils.py")], "unsupported-builtin"),
+    ("torch.* op returned non-Tensor", "torch.* ops that return a non-Tensor cannot be traced",
+     "example_value type: int; op: call_function", [frame("/x/flashinfer/utils.py")], "opaque-call"),
+    ("Attempted to call function marked as skipped", "Dynamo does not know how to trace the builtin `_thread.allocate_lock.`",
+     "module: _thread, qualname: allocate_lock, skip reason: cannot determine source file",
+     [frame("/x/flashinfer/jit/cpp_ext.py"), frame(SUBPROCESS_PY, "check_output")], "subprocess"),
+    ("Unsupported method call", "Dynamo does not know how to trace method `__call__` of class `Function`",
+     "call_method UserDefinedObjectVariable(Function) __call__", [frame("/x/tvm_ffi/module.py")], "opaque-call"),
+])
+def test_rules(gb_type, explanation, context, stack, category):
+    culprit = culprit_of(explanation, context)
+    assert classify(gb_type, culprit, stack)[0] == category
+
+
+def test_every_rule_names_a_known_category_and_other_is_the_fallback():
+    assert {r.category for r in RULES} <= set(CATEGORIES)
+    assert classify("Something new", "", [frame("/x/y.py")])[0] == "other"
