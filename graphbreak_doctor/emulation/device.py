@@ -71,6 +71,11 @@ class EmulatedDevice:
         mode: Optional[FakeTensorMode] = None
         try:
             if self.emulated:
+                # FlashInfer computes arch-dependent state at import (jit/core.py
+                # current_compilation_context probes the device): import it
+                # while torch still answers for the real machine, so that what
+                # is saved for undo is the real state.
+                flashinfer_dry.import_flashinfer()
                 torch_surface.install(self.preset, log)
                 self._facts = flashinfer_dry.install(self.preset, log, self._record)
                 mode = FakeTensorMode(allow_non_fake_inputs=True)

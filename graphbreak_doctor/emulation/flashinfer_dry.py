@@ -103,11 +103,26 @@ def _next_seq() -> int:
 # ---------------------------------------------------------------- recording
 
 
+# Dry artifact repositories of active emulations (see install_artifact_mirror).
+_mirrors: list[str] = []
+
+
 def _audit(event: str, args: tuple) -> None:
     # Installed once per process (audit hooks cannot be removed); inert unless
     # an emulation is active. Frames of this package are in Dynamo's skip list
     # (see __init__.py), so Dynamo never traces this hook.
-    if event != "subprocess.Popen" or not _sinks:
+    if not _sinks:
+        return
+    if event == "shutil.copyfile" and _mirrors:
+        # flashinfer/jit/cubin_loader.py download_file: a repository that is a
+        # local directory is "downloaded from" with shutil.copy.
+        src, dst = str(args[0]), str(args[1])
+        for mirror in _mirrors:
+            if src.startswith(mirror):
+                _sinks[-1]("download", src[len(mirror):].lstrip("/"), dst, ())
+                return
+        return
+    if event != "subprocess.Popen":
         return
     try:
         argv = list(args[1]) if args[1] is not None else [args[0]]
@@ -153,6 +168,8 @@ def _tvm_ffi_c_api() -> ctypes.CDLL:
     lib = ctypes.CDLL(tvm_ffi.libinfo.find_libtvm_ffi(), mode=ctypes.RTLD_GLOBAL)
     lib.TVMFFIEnvModRegisterSystemLibSymbol.argtypes = [ctypes.c_char_p, ctypes.c_void_p]
     lib.TVMFFIEnvModRegisterSystemLibSymbol.restype = ctypes.c_int
+    lib.TVMFFIFunctionCall.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int32, ctypes.c_void_p]
+    lib.TVMFFIFunctionCall.restype = ctypes.c_int
     return lib
 
 
@@ -167,21 +184,127 @@ def _export_names(sources: list[Path]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
-def dry_module(name: str, exports: tuple[str, ...]):
-    """A tvm_ffi Module named after `name` whose `exports` are no-op kernels.
+# ------------------------------------------------ kernels that answer
+
+# Most exports are destination-passing kernels: a no-op is faithful. A few are
+# host-side queries or constructors whose result FlashInfer's Python uses
+# (a runner object, a tactic count, a workspace size); a no-op would answer
+# None and FlashInfer would fail where a GPU machine does not. Those answer
+# with a plain value of the C++ return type, chosen so that FlashInfer takes
+# its ordinary path (one tactic, no extra workspace).
+#
+# flashinfer/data/csrc/fused_moe/cutlass_backend/flashinfer_cutlass_fused_moe_binding.cu:
+# `init(...)` returns a `FusedMoeRunner` module (kind "fused_moe_runner") whose
+# GetFunction offers these names.
+_CUTLASS_MOE_RUNNER = {
+    "get_tactic_num": lambda *a: 1,
+    "get_gemm1_tactic_count": lambda *a: 1,
+    "get_gemm2_tactic_count": lambda *a: 1,
+    "get_tactic_occupancy": lambda *a: 1,
+    "get_tactic_supports_activation_fusion": lambda *a: False,
+    "get_valid_tactics_for_shape": lambda *a: [0],
+    "get_workspace_size": lambda *a: 0,
+    "run_gemm_profile": None,
+    "run_moe": None,
+    "run_moe_min_latency": None,
+}
+
+
+_prepared: dict[str, Any] = {}
+
+
+def _cutlass_moe_init(*args: Any) -> Any:
+    # Built by prepare_answers() before any trace: nothing here may run
+    # tvm_ffi's (traceable) Python while Dynamo is active.
+    return _prepared["fused_moe_runner"]
+
+
+# (JitSpec name pattern, export) -> answer; an answer of None is a no-op.
+ANSWERS: list[tuple[re.Pattern, str, Callable[..., Any]]] = [
+    (re.compile(r"^fused_moe_(\d+|sm\d+)"), "init", _cutlass_moe_init),
+]
+
+
+def answers_for(name: str, exports: tuple[str, ...]) -> dict[str, Callable[..., Any]]:
+    out = {}
+    for pattern, export, answer in ANSWERS:
+        if export in exports and pattern.search(name):
+            out[export] = answer
+    return out
+
+
+_answer_functions: dict[str, Any] = {}  # symbol -> (tvm_ffi.Function, ctypes callback)
+_converted: dict[Any, Any] = {}  # answer callable -> tvm_ffi.Function
+
+
+def _as_function(answer: Callable[..., Any]) -> Any:
+    function = _converted.get(answer)
+    if function is None:
+        import tvm_ffi
+
+        function = _converted[answer] = tvm_ffi.convert(answer)
+    return function
+
+
+def prepare_answers() -> None:
+    """Convert every answer and build the runner modules, once per process,
+    when the emulation is entered: the dry loader runs inside FlashInfer calls
+    that Dynamo may be tracing, and must then only use what exists already."""
+    with _lock:
+        for _pattern, _export, answer in ANSWERS:
+            _as_function(answer)
+        for answer in _CUTLASS_MOE_RUNNER.values():
+            if answer is not None:
+                _as_function(answer)
+    if "fused_moe_runner" not in _prepared:
+        _prepared["fused_moe_runner"] = dry_module(
+            "fused_moe_runner", tuple(_CUTLASS_MOE_RUNNER), _CUTLASS_MOE_RUNNER
+        )
+
+
+def _answer_symbol(symbol: str, answer: Callable[..., Any]) -> Any:
+    """A C symbol with tvm-ffi's safe-call ABI that forwards to `answer`.
+
+    `answer` becomes a genuine tvm_ffi.Function (tvm_ffi.convert); the C entry
+    point hands the packed arguments and the result slot to it through
+    `TVMFFIFunctionCall`, so tvm-ffi itself converts arguments and the result
+    (objects included) with the usual ownership rules.
+    """
+    lib = _tvm_ffi_c_api()
+    function = _as_function(answer)
+    handle = ctypes.c_void_p(function.__chandle__())
+
+    def forward(_handle, args, num_args, result):
+        return lib.TVMFFIFunctionCall(handle, args, num_args, result)
+
+    callback = _SAFE_CALL(forward)
+    _answer_functions[symbol] = (function, callback)
+    return callback
+
+
+def dry_module(
+    name: str,
+    exports: tuple[str, ...],
+    answers: Optional[dict[str, Optional[Callable[..., Any]]]] = None,
+):
+    """A tvm_ffi Module named after `name` whose `exports` are no-op kernels,
+    except those in `answers` (see ANSWERS).
 
     Symbols in tvm-ffi's system library cannot be unregistered, so each
     (module, kernel) symbol is registered once per process and reused.
     """
     import tvm_ffi
 
+    answers = answers if answers is not None else answers_for(name, exports)
     prefix = f"{_SYMBOL_PREFIX}{name}__"
     lib = _tvm_ffi_c_api()
     for export in exports:
         symbol = f"__tvm_ffi_{prefix}{export}"
         if symbol not in _registered_symbols:
+            answer = answers.get(export)
+            entry = _NO_OP if answer is None else _answer_symbol(symbol, answer)
             rc = lib.TVMFFIEnvModRegisterSystemLibSymbol(
-                symbol.encode(), ctypes.cast(_NO_OP, ctypes.c_void_p)
+                symbol.encode(), ctypes.cast(entry, ctypes.c_void_p)
             )
             if rc != 0:
                 raise RuntimeError(f"tvm-ffi refused the dry kernel symbol {symbol}")
@@ -196,12 +319,67 @@ def _spec_sources(name: str) -> list[Path]:
     return list(getattr(spec, "sources", None) or [])
 
 
+# Some libraries are also opened with ctypes, by FlashInfer's Python, for C
+# entry points outside tvm-ffi: jit/cubin_loader.py setup_cubin_loader calls
+# `FlashInferSetCubinCallback` (include/flashinfer/cubin_loader.h) in every
+# module whose sources include that header (trtllm-gen MoE/GEMM/FMHA, cuDNN).
+# For those the dry load leaves, at the library path, a host-only stub that
+# exports the entry points as no-ops (built once per process with the host C
+# compiler; no CUDA). Other dry loads write no file.
+_CUBIN_LOADER_STUB = r"""
+void FlashInferSetCubinCallback(void (*callback)(const char*, const char*)) { (void)callback; }
+void FlashInferSetCurrentCubin(const char* binary, int size) { (void)binary; (void)size; }
+"""
+_stub_lock = threading.Lock()
+_stub_path: Optional[Path] = None
+
+
+def _cubin_loader_stub() -> Path:
+    global _stub_path
+    with _stub_lock:
+        if _stub_path is not None and _stub_path.exists():
+            return _stub_path
+        import subprocess
+
+        compiler = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc") or shutil.which("clang")
+        if compiler is None:
+            raise RuntimeError(
+                "emulating a FlashInfer module that is opened with ctypes "
+                "(cubin loader) needs a host C compiler (cc/gcc/clang) on PATH"
+            )
+        out_dir = Path(tempfile.mkdtemp(prefix="graphbreak-doctor-stub-"))
+        source = out_dir / "cubin_loader_stub.c"
+        source.write_text(_CUBIN_LOADER_STUB)
+        library = out_dir / "libcubin_loader_stub.so"
+        subprocess.run(
+            [compiler, "-shared", "-fPIC", "-O0", "-o", str(library), str(source)],
+            check=True,
+            capture_output=True,
+        )
+        _stub_path = library
+        return library
+
+
+def _opens_cubin_loader(sources: list[Path]) -> bool:
+    for source in sources:
+        try:
+            if "cubin_loader.h" in Path(source).read_text(errors="replace"):
+                return True
+        except OSError:
+            continue
+    return False
+
+
 def _dry_load(path: str, fmt: str = "so") -> Any:  # noqa: ARG001
     # Called by tvm-ffi's C++ ModuleLoadFromFile (tvm_ffi/module.py load_module
     # -> _ffi_api.ModuleLoadFromFile) in place of dlopen.
     name = Path(path).stem
-    exports = _export_names(_spec_sources(name))
+    sources = _spec_sources(name)
+    exports = _export_names(sources)
     module = dry_module(name, exports)
+    if _opens_cubin_loader(sources) and not Path(path).exists():
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(_cubin_loader_stub(), path)
     if _sinks:
         _sinks[-1]("load", name, str(path), exports)
     return module
@@ -315,6 +493,7 @@ def install(
 
     _install_audit_hook()
     _tvm_ffi_c_api()
+    prepare_answers()
 
     root = Path(tempfile.mkdtemp(prefix=f"graphbreak-doctor-{preset.name}-"))
     log.call_on_undo(lambda: shutil.rmtree(root, ignore_errors=True))
@@ -359,6 +538,9 @@ def install(
         lambda: tvm_ffi.register_global_func(SO_LOADER, original_loader, override=True)
     )
 
+    install_artifact_mirror(root, log)
+    _keep_scratch_buffers(log)
+
     _sinks.append(sink)
     log.call_on_undo(lambda: _sinks.remove(sink))
 
@@ -368,3 +550,135 @@ def install(
         "flashinfer_target_archs": sorted(f"{ma}.{mi}" for ma, mi in emulated),
         "jit_cache": str(workspace),
     }
+
+
+# ------------------------------------------------------- artifact repository
+#
+# Some modules fetch files from NVIDIA's artifact repository while their JIT
+# spec is generated (flashinfer/jit/fused_moe.py
+# gen_trtllm_gen_fused_moe_sm100_module: the batched-GEMM `checksums.txt`,
+# `flashinferMetaInfo.h` and the export headers, through
+# jit/cubin_loader.py get_artifact -> load_cubin -> download_file). There is no
+# network here, and the build that would use the files is dry anyway.
+#
+# FlashInfer reads the repository location from FLASHINFER_CUBINS_REPOSITORY
+# and accepts a local directory (download_file's "local file copy" branch).
+# The emulation serves a dry repository: files with the names FlashInfer asks
+# for, a `checksums.txt` that lists their real sha256, and the pinned hash of
+# that `checksums.txt` (artifacts.CheckSumHash) set to match it -- what the
+# real repository at the pinned revision provides. The local artifact cache
+# (FLASHINFER_CUBIN_DIR) starts empty, so every fetch runs FlashInfer's whole
+# Python path (cache miss, file lock, copy, sha256 verification) and is
+# recorded as a "download" JIT request. Kernel cubins are fetched by the
+# compiled library at launch (cubin_loader.setup_cubin_loader); launches are
+# dry, so none are.
+
+
+def _dry_metainfo() -> str:
+    """A kernel manifest with one (empty) entry per cubin architecture.
+
+    flashinfer/jit/trtllm_gen_metainfo.py filter_metainfo parses the manifest
+    (0.7+) and refuses one without a kernel list or without an entry for the
+    module's architecture family; the layout below is the one it parses.
+    """
+    archs = ["Sm100a", "Sm100f", "Sm103a", "Sm107a"]
+    meta = sys.modules.get("flashinfer.jit.trtllm_gen_metainfo")
+    if meta is not None:
+        archs = list(
+            dict.fromkeys(
+                list(getattr(meta, "BLACKWELL_CUBIN_ARCHS", ())) + list(getattr(meta, "RUBIN_CUBIN_ARCHS", ()))
+            )
+        ) or archs
+    lines = [
+        "// graphbreak-doctor dry artifact: an empty batched-GEMM kernel manifest",
+        "#pragma once",
+        f"static constexpr size_t tllmGenBatchedGemmListLen = {len(archs)};",
+        "static const batchedGemm::BatchedGemmConfig tllmGenBatchedGemmList[] = {",
+    ]
+    for arch in archs:
+        lines += ["{nullptr, 0, 0, 0,", f" }}, gemm::SmVersion::{arch}}},"]
+    lines += ["};", ""]
+    return "\n".join(lines)
+
+
+def _bmm_files(fused_moe_jit: Any) -> dict[str, bytes]:
+    headers = list(getattr(fused_moe_jit, "BMM_EXPORT_HEADERS", []) or [])
+    files = {"include/flashinferMetaInfo.h": _dry_metainfo().encode()}
+    for header in headers:
+        files[f"include/trtllmGen_bmm_export/{header}"] = (
+            f"// graphbreak-doctor dry artifact: {header}\n".encode()
+        )
+    return files
+
+
+def _write_checksummed(directory: Path, files: dict[str, bytes]) -> str:
+    import hashlib
+
+    lines = []
+    for rel, data in files.items():
+        path = directory / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        lines.append(f"{hashlib.sha256(data).hexdigest()}  {rel}")
+    checksums = ("\n".join(lines) + "\n").encode()
+    (directory / "checksums.txt").write_bytes(checksums)
+    return hashlib.sha256(checksums).hexdigest()
+
+
+def install_artifact_mirror(root: Path, log: UndoLog) -> None:
+    try:
+        artifacts = importlib.import_module("flashinfer.artifacts")
+        cubin_loader = importlib.import_module("flashinfer.jit.cubin_loader")
+        fused_moe_jit = importlib.import_module("flashinfer.jit.fused_moe")
+    except ImportError:
+        return
+    paths = getattr(artifacts, "ArtifactPath", None)
+    hashes = getattr(artifacts, "CheckSumHash", None)
+    if paths is None or hashes is None or not hasattr(paths, "TRTLLM_GEN_BMM"):
+        return
+    mirror = root / "artifacts"
+    cache = root / "cubins"
+    cache.mkdir(parents=True, exist_ok=True)
+    bmm_sha = _write_checksummed(mirror / paths.TRTLLM_GEN_BMM, _bmm_files(fused_moe_jit))
+    log.setattr(hashes, "TRTLLM_GEN_BMM", bmm_sha)
+
+    repository = str(mirror) + "/"
+    real_repository = cubin_loader.FLASHINFER_CUBINS_REPOSITORY
+    real_cache = sys.modules["flashinfer.jit.env"].FLASHINFER_CUBIN_DIR
+    # Both are module constants computed at import and imported by name.
+    for mod_name, mod in list(sys.modules.items()):
+        if mod is None or not (mod_name == "flashinfer" or mod_name.startswith("flashinfer.")):
+            continue
+        if vars(mod).get("FLASHINFER_CUBINS_REPOSITORY") == real_repository:
+            log.setattr(mod, "FLASHINFER_CUBINS_REPOSITORY", repository)
+        if vars(mod).get("FLASHINFER_CUBIN_DIR") == real_cache:
+            log.setattr(mod, "FLASHINFER_CUBIN_DIR", cache)
+    log.setenv("FLASHINFER_CUBINS_REPOSITORY", repository)
+    log.setenv("FLASHINFER_CUBIN_DIR", str(cache))
+    _mirrors.append(str(mirror))
+    log.call_on_undo(lambda: _mirrors.remove(str(mirror)))
+
+
+# flashinfer/utils.py keeps scratch buffers and memory pools in module-level
+# containers (_get_cache_buf, _get_stream_cache_buf). Inside the emulation they
+# fill with fake tensors and emulated pools; they are restored on exit so none
+# of them reaches a later, real run.
+_SCRATCH = ("_cache_buf", "_stream_cache_buf", "_stream_cache_mem_pools", "_cache_buf_retired")
+
+
+def _keep_scratch_buffers(log: UndoLog) -> None:
+    utils = sys.modules.get("flashinfer.utils")
+    for name in _SCRATCH:
+        container = getattr(utils, name, None)
+        if not isinstance(container, (dict, list)):
+            continue
+        saved = container.copy()
+
+        def restore(container=container, saved=saved) -> None:
+            container.clear()
+            if isinstance(container, dict):
+                container.update(saved)
+            else:
+                container.extend(saved)
+
+        log.call_on_undo(restore)

@@ -18,8 +18,26 @@ Not emulated, on purpose:
   state around every frame and fail on a CPU build.
 - `torch.cuda.synchronize`: its Dynamo handler looks the function up in a local
   table that cannot be extended.
-- `torch.cuda._exchange_device` (used by `with torch.cuda.device(i)`): Dynamo
-  classifies it as skipped, so a replacement's break would name this file.
+
+Emulated the way a CUDA build of torch has them (see `install_device_switch`
+and `install_mem_pool`):
+- `torch.cuda._exchange_device` / `_maybe_exchange_device` (used by
+  `with torch.cuda.device(i)`, e.g. flashinfer/utils.py `_get_stream_cache_buf`).
+  On a CPU build these are Python stubs that raise, and Dynamo's
+  `CUDADeviceVariable` (torch/_dynamo/variables/ctx_manager.py) calls its
+  captured copy at trace time, which fails inside Dynamo. On a CUDA build they
+  are the C bindings `torch._C._cuda_exchangeDevice` / `_cuda_maybeExchangeDevice`,
+  in-graph functions (trace_rules.torch_c_binding_in_graph_functions) with a
+  handler in `TorchInGraphFunctionVariable._get_handlers`. The emulation installs
+  replacements under the C names, gives them the C bindings' rule and the
+  handler, and points `CUDADeviceVariable` at them: Dynamo then handles
+  `with torch.cuda.device(i)` as on a GPU, in the graph, never tracing this file.
+- `torch.cuda.MemPool` / `use_mem_pool`: on a CPU build the base class
+  `torch._C._MemPool` and the pool functions are placeholders from
+  `torch/_utils.py: _dummy_type` whose `__new__`/`__init__` raise. Only the
+  bodies of those placeholder functions are swapped (the function objects,
+  their names and files stay), so Dynamo's view -- a skipped call at the same
+  FlashInfer line -- is exactly the CPU build's, and the eager path runs.
 """
 
 from __future__ import annotations
@@ -197,6 +215,8 @@ def install(preset: DevicePreset, log: UndoLog) -> dict[str, Callable[..., Any]]
     log.setattr(torch.version, "cuda", preset.cuda)
     install_c_surface(log)
     device_guard.install(log)
+    install_device_switch(log)
+    install_mem_pool(log)
     return surface
 
 
@@ -205,7 +225,7 @@ def install(preset: DevicePreset, log: UndoLog) -> dict[str, Callable[..., Any]]
 # torch._C._cuda_getCurrentRawStream(index). Dynamo's rule for them comes from
 # their qualified names in trace_rules.torch_c_binding_in_graph_functions; the
 # replacement gets exactly that rule.
-C_NAMES = ("_cuda_getCurrentRawStream",)
+C_NAMES = ("_cuda_getCurrentRawStream", "_cuda_exchangeDevice", "_cuda_maybeExchangeDevice")
 
 
 def _c_surface() -> dict[str, Callable[..., Any]]:
@@ -213,7 +233,130 @@ def _c_surface() -> dict[str, Callable[..., Any]]:
         _checked(device_index)
         return 0
 
-    return {"_cuda_getCurrentRawStream": _cuda_getCurrentRawStream}
+    # torch/csrc/cuda/Module.cpp THCPModule_cudaExchangeDevice: a negative index
+    # is a no-op returning -1; otherwise the previous device (always 0 here).
+    def _cuda_exchangeDevice(device):
+        if int(device) < 0:
+            return -1
+        _checked(int(device))
+        return 0
+
+    def _cuda_maybeExchangeDevice(device):
+        if int(device) < 0:
+            return -1
+        _checked(int(device))
+        return 0
+
+    return {
+        "_cuda_getCurrentRawStream": _cuda_getCurrentRawStream,
+        "_cuda_exchangeDevice": _cuda_exchangeDevice,
+        "_cuda_maybeExchangeDevice": _cuda_maybeExchangeDevice,
+    }
+
+
+# torch.cuda.<python name> -> torch._C.<binding> on a CUDA build.
+DEVICE_SWITCH = {
+    "_exchange_device": "_cuda_exchangeDevice",
+    "_maybe_exchange_device": "_cuda_maybeExchangeDevice",
+}
+
+
+def install_device_switch(log: UndoLog) -> None:
+    """`torch.cuda._exchange_device` and friends as a CUDA build has them."""
+    from torch._dynamo.variables import torch as dyn_torch
+    from torch._dynamo.variables.ctx_manager import CUDADeviceVariable
+
+    handlers = dyn_torch.TorchInGraphFunctionVariable._get_handlers()
+    for py_name, c_name in DEVICE_SWITCH.items():
+        original = getattr(torch.cuda, py_name)
+        binding = getattr(torch._C, c_name)
+        if original is binding:  # a CUDA build: nothing to do
+            continue
+        # The handler Dynamo registered for torch.cuda.<py_name> (keyed by the
+        # object torch.cuda.<py_name> was when the table was built).
+        if original in handlers:
+            log.setitem(handlers, binding, handlers[original])
+        log.setattr(torch.cuda, py_name, binding)
+    log.setattr(CUDADeviceVariable, "_exchange_fn", staticmethod(torch.cuda._exchange_device))
+    log.setattr(
+        CUDADeviceVariable, "_maybe_exchange_fn", staticmethod(torch.cuda._maybe_exchange_device)
+    )
+
+
+# ----------------------------------------------------------- memory pools
+
+# Placeholders torch/cuda/memory.py installs on a CPU build; each is a
+# `_dummy_type` whose `__new__` (and `__init__`) raise.
+POOL_FUNCTIONS = (
+    "_cuda_beginAllocateCurrentThreadToPool",
+    "_cuda_beginAllocateToPool",
+    "_cuda_endAllocateToPool",
+    "_cuda_releasePool",
+)
+
+
+def _pool_bodies() -> dict[str, Any]:
+    # Bodies with the closure shape of torch/_utils.py `err_fn` (one free
+    # variable, `is_init`), so they can replace its code in place.
+    is_init = None
+
+    def new_instance(obj, *args, **kwargs):
+        is_init  # noqa: B018  (keeps the closure shape)
+        return object.__new__(obj)
+
+    def init_nothing(obj, *args, **kwargs):
+        is_init  # noqa: B018
+        return None
+
+    def call_nothing(obj, *args, **kwargs):
+        is_init  # noqa: B018
+        return None  # not an instance of the placeholder: __init__ is skipped
+
+    return {"new": new_instance.__code__, "init": init_nothing.__code__, "call": call_nothing.__code__}
+
+
+def _swap_body(log: UndoLog, fn: Any, body: Any) -> None:
+    """Run `body` when `fn` is called; `fn`'s identity, name, file and line stay."""
+    code = fn.__code__
+    if code.co_freevars != body.co_freevars:
+        raise RuntimeError(f"unexpected placeholder shape: {fn.__qualname__}")
+    keep = {"co_filename": code.co_filename, "co_name": code.co_name, "co_firstlineno": code.co_firstlineno}
+    if hasattr(code, "co_qualname"):
+        keep["co_qualname"] = code.co_qualname
+    fn.__code__ = body.replace(**keep)
+
+    def restore() -> None:
+        fn.__code__ = code
+
+    log.call_on_undo(restore)
+
+
+def _is_placeholder(obj: Any) -> bool:
+    new = vars(obj).get("__new__") if isinstance(obj, type) else None
+    fn = getattr(new, "__func__", new)
+    return getattr(getattr(fn, "__code__", None), "co_name", "") == "err_fn" and getattr(
+        fn, "__module__", ""
+    ) == "torch._utils"
+
+
+_POOL_ID = (1, 0)  # one (emulated) pool id; the pool functions ignore it
+
+
+def install_mem_pool(log: UndoLog) -> None:
+    """Make `torch.cuda.MemPool()` and `use_mem_pool` run on a CPU build."""
+    bodies = _pool_bodies()
+    base = getattr(torch._C, "_MemPool", None)
+    if base is not None and _is_placeholder(base):
+        new = vars(base)["__new__"]  # type() made it a staticmethod
+        _swap_body(log, getattr(new, "__func__", new), bodies["new"])
+        _swap_body(log, vars(base)["__init__"], bodies["init"])
+        # MemPool.id is `super().id`: the C base's property on a CUDA build.
+        log.setattr(base, "id", _POOL_ID)
+    for name in POOL_FUNCTIONS:
+        placeholder = getattr(torch._C, name, None)
+        if placeholder is not None and _is_placeholder(placeholder):
+            new = vars(placeholder)["__new__"]
+            _swap_body(log, getattr(new, "__func__", new), bodies["call"])
 
 
 def install_c_surface(log: UndoLog) -> None:
