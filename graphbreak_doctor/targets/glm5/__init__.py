@@ -32,6 +32,15 @@ __all__ = [
 SPLIT_OPS = (ops.MLA_ATTENTION,)
 
 
+def _real_arch() -> str:
+    """The preset name of the real GPU (``--device cuda``)."""
+    cap = tuple(torch.cuda.get_device_capability())
+    for name, value in ARCH_CAPABILITY.items():
+        if value == cap:
+            return name
+    return f"sm{cap[0]}{cap[1]}"
+
+
 def _check_device(arch: str) -> None:
     if arch not in ARCH_CAPABILITY:
         raise ValueError(f"unknown device {arch!r}; expected one of {sorted(ARCH_CAPABILITY)}")
@@ -181,6 +190,8 @@ def build_layer(
         cfg = config if quant_profile is None else load_config(config.path, quant_profile=quant_profile)
     else:
         cfg = load_config(config, quant_profile=quant_profile)
+    if device == "cuda" and torch.cuda.is_available():
+        device = _real_arch()
     _check_device(device)
     _check_tp(cfg, tp)
     index = _layer_index(cfg, kind, layer_index)

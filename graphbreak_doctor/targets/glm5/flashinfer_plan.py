@@ -45,6 +45,13 @@ def _literal_values(param: inspect.Parameter) -> tuple[str, ...]:
 
 
 def _cute_dsl_available() -> bool:
+    # CuTe-DSL kernels are compiled by nvidia-cutlass-dsl and launched through
+    # the CUDA driver (cuda.bindings cuDeviceGet...). An emulated device has no
+    # driver: the compile runs, the launch cannot. Only a real GPU can run them.
+    import torch
+
+    if not torch.cuda.is_available():
+        return False
     try:
         from flashinfer.cute_dsl import is_cute_dsl_available
     except ImportError:
@@ -95,8 +102,8 @@ def make_plan(arch: str) -> FlashInferPlan:
         want = "cute-dsl" if arch == "sm100" else "cuda"
         if want == "cute-dsl" and not _cute_dsl_available():
             notes.append(
-                "fp4_quantize: SGLang passes backend='cute-dsl' on SM100; CuTe-DSL "
-                "(nvidia-cutlass-dsl) is not installed, so backend='cuda'"
+                "fp4_quantize: SGLang passes backend='cute-dsl' on SM100; CuTe-DSL needs "
+                "nvidia-cutlass-dsl and a CUDA driver (none on an emulated device), so backend='cuda'"
             )
             want = "cuda"
         quant_kwargs["backend"] = want
@@ -109,8 +116,8 @@ def make_plan(arch: str) -> FlashInferPlan:
         gemm = "cutlass"
     elif gemm == "cute-dsl" and not _cute_dsl_available():
         notes.append(
-            "mm_fp4: SGLang's SM100 default backend 'cute-dsl' needs CuTe-DSL "
-            "(nvidia-cutlass-dsl), not installed; using 'cutlass'"
+            "mm_fp4: SGLang's SM100 default backend 'cute-dsl' needs nvidia-cutlass-dsl and "
+            "a CUDA driver (none on an emulated device); using 'cutlass'"
         )
         gemm = "cutlass"
 
