@@ -1,0 +1,167 @@
+"""The gate's checks: which breaks count, and which criteria they fail.
+
+Each target is checked once per traced mode (a JUnit testcase each). Checks
+are independent of each other, over the breaks that *count*: those whose
+actionable frame belongs to a selected package (``--only-packages`` /
+``--ignore-packages``); breaks with no actionable frame belong to ``torch``.
+
+- require-fullgraph: the fullgraph (or piecewise) capture must succeed;
+- max-breaks N: at most N distinct breaks seen in the mode;
+- fail-on CATS: no break of these categories;
+- baseline: no break whose key is missing from the baseline (keys have no
+  line numbers); entries that were not seen any more are reported, not failed.
+
+With no criterion at all the gate is ``max-breaks 0``: the target has no
+graph break.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from graphbreak_doctor.analysis.classify import CATEGORIES
+from graphbreak_doctor.findings import Break, Findings
+from graphbreak_doctor.gate.baseline import BaselineEntry, TargetBaseline
+
+FULLGRAPH_MODES = ("fullgraph", "piecewise")
+
+
+@dataclass
+class Policy:
+    require_fullgraph: bool = False
+    max_breaks: int | None = None
+    fail_on: tuple[str, ...] = ()
+    only_packages: tuple[str, ...] = ()
+    ignore_packages: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        unknown = [c for c in self.fail_on if c not in CATEGORIES]
+        if unknown:
+            raise ValueError(f"unknown break categor{'y' if len(unknown) == 1 else 'ies'} "
+                             f"{', '.join(map(repr, unknown))} (choose from {', '.join(CATEGORIES)})")
+        if self.max_breaks is not None and self.max_breaks < 0:
+            raise ValueError(f"max breaks must be 0 or more, got {self.max_breaks}")
+        if self.only_packages and self.ignore_packages:
+            overlap = set(self.only_packages) & set(self.ignore_packages)
+            if overlap:
+                raise ValueError(f"package(s) {', '.join(sorted(overlap))} both selected and ignored")
+
+    def counts_package(self, package: str) -> bool:
+        if self.only_packages and package not in self.only_packages:
+            return False
+        return package not in self.ignore_packages
+
+    def counts(self, b: Break) -> bool:
+        return self.counts_package(b.package)
+
+    def effective_max_breaks(self, has_baseline: bool) -> int | None:
+        if self.max_breaks is None and not (self.require_fullgraph or self.fail_on or has_baseline):
+            return 0
+        return self.max_breaks
+
+
+@dataclass
+class CheckFailure:
+    check: str
+    reason: str
+    breaks: list[Break] = field(default_factory=list)
+
+
+@dataclass
+class CaseResult:
+    """One target in one mode: a JUnit testcase."""
+
+    target: str
+    mode: str
+    counted: list[Break]
+    failures: list[CheckFailure] = field(default_factory=list)
+    crashed: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures and not self.crashed
+
+
+@dataclass
+class TargetResult:
+    name: str
+    findings: Findings
+    cases: list[CaseResult]
+    # Breaks that count (package filters) and the baseline's view of them.
+    counted: list[Break]
+    new: list[Break] = field(default_factory=list)
+    disappeared: list[BaselineEntry] = field(default_factory=list)
+    baseline_used: bool = False
+
+    @property
+    def crashed(self) -> bool:
+        return self.findings.fullgraph.crashed
+
+    @property
+    def passed(self) -> bool:
+        return all(c.passed for c in self.cases)
+
+    def failing_breaks(self) -> list[Break]:
+        """Breaks that a failed check names, each once, in findings order."""
+        ids = {b.id for c in self.cases for f in c.failures for b in f.breaks}
+        return [b for b in self.findings.breaks if b.id in ids]
+
+
+@dataclass
+class GateReport:
+    device: str
+    targets: list[TargetResult]
+    # Context for the reader (a baseline written with other library versions).
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return all(t.passed for t in self.targets)
+
+    @property
+    def crashed(self) -> bool:
+        return any(t.crashed for t in self.targets)
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def evaluate(name: str, findings: Findings, policy: Policy, baseline: TargetBaseline | None = None) -> TargetResult:
+    counted = [b for b in findings.breaks if policy.counts(b)]
+    result = TargetResult(name=name, findings=findings, cases=[], counted=counted, baseline_used=baseline is not None)
+    known = baseline.keys() if baseline else set()
+    if baseline is not None:
+        result.new = [b for b in counted if b.key() not in known]
+        seen = {b.key() for b in counted}
+        traced = set(findings.modes)
+        result.disappeared = [
+            e for e in baseline.entries
+            if e.key() not in seen and policy.counts_package(e.package) and (not e.modes or traced & set(e.modes))
+        ]
+    max_breaks = policy.effective_max_breaks(baseline is not None)
+    crash = findings.fullgraph.error if findings.fullgraph.crashed else ""
+    for mode in findings.modes:
+        in_mode = [b for b in counted if mode in b.modes]
+        case = CaseResult(target=name, mode=mode, counted=in_mode, crashed=crash)
+        if policy.require_fullgraph and mode in FULLGRAPH_MODES and not findings.fullgraph.ok and not crash:
+            first = findings.break_by_id(findings.fullgraph.break_id)
+            case.failures.append(CheckFailure(
+                "require-fullgraph", f"fullgraph capture failed: {findings.fullgraph.error or 'no verdict'}",
+                [first] if first else [],
+            ))
+        if max_breaks is not None and len(in_mode) > max_breaks:
+            case.failures.append(CheckFailure(
+                "max-breaks", f"{_n(len(in_mode), 'break')} counted, at most {max_breaks} allowed", in_mode,
+            ))
+        if policy.fail_on:
+            hit = [b for b in in_mode if b.category in policy.fail_on]
+            if hit:
+                cats = ", ".join(sorted({b.category for b in hit}))
+                case.failures.append(CheckFailure("fail-on", f"{_n(len(hit), 'break')} in forbidden categories: {cats}", hit))
+        if baseline is not None:
+            new = [b for b in in_mode if b.key() not in known]
+            if new:
+                case.failures.append(CheckFailure("baseline", f"{_n(len(new), 'break')} not in the baseline", new))
+        result.cases.append(case)
+    return result

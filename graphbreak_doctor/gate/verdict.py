@@ -1,0 +1,70 @@
+"""The gate's verdict as text: which checks failed, why, and where.
+
+Shared by ``graphbreak-doctor check`` and the assertion messages of
+graphbreak_doctor.testing, so a failing CI job and a failing unit test read
+the same.
+"""
+
+from __future__ import annotations
+
+from graphbreak_doctor.findings import Break
+from graphbreak_doctor.gate.baseline import _short
+from graphbreak_doctor.gate.policy import GateReport, TargetResult
+
+
+def location(b: Break) -> str:
+    """Where to look: the actionable frame (the code someone can change), else the site."""
+    frame = b.actionable_frame or b.site
+    return f"{_short(frame.file)}:{frame.line}"
+
+
+def describe_break(b: Break, indent: str = "  ") -> list[str]:
+    act = b.actionable_frame
+    owner = f" in {act.qualname} ({b.package})" if act else f" ({b.package})"
+    lines = [
+        f"{indent}[{b.category}] {location(b)}{owner}  x{b.count} {'+'.join(b.modes)}",
+        f"{indent}    {b.gb_type}{': ' + b.culprit if b.culprit else ''}",
+    ]
+    if act and (act.file, act.line) != (b.site.file, b.site.line):
+        lines.append(f"{indent}    Dynamo stopped at {_short(b.site.file)}:{b.site.line}")
+    if b.caused_by:
+        lines.append(f"{indent}    follows from break {b.caused_by}")
+    lines.append(f"{indent}    fix: {b.fix.summary}")
+    return lines
+
+
+def describe_target(t: TargetResult, device: str) -> list[str]:
+    lines = []
+    for case in t.cases:
+        status = "CRASHED" if case.crashed else "passed" if case.passed else "FAILED"
+        lines.append(f"{t.name} [{case.mode}, {device}]: {status}")
+        if case.crashed:
+            lines.append(f"  the target crashed under Dynamo (not a graph break): {case.crashed}")
+        for failure in case.failures:
+            lines.append(f"  {failure.check}: {failure.reason}")
+    failing = t.failing_breaks()
+    if failing:
+        lines.append(f"  {t.name}: breaks named by a failed check:")
+        for b in failing:
+            lines.extend(describe_break(b, "    "))
+    if t.disappeared:
+        lines.append(f"  baseline: {len(t.disappeared)} accepted break(s) no longer seen; "
+                     "shrink the baseline with `graphbreak-doctor baseline write`:")
+        lines.extend(f"    - {e.describe()}" for e in t.disappeared)
+    return lines
+
+
+def render(report: GateReport) -> str:
+    lines = [f"note: {n}" for n in report.notes]
+    for t in report.targets:
+        lines.extend(describe_target(t, report.device))
+    cases = [c for t in report.targets for c in t.cases]
+    failed = [c for c in cases if not c.passed]
+    if report.crashed:
+        lines.append(f"gate: CRASHED ({len(failed)} of {len(cases)} checks did not pass)")
+    elif failed:
+        checks = sorted({f.check for c in failed for f in c.failures})
+        lines.append(f"gate: FAILED ({len(failed)} of {len(cases)} target x mode checks failed: {', '.join(checks)})")
+    else:
+        lines.append(f"gate: passed ({len(cases)} target x mode check{'s' if len(cases) != 1 else ''})")
+    return "\n".join(lines) + "\n"

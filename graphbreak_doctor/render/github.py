@@ -1,0 +1,70 @@
+"""GitHub Actions workflow commands for the gate (printed when GITHUB_ACTIONS=true).
+
+``::error file=F,line=N,title=T::message`` puts the break on the line of the
+pull request's diff that someone can change (the actionable frame). Files
+outside the workspace (site-packages) still get an annotation, shown on the
+job summary. Escaping follows the runner's rules (actions/toolkit,
+packages/core/src/command.ts): ``%``, CR and LF in data; also ``:`` and ``,``
+in properties.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from graphbreak_doctor.gate.policy import GateReport
+
+
+def _data(text: str) -> str:
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _prop(text: str) -> str:
+    return _data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def command(level: str, message: str, *, file: str = "", line: int = 0, title: str = "") -> str:
+    props = []
+    if file:
+        props.append(f"file={_prop(file)}")
+        if line > 0:
+            props.append(f"line={line}")
+    if title:
+        props.append(f"title={_prop(title)}")
+    return f"::{level}{' ' + ','.join(props) if props else ''}::{_data(message)}"
+
+
+def _workspace_path(path: str, workspace: Path) -> str:
+    if any(part in ("site-packages", "dist-packages") for part in Path(path).parts):
+        return path  # an installed library, even if its venv sits in the workspace
+    try:
+        return Path(path).resolve().relative_to(workspace).as_posix()
+    except ValueError:
+        return path
+
+
+def render(report: GateReport, workspace: str | os.PathLike | None = None) -> str:
+    root = Path(workspace or os.environ.get("GITHUB_WORKSPACE") or os.getcwd()).resolve()
+    lines = []
+    for t in report.targets:
+        if t.crashed:
+            lines.append(command("error", f"{t.name}: the target crashed under Dynamo (not a graph break): "
+                                          f"{t.findings.fullgraph.error}", title="graphbreak-doctor: target crashed"))
+        for case in t.cases:
+            for f in case.failures:
+                if not f.breaks:
+                    lines.append(command("error", f"{t.name} [{case.mode}]: {f.reason}",
+                                         title=f"graphbreak-doctor: {f.check}"))
+        for b in t.failing_breaks():
+            checks = sorted({f.check for c in t.cases for f in c.failures if any(x.id == b.id for x in f.breaks)})
+            frame = b.actionable_frame or b.site
+            culprit = f": {b.culprit}" if b.culprit else ""
+            message = (f"{t.name}: graph break [{b.category}] in {frame.qualname or frame.function} ({b.package}): "
+                       f"{b.gb_type}{culprit}\nfails: {', '.join(checks)}\nfix: {b.fix.summary}")
+            lines.append(command("error", message, file=_workspace_path(frame.file, root), line=frame.line,
+                                 title=f"graph break [{b.category}]"))
+        for e in t.disappeared:
+            lines.append(command("notice", f"{t.name}: baseline entry no longer seen, the baseline can shrink: {e.describe()}",
+                                 title="graphbreak-doctor: baseline can shrink"))
+    return "".join(line + "\n" for line in lines)

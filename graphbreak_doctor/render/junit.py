@@ -1,0 +1,65 @@
+"""JUnit XML for the gate: one testcase per target x mode.
+
+The layout follows the Ant/Jenkins JUnit schema that CI systems read
+(GitHub test reporters, GitLab, Jenkins): ``<testsuites>`` > ``<testsuite>``
+> ``<testcase classname=TARGET name=MODE>``; a failed check is a
+``<failure>`` whose message names the checks and whose text lists each
+break with its location and fix; a crash under Dynamo is an ``<error>``.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+
+from graphbreak_doctor.gate.policy import CaseResult, GateReport, TargetResult
+from graphbreak_doctor.gate.verdict import describe_break
+
+SUITE = "graphbreak-doctor check"
+
+
+def _case(t: TargetResult, case: CaseResult, device: str) -> ET.Element:
+    el = ET.Element("testcase", classname=t.name, name=f"{case.mode} ({device})")
+    if case.crashed:
+        err = ET.SubElement(el, "error", message=f"the target crashed under Dynamo: {case.crashed}", type="crash")
+        err.text = "This is not a graph break: Dynamo raised an error while tracing the target.\n" + case.crashed + "\n"
+    elif case.failures:
+        fail = ET.SubElement(
+            el, "failure",
+            message="; ".join(f"{f.check}: {f.reason}" for f in case.failures),
+            type=case.failures[0].check,
+        )
+        lines = [f"{f.check}: {f.reason}" for f in case.failures]
+        seen = set()
+        for f in case.failures:
+            for b in f.breaks:
+                if b.id not in seen:
+                    seen.add(b.id)
+                    lines.extend(describe_break(b))
+        fail.text = "\n".join(lines) + "\n"
+    out = [f"{len(case.counted)} counted break(s) in {case.mode} mode"]
+    if t.baseline_used and t.disappeared:
+        out.append("accepted in the baseline but no longer seen (the baseline can shrink):")
+        out.extend(f"  - {e.describe()}" for e in t.disappeared)
+    ET.SubElement(el, "system-out").text = "\n".join(out) + "\n"
+    return el
+
+
+def render(report: GateReport) -> str:
+    cases = [(t, c) for t in report.targets for c in t.cases]
+    counts = {
+        "tests": str(len(cases)),
+        "failures": str(sum(1 for _, c in cases if c.failures and not c.crashed)),
+        "errors": str(sum(1 for _, c in cases if c.crashed)),
+    }
+    root = ET.Element("testsuites", name=SUITE, **counts)
+    suite = ET.SubElement(root, "testsuite", name=SUITE, skipped="0", **counts)
+    props = ET.SubElement(suite, "properties")
+    ET.SubElement(props, "property", name="device", value=report.device)
+    env = report.targets[0].findings.environment if report.targets else {}
+    for k in sorted(env):
+        if env[k]:
+            ET.SubElement(props, "property", name=k, value=env[k])
+    for t, c in cases:
+        suite.append(_case(t, c, report.device))
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
