@@ -1,0 +1,207 @@
+"""The HTML report: one self-contained file that a person reads in a browser.
+
+Templates, CSS and JS live in ``render/templates/`` (jinja2, autoescaping on
+for every template). The page is complete without JS -- folding uses
+``<details>`` -- and the inline script only adds filtering by category and
+package and expand/collapse-all. Nothing is fetched: a Content-Security-Policy
+allows no network source at all and only the one inline script, by hash, so
+text from a break (an error message, a source line, a file name) can never
+become a running script even if it slipped past escaping.
+
+Like every renderer this one only presents the findings. What it adds is
+presentation: source lines read around frames at render time (``linecache``;
+a file that is gone on this machine shows the line the findings kept), and
+the layout of the breaks' call graph (``svg.py``).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import linecache
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from markupsafe import Markup, escape
+
+from graphbreak_doctor import __version__
+from graphbreak_doctor.analysis.group import call_graph, node_id
+from graphbreak_doctor.analysis.registry import doc_url
+from graphbreak_doctor.findings import Break, Findings, Frame
+from graphbreak_doctor.render import svg
+
+TEMPLATES = Path(__file__).with_name("templates")
+CONTEXT_LINES = 3
+
+# Keys of target.meta shown in the banner's headline rather than in the table.
+_HEADLINE_KEYS = ("spec", "function", "model", "layer", "layer_kind", "layer_index", "note")
+
+
+@dataclass
+class SourceLine:
+    number: int
+    text: str
+    hit: bool
+
+
+@dataclass
+class Excerpt:
+    frame: Frame
+    lines: list[SourceLine]
+    # False when the file cannot be read here: only the line the findings kept is shown.
+    from_file: bool
+
+
+_STDLIB_PREFIX = re.compile(r"^.*/lib/python\d+\.\d+/")
+
+
+def short_path(path: str) -> str:
+    """Paths relative to site-packages, the stdlib or the working directory, for reading."""
+    for marker in ("site-packages/", "dist-packages/"):
+        if marker in path:
+            return path.split(marker, 1)[1]
+    if _STDLIB_PREFIX.match(path):
+        return _STDLIB_PREFIX.sub("", path)
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return path
+    return rel if not rel.startswith("..") else path
+
+
+def excerpt(frame: Frame | None, context: int = CONTEXT_LINES) -> Excerpt | None:
+    """The source lines around ``frame``, read now (the findings keep one line)."""
+    if frame is None:
+        return None
+    lines = linecache.getlines(frame.file) if frame.file and not frame.file.startswith("<frozen") else []
+    if lines and 1 <= frame.line <= len(lines):
+        lo, hi = max(1, frame.line - context), min(len(lines), frame.line + context)
+        return Excerpt(frame, [SourceLine(n, lines[n - 1].rstrip("\r\n"), n == frame.line) for n in range(lo, hi + 1)], True)
+    return Excerpt(frame, [SourceLine(frame.line, frame.code, True)] if frame.code else [], False)
+
+
+def _ticks(text: str) -> Markup:
+    """Escape ``text`` and show `backticked` parts as code, as the fix recipes write them."""
+    parts = str(text).split("`")
+    if len(parts) % 2 == 0:  # unbalanced: leave the backticks as they are
+        return escape(text)
+    return Markup("").join(escape(p) if i % 2 == 0 else Markup("<code>%s</code>") % p for i, p in enumerate(parts))
+
+
+_CODE_NAME = re.compile(r"^(?P<name>.*) \((?P<file>.+):(?P<line>\d+)\)$")
+
+
+def _code_name(name: str) -> str:
+    """'fn (/long/path/file.py:12)' as capture names decompiled code, with a short path."""
+    m = _CODE_NAME.match(name)
+    return f"{m['name']} ({short_path(m['file'])}:{m['line']})" if m else name
+
+
+def _plural(count: int, noun: str, plural: str | None = None) -> str:
+    return f"{count} {noun if count == 1 else (plural or noun + 's')}"
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", str(text).lower()).strip("-") or "x"
+
+
+def target_headline(target: dict[str, Any]) -> str:
+    """'GLM-5 (GlmMoeDsaForCausalLM) dense layer 3' for a model layer, else the spec."""
+    kind = target.get("layer_kind") or target.get("layer")
+    if kind:
+        model = target.get("model", "")
+        index = target.get("layer_index")
+        return " ".join(str(p) for p in (model, kind, "layer", "" if index is None else index) if p != "")
+    return str(target.get("spec") or target.get("function") or "?")
+
+
+def _meta_rows(target: dict[str, Any]) -> list[tuple[str, Any]]:
+    return [(k, v) for k, v in target.items() if k not in _HEADLINE_KEYS and v not in (None, "", [], {})]
+
+
+def _environment():
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+    env.filters.update(short=short_path, ticks=_ticks, slug=_slug, doc_url=doc_url, code_name=_code_name)
+    env.globals.update(plural=_plural, excerpt=excerpt, is_mapping=lambda v: isinstance(v, dict),
+                       is_sequence=lambda v: isinstance(v, (list, tuple)))
+    return env
+
+
+def _static(name: str, closing: str) -> str:
+    """CSS/JS inlined verbatim (not escaped: they are ours, not data)."""
+    text = (TEMPLATES / name).read_text(encoding="utf-8")
+    if closing in text.lower():
+        raise ValueError(f"{name} must not contain {closing!r}: it would end its element early")
+    return text
+
+
+def _csp(script: str) -> str:
+    digest = base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode()
+    return (
+        "default-src 'none'; "
+        f"script-src 'sha256-{digest}'; "
+        "style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
+    )
+
+
+def _card_context(findings: Findings) -> dict[str, Any]:
+    """Lookups the cards need: which root cause each break is filed under."""
+    cause_of = {}
+    for i, cause in enumerate(findings.root_causes, 1):
+        for bid in cause.break_ids:
+            cause_of.setdefault(bid, (i, cause))
+    return {"cause_of": cause_of}
+
+
+def _facets(breaks: list[Break], attribute: str) -> list[tuple[str, int]]:
+    counts: dict[str, int] = {}
+    for b in breaks:
+        value = getattr(b, attribute)
+        counts[value] = counts.get(value, 0) + 1
+    return sorted(counts.items())
+
+
+def render(findings: Findings) -> str:
+    """The report as one HTML document."""
+    env = _environment()
+    script = _static("report.js", "</script")
+    style = _static("report.css", "</style")
+    causes = {node_id(c.frame): f"#cause-{i}" for i, c in enumerate(findings.root_causes, 1)}
+    picture = svg.layout(call_graph(findings.breaks), causes=causes)
+    hits = sum(b.count for b in findings.breaks)
+    page = env.get_template("report.html.j2").render(
+        f=findings,
+        version=__version__,
+        headline=target_headline(findings.target),
+        meta_rows=_meta_rows(findings.target),
+        hits=hits,
+        first_failure=findings.break_by_id(findings.fullgraph.break_id),
+        categories=_facets(findings.breaks, "category"),
+        packages=_facets(findings.breaks, "package"),
+        hazard_kinds=_hazard_kinds(findings),
+        picture=picture,
+        node_size=(svg.NODE_W, svg.NODE_H),
+        style=Markup(style),
+        script=Markup(script),
+        csp=_csp(script),
+        **_card_context(findings),
+    )
+    return page
+
+
+def _hazard_kinds(findings: Findings) -> list[tuple[str, list]]:
+    kinds: dict[str, list] = {}
+    for h in findings.hazards:
+        kinds.setdefault(h.kind, []).append(h)
+    return list(kinds.items())
