@@ -1,0 +1,281 @@
+"""The fix ladder: trace, fix the first hard failure, re-trace, repeat.
+
+Each rung takes the break fullgraph mode stops at, picks the first recipe of
+its category's chain that applies (recipes.CHAINS), makes the change in this
+process (a PatchSet), and traces again with real Dynamo. A change that does
+not remove its break is undone and recorded as rejected; so is
+``torch.compiler.disable``, which is only tried to show that fullgraph forbids
+the graph break it creates (explain mode is traced too, to show it runs
+there). The ladder ends when fullgraph succeeds, no recipe applies, or the
+step limit is reached; every patch is undone when the session exits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from graphbreak_doctor.analysis.build import build_findings
+from graphbreak_doctor.capture import run as capture
+from graphbreak_doctor.findings import Break, Findings, FullgraphVerdict, Rung
+from graphbreak_doctor.fix import recipes
+from graphbreak_doctor.fix.patches import PatchSet
+from graphbreak_doctor.targets import Target, TargetError
+
+DEFAULT_STEPS = 10
+RESULTS = ("removed", "next failure", "rejected", "fullgraph ok")
+
+
+@dataclass
+class LadderOutcome:
+    ok: bool = False
+    stopped: str = ""
+    rungs: list[Rung] = field(default_factory=list)
+    # Every fullgraph trace, in order (the first is the unpatched target).
+    traces: list[capture.ModeResult] = field(default_factory=list)
+    # Real tensors only: do the fixed, compiled outputs equal eager outputs?
+    outputs_equal: bool | None = None
+
+    @property
+    def recipes(self) -> list[str]:
+        """Recipes of the rungs that stayed applied, in order."""
+        return [r.recipe for r in self.rungs if r.result != "rejected"]
+
+
+def _is_fake(value: Any) -> bool:
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    if isinstance(value, (list, tuple)):
+        return any(_is_fake(v) for v in value)
+    if isinstance(value, dict):
+        return any(_is_fake(v) for v in value.values())
+    return isinstance(value, FakeTensor)
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        return a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a, b))
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+class FixSession:
+    """Climb the ladder for ``target``; patches stay applied until exit.
+
+        with FixSession(target) as session:
+            outcome = session.climb()
+            compiled = torch.compile(target.fn, fullgraph=True)   # sees the fixes
+        # every patch undone here
+    """
+
+    def __init__(self, target: Target, *, mode: str = "fullgraph", max_steps: int = DEFAULT_STEPS,
+                 progress: Callable[[str], None] = lambda _m: None) -> None:
+        if mode not in ("fullgraph", "piecewise"):
+            raise ValueError(f"the fix ladder climbs fullgraph failures; mode must be fullgraph or piecewise, got {mode!r}")
+        self.target = target
+        self.mode = mode
+        self.max_steps = max_steps
+        self.progress = progress
+        self.kept: list[PatchSet] = []
+        self.ctx = recipes.FixContext(warm_up=self._warm_up)
+
+    # -------------------------------------------------------------- plumbing
+
+    def _warm_up(self) -> None:
+        with contextlib.redirect_stdout(sys.stderr):
+            self.target.fn(*self.target.args, **self.target.kwargs)
+
+    def _trace(self, mode: str | None = None) -> tuple[capture.ModeResult, Break | None]:
+        mode = mode or self.mode
+        with contextlib.redirect_stdout(sys.stderr):
+            result = capture.run(self.target, mode, decompile=False)
+        findings = build_findings([result], target={}, environment={}, device={})
+        if mode == "explain":
+            return result, None
+        return result, findings.break_by_id(findings.fullgraph.break_id)
+
+    def _choose(self, brk: Break, tried: set) -> tuple[recipes.Plan | None, list[str]]:
+        reasons = []
+        for name in recipes.candidates(brk):
+            if (brk.id, name) in tried:
+                continue
+            try:
+                return recipes.RECIPES[name](brk, self.ctx), reasons
+            except recipes.NotApplicable as e:
+                tried.add((brk.id, name))
+                reasons.append(f"{name}: {e}")
+        return None, reasons
+
+    # ---------------------------------------------------------------- ladder
+
+    def climb(self) -> LadderOutcome:
+        out = LadderOutcome()
+        real = not _is_fake((self.target.args, self.target.kwargs))
+        expected = None
+        if real:
+            with contextlib.redirect_stdout(sys.stderr):
+                expected = self.target.fn(*self.target.args, **self.target.kwargs)
+        self.progress("tracing (fullgraph)")
+        result, brk = self._trace()
+        out.traces.append(result)
+        tried: set = set()
+        while True:
+            if result.ok:
+                out.ok, out.stopped = True, "fullgraph ok"
+                break
+            if brk is None or result.crashed:
+                out.stopped = f"the trace crashed (not a graph break): {result.error}"
+                break
+            if len(out.rungs) >= self.max_steps:
+                out.stopped = f"step limit ({self.max_steps}) reached at the [{brk.category}] break"
+                break
+            plan, reasons = self._choose(brk, tried)
+            if plan is None:
+                why = "; ".join(reasons) if reasons else f"no recipe for the {brk.category} category"
+                out.stopped = f"no recipe applies to the [{brk.category}] break at {_site(brk)}: {why}"
+                break
+            patches = PatchSet(plan.recipe)
+            try:
+                applied = plan.apply(patches)
+            except recipes.NotApplicable as e:
+                patches.undo()
+                tried.add((brk.id, plan.recipe))
+                continue
+            step = len(out.rungs) + 1
+            self.progress(f"rung {step}: {plan.recipe} for the [{brk.category}] break; re-tracing")
+            rung = Rung(step=step, break_id=brk.id, category=brk.category, gb_type=brk.gb_type, site=_site(brk),
+                        recipe=plan.recipe, patch=plan.patch, where=plan.where, result="", detail=applied)
+            out.rungs.append(rung)
+            try:
+                new, new_brk = self._trace()
+            except TargetError as e:  # the patched target no longer runs eagerly
+                patches.undo()
+                tried.add((brk.id, plan.recipe))
+                rung.result, rung.detail = "rejected", f"{applied}. The patched target fails eagerly: {e}"
+                continue
+            out.traces.append(new)
+            if plan.recipe == "compiler-disable" and not new.ok:
+                rung.result = "rejected"
+                rung.detail = f"{applied}. {self._trap_detail(new, new_brk)}"
+                patches.undo()
+                self.ctx.trap_done = f"rung {step}"
+                tried.add((brk.id, plan.recipe))
+                continue
+            if new.ok:
+                rung.result = "fullgraph ok"
+                self.kept.append(patches)
+                result, brk = new, None
+                continue
+            if new_brk is not None and new_brk.id == brk.id:
+                rung.result = "rejected"
+                rung.detail = f"{applied}. The same break is still the first failure; change undone."
+                patches.undo()
+                tried.add((brk.id, plan.recipe))
+                continue
+            self.kept.append(patches)
+            if new.crashed or new_brk is None:
+                rung.result = "removed"
+                rung.detail = f"{applied}. The break is gone, but the re-trace crashed: {new.error}"
+                result, brk = new, new_brk
+                continue
+            rung.result = "next failure"
+            rung.detail = f"{applied}. Next: [{new_brk.category}] {new_brk.gb_type} at {_site(new_brk)}"
+            result, brk = new, new_brk
+        if out.ok and real:
+            out.outputs_equal = self._check_outputs(expected)
+            if out.rungs:
+                last = out.rungs[-1]
+                last.detail += "; compiled outputs equal eager outputs" if out.outputs_equal \
+                    else "; compiled outputs DIFFER from eager outputs"
+        return out
+
+    def _trap_detail(self, new: capture.ModeResult, new_brk: Break | None) -> str:
+        why = f"fullgraph=True: {new_brk.gb_type}" if new_brk else f"fullgraph=True: {new.error}"
+        try:
+            explain, _ = self._trace("explain")
+        except TargetError as e:
+            explain = capture.ModeResult(mode="explain", ok=False, error=f"the target does not run eagerly here ({e})")
+        if explain.ok:
+            ran = f"runs, {len(explain.graphs)} graph(s), the disabled call is a graph break"
+        elif explain.crashed:
+            ran = (f"crashed inside Dynamo ({explain.error}) -- not a graph break; `graphbreak-doctor trace "
+                   f"--mode explain` shows whether the target crashes there without this change too")
+        else:
+            ran = f"also fails: {explain.error}"
+        return (f"Rejected -- {why}: a disabled function is a graph break, and fullgraph (SGLang's piecewise "
+                f"CUDA graphs) forbids graph breaks. Explain mode (fullgraph=False) {ran}. Change undone; "
+                f"a custom op is the fix that keeps one graph.")
+
+    def _check_outputs(self, expected: Any) -> bool:
+        compiled = torch.compile(self.target.fn, fullgraph=True, backend="eager")
+        try:
+            with contextlib.redirect_stdout(sys.stderr):
+                got = compiled(*self.target.args, **self.target.kwargs)
+        finally:
+            torch._dynamo.reset()
+        return _same(got, expected)
+
+    # ------------------------------------------------------------- lifecycle
+
+    def undo(self) -> None:
+        errors = []
+        while self.kept:
+            try:
+                self.kept.pop().undo()
+            except BaseException as e:  # keep undoing; report the first failure
+                errors.append(e)
+        torch._dynamo.reset()
+        if errors:
+            raise errors[0]
+
+    def __enter__(self) -> "FixSession":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.undo()
+
+
+def _site(brk: Break) -> str:
+    return f"{recipes.short_path(brk.site.file)}:{brk.site.line}"
+
+
+def fix(build: Callable[[], Target], *, mode: str = "fullgraph", device: str = "sm120",
+        max_steps: int = DEFAULT_STEPS, progress: Callable[[str], None] = lambda _m: None) -> Findings:
+    """Climb the fix ladder for the target ``build()`` returns (called inside the device).
+
+    The findings' ``fullgraph`` verdict and ``breaks`` describe the target as
+    it is (the unpatched first trace, plus every break met on the ladder);
+    ``ladder`` holds the rungs and ``target["fix"]`` the outcome."""
+    from graphbreak_doctor.diagnose import device_context, environment
+
+    with device_context(device) as dev:
+        progress("building the target")
+        target = build()
+        with FixSession(target, mode=mode, max_steps=max_steps, progress=progress) as session:
+            outcome = session.climb()
+        progress("analysing")
+        findings = build_findings(outcome.traces, target={"spec": target.spec, **target.meta},
+                                  environment=environment(), device=dev.describe())
+    first = outcome.traces[0]
+    first_break = build_findings([first], target={}, environment={}, device={}).fullgraph
+    findings.fullgraph = FullgraphVerdict(ran=True, ok=bool(first.ok), error=first.error,
+                                          break_id=first_break.break_id, crashed=first.crashed)
+    findings.modes = [mode]
+    final = outcome.traces[-1] if outcome.ok else None
+    findings.graphs = list(final.graphs) if final else []
+    findings.graph_count = len(findings.graphs)
+    findings.ladder = outcome.rungs
+    findings.target["fix"] = {
+        "ok": outcome.ok,
+        "stopped": outcome.stopped,
+        "recipes": outcome.recipes,
+        "steps": len(outcome.rungs),
+        "max_steps": max_steps,
+        "outputs_equal_eager": outcome.outputs_equal,
+    }
+    return findings

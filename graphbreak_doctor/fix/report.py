@@ -1,0 +1,40 @@
+"""The ladder as terminal text: numbered rungs, then the verdict."""
+
+from __future__ import annotations
+
+from graphbreak_doctor.findings import Findings
+from graphbreak_doctor.render.terminal import describe_device, describe_target
+
+
+def render(findings: Findings) -> str:
+    env = findings.environment
+    versions = ", ".join(f"{k} {v}" for k, v in env.items() if v and k != "python")
+    lines = [f"target: {describe_target(findings)}", f"device: {describe_device(findings)}; {versions}"]
+    fg = findings.fullgraph
+    before = "OK" if fg.ok else f"FAILED -- {fg.error}"
+    lines.append(f"fullgraph as it is: {before}")
+    outcome = findings.target.get("fix", {})
+    lines.append(f"fix ladder ({', '.join(findings.modes) or 'fullgraph'}, at most {outcome.get('max_steps', '?')} steps):")
+    if not findings.ladder:
+        lines.append("  (no rung: nothing to fix)" if fg.ok else "  (no rung)")
+    for rung in findings.ladder:
+        lines.append(f"  {rung.step}. [{rung.category}] {rung.gb_type} at {rung.site}")
+        lines.append(f"     recipe: {rung.recipe} -> {rung.result.upper()}")
+        lines.append(f"     change: {rung.where}")
+        for patch_line in rung.patch.rstrip("\n").splitlines():
+            lines.append(f"       {patch_line}")
+        if rung.detail:
+            lines.append(f"     {rung.detail}")
+    kept = outcome.get("recipes", [])
+    if outcome.get("ok"):
+        how = f"after {len(kept)} change(s): {', '.join(kept)}" if kept else "with no change"
+        lines.append(f"verdict: fullgraph OK {how}")
+        if outcome.get("outputs_equal_eager") is not None:
+            lines.append("outputs: the fixed, compiled target gives the same outputs as eager"
+                         if outcome["outputs_equal_eager"] else "outputs: DIFFER from eager -- do not trust these fixes")
+    else:
+        lines.append(f"verdict: fullgraph still FAILS -- {outcome.get('stopped', '')}")
+        if kept:
+            lines.append(f"changes that helped on the way: {', '.join(kept)}")
+    lines.append("(every change was made in this process only and undone afterwards; nothing on disk was modified)")
+    return "\n".join(lines) + "\n"
