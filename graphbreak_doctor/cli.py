@@ -19,6 +19,7 @@ from typing import Callable
 from graphbreak_doctor import __version__
 from graphbreak_doctor.diagnose import MODE_CHOICES, diagnose, target_builder
 from graphbreak_doctor.findings import Findings
+from graphbreak_doctor.render import html as html_report
 from graphbreak_doctor.render import terminal, write_atomic
 from graphbreak_doctor.targets import TargetError
 
@@ -99,9 +100,14 @@ def selections(args: argparse.Namespace) -> list[tuple[str, Callable]]:
         out = []
         for kind in kinds:
             def build(kind=kind):
-                target = glm5.build_layer(kind, config=config, tokens=args.tokens, tp=args.tp, device=args.device)
+                try:
+                    target = glm5.build_layer(kind, config=config, tokens=args.tokens, tp=args.tp, device=args.device)
+                except ValueError as e:
+                    raise TargetError(str(e)) from e
                 if args.layer == "all":
-                    target.meta["note"] = "the other 76 decoder layers run the same code as this one"
+                    target.meta["note"] = (
+                        "--layer all traces one dense and one MoE layer; the other 76 decoder layers run the same code"
+                    )
                 return target
             out.append((f"glm5-{kind}", build))
         return out
@@ -134,8 +140,33 @@ def cmd_trace(args: argparse.Namespace) -> int:
             path = output_path(args.json, stem, len(results), ".json")
             write_atomic(path, findings.to_json())
             print(f"JSON findings written to {path}")
+        if args.html:
+            path = output_path(args.html, stem, len(results), ".html")
+            write_atomic(path, html_report.render(findings))
+            print(f"HTML report written to {path}")
         crashed = crashed or findings.fullgraph.crashed
     return EXIT_CRASH if crashed else EXIT_OK
+
+
+def load_findings(path: str) -> Findings:
+    """Saved findings, or a one-line UsageError saying why the file is not that."""
+    try:
+        return Findings.from_json(Path(path).read_text(encoding="utf-8"))
+    except (ValueError, TypeError, KeyError, AttributeError) as e:  # not UTF-8/JSON, wrong schema or shape
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise UsageError(f"{path}: not graphbreak-doctor findings: {first}") from e
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    findings = load_findings(args.findings)
+    path = Path(args.html) if args.html else REPORTS / f"{Path(args.findings).stem}.html"
+    try:
+        page = html_report.render(findings)
+    except (TypeError, AttributeError, KeyError, ValueError) as e:  # fields of the wrong type
+        raise UsageError(f"{args.findings}: findings have an unexpected shape: {type(e).__name__}: {e}") from e
+    write_atomic(path, page)
+    print(f"HTML report written to {path}")
+    return EXIT_OK
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -152,7 +183,25 @@ def build_parser() -> argparse.ArgumentParser:
     add_target_options(trace)
     trace.add_argument("--json", nargs="?", const="auto", metavar="PATH",
                        help="write JSON findings (default path: reports/<target>-<device>-<mode>.json)")
+    trace.add_argument("--html", nargs="?", const="auto", default="auto", metavar="PATH",
+                       help="write the HTML report (on by default; path: reports/<target>-<device>-<mode>.html)")
+    trace.add_argument("--no-html", dest="html", action="store_const", const=None, help="do not write the HTML report")
     trace.set_defaults(func=cmd_trace)
+    report = sub.add_parser("report", help="render saved JSON findings as an HTML report",
+                            epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    report.add_argument("findings", metavar="FINDINGS.json", help="findings written by trace --json")
+    report.add_argument("--html", metavar="PATH", help="where to write the report (default: reports/<findings name>.html)")
+    report.add_argument("--debug", action="store_true", help="show tracebacks of errors")
+    report.set_defaults(func=cmd_report)
+    # The CI gate (graphbreak_doctor/gate): `check` and `baseline write`.
+    from graphbreak_doctor.gate.command import add_baseline_parser, add_check_parser
+
+    add_check_parser(sub)
+    add_baseline_parser(sub)
+    # The fix ladder (graphbreak_doctor/fix): apply fixes in-process, re-trace.
+    from graphbreak_doctor.fix.command import add_parser as add_fix_parser
+
+    add_fix_parser(sub, add_target_options, _positive, EXIT_CODES_HELP)
     return parser
 
 
@@ -162,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         if not getattr(args, "func", None):
-            raise UsageError("choose a command (trace); see --help")
+            raise UsageError("choose a command (trace, report, check, baseline, fix); see --help")
         return args.func(args)
     except (UsageError, TargetError) as e:
         if debug:

@@ -117,6 +117,16 @@ class GraphInfo:
 
 
 @dataclass
+class DecompiledCode:
+    """Bytecode Dynamo generated for a frame (the traced function or a resume
+    function after a break), decompiled to Python by depyf."""
+
+    name: str
+    mode: str
+    source: str
+
+
+@dataclass
 class RootCause:
     """Breaks explained by one function someone can change."""
 
@@ -157,6 +167,8 @@ class Findings:
     root_causes: list[RootCause] = field(default_factory=list)
     jit_requests: list[JitRequest] = field(default_factory=list)
     ladder: list[Rung] = field(default_factory=list)
+    # Added after schema 1 shipped; older JSON without it loads as [].
+    resume_code: list[DecompiledCode] = field(default_factory=list)
 
     def break_by_id(self, break_id: str) -> Break | None:
         return next((b for b in self.breaks if b.id == break_id), None)

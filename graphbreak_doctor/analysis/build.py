@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 
 from graphbreak_doctor.analysis.classify import classify, culprit_of, stdlib_module
 from graphbreak_doctor.analysis.fixes import suggest
@@ -11,7 +12,7 @@ from graphbreak_doctor.analysis.group import root_causes
 from graphbreak_doctor.analysis.registry import gb_id_for
 from graphbreak_doctor.capture.events import BreakEvent
 from graphbreak_doctor.capture.run import ModeResult
-from graphbreak_doctor.findings import Break, Findings, FullgraphVerdict, Hazard, JitRequest
+from graphbreak_doctor.findings import Break, DecompiledCode, Findings, FullgraphVerdict, Hazard, JitRequest
 from graphbreak_doctor.analysis.frames import make_frame
 
 # Dynamo reports these when it cannot resume after an earlier break; they
@@ -114,16 +115,39 @@ def build_findings(
         if result.mode in ("fullgraph", "piecewise"):
             first = _new_break(result.events[0]).id if result.events else ""
             findings.fullgraph = FullgraphVerdict(ran=True, ok=bool(result.ok), error=result.error, break_id=first, crashed=result.crashed)
-        elif result.crashed:
-            findings.fullgraph.crashed = True
-            findings.fullgraph.error = findings.fullgraph.error or result.error
         findings.graphs.extend(result.graphs)
+    # A crash in any mode (explain may crash after the break fullgraph stops at)
+    # makes the whole diagnosis a crash: the gate reports it as such (exit 3).
+    crashed = [r for r in results if r.crashed]
+    if crashed:
+        findings.fullgraph.crashed = True
+        findings.fullgraph.error = f"{crashed[0].error} (in {crashed[0].mode} mode)"
     findings.graph_count = sum(1 for g in findings.graphs if g.mode == "explain") or len(findings.graphs)
     findings.breaks = breaks
     findings.hazards = _hazards(results)
     findings.root_causes = root_causes(breaks)
     findings.jit_requests = jit_requests or []
+    findings.resume_code = _decompiled(results)
     return findings
+
+
+# Dynamo names compiled graphs `__compiled_fn_<n>_<uuid4>` (torch/_dynamo/
+# output_graph.py, compile_and_call_fx_graph): the uuid differs on every run and would
+# break byte-identical JSON.
+_COMPILED_FN_UUID = re.compile(r"(__compiled_fn_\d+)_[0-9a-f]{8}(?:_[0-9a-f]{4}){3}_[0-9a-f]{12}")
+
+
+def _decompiled(results: list[ModeResult]) -> list[DecompiledCode]:
+    """depyf's view of the bytecode Dynamo generated, one entry per (mode, frame)."""
+    seen: set[tuple[str, str]] = set()
+    out = []
+    for result in results:
+        for name, source in result.resume_code:
+            if (result.mode, name) in seen:
+                continue
+            seen.add((result.mode, name))
+            out.append(DecompiledCode(name=name, mode=result.mode, source=_COMPILED_FN_UUID.sub(r"\1", source)))
+    return out
 
 
 def _hazards(results: list[ModeResult]) -> list[Hazard]:

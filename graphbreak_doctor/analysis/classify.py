@@ -83,7 +83,10 @@ RULES: tuple[Rule, ...] = (
     Rule("opaque-call", "a compiled extension (C++/pybind/tvm-ffi/ctypes) called from a traced frame",
          # A torch C binding that returns a non-tensor (a raw stream handle,
          # torch._C._cuda_getCurrentRawStream) is just as opaque to the graph.
-         gb_types=frozenset({"torch.* op returned non-Tensor"}),
+         # So are compiled objects flowing through traced code: a tvm-ffi Module
+         # Dynamo cannot wrap, a C __hash__ it cannot trace into.
+         gb_types=frozenset({"torch.* op returned non-Tensor", "Unexpected type in sourceless builder",
+                             "Untraceable C tp_hash"}),
          through=("ctypes",), culprits=("_ctypes.", "ctypes.", "tvm_ffi.", "PyCFuncPtrType.", "CFuncPtr"),
          extension_culprit=True),
     Rule("unsupported-builtin", "a builtin, stdlib object or runtime API Dynamo cannot model",
@@ -91,7 +94,8 @@ RULES: tuple[Rule, ...] = (
          # `with self._lock:`), a `class` statement executed on the traced path
          # (LOAD_NAME has no handler), and torch runtime APIs Dynamo skips on
          # purpose (torch.cuda.use_mem_pool).
-         gb_types=frozenset({"Unsupported context manager", "Missing bytecode handler"}),
+         gb_types=frozenset({"Unsupported context manager", "Missing bytecode handler",
+                             "can't handle functions not implemented in python"}),
          culprits=("torch.cuda.", "torch._utils.", "torch._C."),
          stdlib_culprit=True),
 )

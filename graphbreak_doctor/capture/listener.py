@@ -15,6 +15,8 @@ import re
 import sys
 from typing import Callable
 
+import torch._dynamo.utils
+
 from graphbreak_doctor.analysis.frames import make_frame
 from graphbreak_doctor.capture.events import BreakEvent, parse_stack, parse_unsupported
 
@@ -66,6 +68,13 @@ class GraphBreakListener(logging.Handler):
             self.events.append(event)
             if self.on_event is not None:
                 self.on_event(event)
+        # Dynamo prints a repeated (gb_type, location) without its user stack
+        # (symbolic_convert.py: graph_break_dup_warning_checker). Two different
+        # callers reaching the same stdlib line would then be indistinguishable,
+        # so forget what was seen: every break comes with its whole stack.
+        reset = getattr(torch._dynamo.utils, "reset_graph_break_dup_checker", None)
+        if reset is not None:
+            reset()
 
     def _event(self, record: logging.LogRecord) -> BreakEvent | None:
         text = record.getMessage()

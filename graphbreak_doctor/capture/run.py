@@ -100,12 +100,15 @@ def _quiet_torch_logs():
     if os.environ.get("GRAPHBREAK_DOCTOR_TORCH_LOGS") == "1":
         yield
         return
+    loggers = [lg for name, lg in logging.root.manager.loggerDict.items() if name.split(".", 1)[0] in _NOISY]
+    # flashinfer/jit/core.py builds its JIT logger directly (FlashInferJITLogger,
+    # with a stderr and a file handler), so it is not in the logging registry.
+    loggers += [getattr(m, "logger", None) for name, m in list(sys.modules.items()) if name.split(".", 1)[0] in _NOISY]
     saved = []
-    for name, logger in list(logging.root.manager.loggerDict.items()):
-        if name.split(".", 1)[0] in _NOISY and isinstance(logger, logging.Logger) and logger.handlers:
-            if not any(isinstance(h, GraphBreakListener) for h in logger.handlers):
-                saved.append((logger, logger.handlers))
-                logger.handlers = [logging.NullHandler()]
+    for logger in {id(lg): lg for lg in loggers if isinstance(lg, logging.Logger)}.values():
+        if logger.handlers and not any(isinstance(h, GraphBreakListener) for h in logger.handlers):
+            saved.append((logger, logger.handlers))
+            logger.handlers = [logging.NullHandler()]
     try:
         yield
     finally:

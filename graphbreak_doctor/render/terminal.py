@@ -50,15 +50,16 @@ def render(findings: Findings) -> str:
     if findings.target.get("note"):
         lines.append(f"note: {findings.target['note']}")
     fg = findings.fullgraph
+    if fg.crashed:
+        lines.append(f"CRASHED: the target crashed under Dynamo (not a graph break): {fg.error}")
     if fg.ran:
+        first = findings.break_by_id(fg.break_id)
         if fg.ok:
             lines.append("fullgraph: OK -- the whole target is captured as one graph")
-        else:
-            first = findings.break_by_id(fg.break_id)
-            where = f" [{first.category}] at {_short(first.site.file)}:{first.site.line}" if first else ""
-            lines.append(f"fullgraph: FAILED -- {fg.error}{where}")
-    elif fg.crashed:
-        lines.append(f"tracing crashed: {fg.error}")
+        elif first is not None:
+            lines.append(f"fullgraph: FAILED -- {first.gb_type} [{first.category}] at {_short(first.site.file)}:{first.site.line}")
+        elif not fg.crashed:
+            lines.append(f"fullgraph: FAILED -- {fg.error}")
     hits = sum(b.count for b in findings.breaks)
     explain_graphs = sum(1 for g in findings.graphs if g.mode == "explain")
     pieces = [g.pieces for g in findings.graphs if g.pieces]
