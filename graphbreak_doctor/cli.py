@@ -71,14 +71,21 @@ def add_target_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--debug", action="store_true", help="show tracebacks of errors")
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
+def int_at_least(minimum: int) -> Callable[[str], int]:
+    """argparse type: an integer >= minimum."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = minimum - 1
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {text!r}")
+        return value
+
+    return parse
+
+
+_positive = int_at_least(1)
 
 
 def slug(text: str) -> str:
@@ -130,20 +137,34 @@ def output_path(option: str, stem: str, count: int, suffix: str) -> Path:
     return path if count == 1 else path.with_name(f"{path.stem}-{stem}{path.suffix or suffix}")
 
 
+def add_output_options(p: argparse.ArgumentParser, what: str) -> None:
+    """--json [PATH], and --html [PATH] (on by default) / --no-html."""
+    p.add_argument("--json", nargs="?", const="auto", metavar="PATH",
+                   help=f"write JSON findings (default path: reports/<target>-<device>-{what}.json)")
+    p.add_argument("--html", nargs="?", const="auto", default="auto", metavar="PATH",
+                   help=f"write the HTML report (on by default; path: reports/<target>-<device>-{what}.html)")
+    p.add_argument("--no-html", dest="html", action="store_const", const=None, help="do not write the HTML report")
+
+
+def write_outputs(args: argparse.Namespace, stem: str, findings: Findings, count: int) -> None:
+    """The files add_output_options asked for, each written whole or not at all."""
+    if args.json:
+        path = output_path(args.json, stem, count, ".json")
+        write_atomic(path, findings.to_json())
+        print(f"JSON findings written to {path}")
+    if args.html:
+        path = output_path(args.html, stem, count, ".html")
+        write_atomic(path, html_report.render(findings))
+        print(f"HTML report written to {path}")
+
+
 def cmd_trace(args: argparse.Namespace) -> int:
     progress = Progress()
     results = run_diagnoses(args, progress)
     crashed = False
     for stem, findings in results:
         sys.stdout.write(terminal.render(findings))
-        if args.json:
-            path = output_path(args.json, stem, len(results), ".json")
-            write_atomic(path, findings.to_json())
-            print(f"JSON findings written to {path}")
-        if args.html:
-            path = output_path(args.html, stem, len(results), ".html")
-            write_atomic(path, html_report.render(findings))
-            print(f"HTML report written to {path}")
+        write_outputs(args, stem, findings, len(results))
         crashed = crashed or findings.fullgraph.crashed
     return EXIT_CRASH if crashed else EXIT_OK
 
@@ -181,11 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
     trace = sub.add_parser("trace", help="trace a target and explain every graph break",
                            epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_target_options(trace)
-    trace.add_argument("--json", nargs="?", const="auto", metavar="PATH",
-                       help="write JSON findings (default path: reports/<target>-<device>-<mode>.json)")
-    trace.add_argument("--html", nargs="?", const="auto", default="auto", metavar="PATH",
-                       help="write the HTML report (on by default; path: reports/<target>-<device>-<mode>.html)")
-    trace.add_argument("--no-html", dest="html", action="store_const", const=None, help="do not write the HTML report")
+    add_output_options(trace, "<mode>")
     trace.set_defaults(func=cmd_trace)
     report = sub.add_parser("report", help="render saved JSON findings as an HTML report",
                             epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -46,7 +46,7 @@ def test_bad_options_exit_2(cli, argv):
 
 def test_trace_prints_summary_and_writes_json(cli, tmp_path):
     out = tmp_path / "sub" / "findings.json"
-    result = cli("trace", "--target", "fixtures.breaks.subprocess_call:target", "--device", "cpu", "--json", str(out))
+    result = cli("trace", "--target", "fixtures.breaks.subprocess_call:target", "--device", "cpu", "--json", str(out), "--no-html")
     assert result.returncode == 0, result.stderr
     assert "fullgraph: FAILED" in result.stdout
     assert "[subprocess]" in result.stdout
@@ -63,7 +63,7 @@ def test_trace_prints_summary_and_writes_json(cli, tmp_path):
 def test_same_trace_twice_gives_identical_json(cli, tmp_path):
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     for path in (a, b):
-        result = cli("trace", "--target", "fixtures.breaks.logging_calls:target", "--device", "cpu", "--json", str(path))
+        result = cli("trace", "--target", "fixtures.breaks.logging_calls:target", "--device", "cpu", "--json", str(path), "--no-html")
         assert result.returncode == 0, result.stderr
     assert a.read_bytes() == b.read_bytes()
 

@@ -94,3 +94,12 @@ def test_findings_record_what_was_traced(cli, layer, device):
     assert t["split_ops"] == ["graphbreak_doctor::mla_attention"]
     if layer == "moe":
         assert t["n_routed_experts"] == 256 and t["experts_per_tok"] == 8
+
+
+@pytest.mark.parametrize("layer,device", CASES)
+def test_emulation_never_appears_in_layer_findings(cli, layer, device):
+    findings = traced(cli, layer, device)
+    assert findings.device["emulated"] is True
+    text = findings.to_json()
+    for part in ("graphbreak_doctor/emulation", "graphbreak_doctor.emulation"):
+        assert part not in text

@@ -6,7 +6,7 @@ import hashlib
 import re
 
 from graphbreak_doctor.analysis.classify import classify, culprit_of, stdlib_module
-from graphbreak_doctor.analysis.fixes import suggest
+from graphbreak_doctor.analysis.fixes import call_to_fix, suggest
 from graphbreak_doctor.analysis.frames import actionable_frame, package_of
 from graphbreak_doctor.analysis.group import root_causes
 from graphbreak_doctor.analysis.registry import gb_id_for
@@ -47,7 +47,7 @@ def _new_break(event: BreakEvent) -> Break:
         stack=stack,
         count=0,
         modes=[],
-        fix=suggest(category, via, actionable, stack),
+        fix=suggest(category, call_to_fix(category, via, culprit), actionable, stack),
         reason=msg.context,
     )
 

@@ -95,6 +95,7 @@ RULES: tuple[Rule, ...] = (
          # (LOAD_NAME has no handler), and torch runtime APIs Dynamo skips on
          # purpose (torch.cuda.use_mem_pool).
          gb_types=frozenset({"Unsupported context manager", "Missing bytecode handler",
+                             "Invalid call to __build_class__",
                              "can't handle functions not implemented in python"}),
          culprits=("torch.cuda.", "torch._utils.", "torch._C."),
          stdlib_culprit=True),
@@ -108,6 +109,7 @@ _CULPRIT_PATTERNS = (
     re.compile(r"trace method `(?P<method>[^`]+)` of class `(?P<cls>[^`]+)`"),
     re.compile(r"builtin operator `(?P<name>[^`]+)`"),
     re.compile(r"function `<function (?P<name>[\w.<>]+)>`"),
+    re.compile(r"enter a `(?P<name>\w+)` context manager"),
     re.compile(r"method: <(?P<cls>Logger) [^>]*>\.(?P<method>\w+)"),
     re.compile(r"UserDefinedClassVariable\(<class '(?P<name>[^']+)'>\)"),
     re.compile(r"BuiltinVariable\((?P<name>\w+)\)"),

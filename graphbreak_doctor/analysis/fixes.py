@@ -23,6 +23,8 @@ class FixRecipe:
     summary: str
     detail: str
     snippet: str
+    # What {call} reads as when the refused callable has no name.
+    unnamed_call: str = "the call"
 
 
 RECIPES: dict[str, FixRecipe] = {
@@ -68,7 +70,7 @@ RECIPES: dict[str, FixRecipe] = {
     ),
     "opaque-call": FixRecipe(
         "wrap-custom-op",
-        "Wrap the compiled call {call} in {function} as a torch.library.custom_op with register_fake",
+        "Wrap {call} in {function} as a torch.library.custom_op with register_fake",
         "Dynamo cannot see inside a C++/pybind/tvm-ffi/ctypes function. Register it as a custom op "
         "whose fake implementation returns outputs of the right shape and dtype; the graph then keeps "
         "it as a single node.",
@@ -78,6 +80,7 @@ RECIPES: dict[str, FixRecipe] = {
         "@{function}_op.register_fake\n"
         "def _(x, out):\n"
         "    return None",
+        unnamed_call="the compiled call",
     ),
     "unsupported-builtin": FixRecipe(
         "precompute-builtin",
@@ -154,6 +157,16 @@ def registered_op_for(stack: list[Frame]) -> tuple[str, str] | None:
     return None
 
 
+# Categories whose fix moves the library call the code made (subprocess.check_output,
+# pathlib.Path.stat); for the others the refused callable itself is the thing
+# to move or wrap (a lock, SimpleNamespace, a tvm-ffi kernel).
+_FIX_THE_ENTRY_CALL = frozenset({"subprocess", "filesystem", "logging"})
+
+
+def call_to_fix(category: str, via: str, culprit: str) -> str:
+    return (via or culprit) if category in _FIX_THE_ENTRY_CALL else (culprit or via)
+
+
 def suggest(category: str, call: str, actionable: Frame | None, stack: list[Frame]) -> Fix:
     op = registered_op_for(stack)
     if op is not None and category != "compiler-disable":
@@ -164,7 +177,7 @@ def suggest(category: str, call: str, actionable: Frame | None, stack: list[Fram
         names = {}
     function = actionable.qualname.rsplit(".", 1)[-1] if actionable else "fn"
     names.update(
-        call=f"`{call}`" if call else "this call",
+        call=f"`{call}`" if call else recipe.unnamed_call,
         function=function if function.isidentifier() else "fn",
     )
     return Fix(

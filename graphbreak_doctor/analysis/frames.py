@@ -65,6 +65,27 @@ def _user_top_level(real: str) -> str:
 INFRASTRUCTURE = frozenset({"stdlib", "torch", "tvm_ffi"})
 
 
+def short_path(path: str, *, portable: bool = False) -> str:
+    """A path for reading: relative to site-packages, the stdlib or the working
+    directory. ``portable`` also drops the folders of anything else, so the text
+    reads the same on every machine (baseline hints)."""
+    for marker in _SITE_MARKERS:
+        token = f"{marker}{os.sep}"
+        if token in path:
+            return path.split(token, 1)[1]
+    real = os.path.realpath(path) if os.path.isabs(path) else path
+    for base in _stdlib_dirs():
+        if real.startswith(base):
+            return real[len(base):]
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return path
+    if not rel.startswith(".."):
+        return rel
+    return os.path.basename(path) if portable else path
+
+
 def is_changeable(frame: Frame) -> bool:
     """A frame someone can edit: outside the stdlib, torch and FFI runtimes."""
     return package_of(frame.file) not in INFRASTRUCTURE

@@ -21,13 +21,13 @@ def _by_type() -> dict[str, str]:
     out: dict[str, str] = {}
     for gb_id in sorted(data):
         for entry in data[gb_id]:
-            out.setdefault(entry.get("Gb_type", ""), gb_id)
+            out.setdefault(entry.get("Gb_type", "").strip(), gb_id)
     return out
 
 
 def gb_id_for(gb_type: str, fallback: str = "") -> str:
     """The registry id of a gb_type ('GB0007'), else the id Dynamo linked to."""
-    return _by_type().get(gb_type, fallback)
+    return _by_type().get(gb_type.strip(), fallback)
 
 
 def doc_url(gb_id: str) -> str:

@@ -60,7 +60,9 @@ def parse_unsupported(msg: str, gb_type: str = "") -> ParsedMessage:
         elif line and not head:
             head = line
     return ParsedMessage(
-        gb_type=gb_type or head,
+        # Some registry names end in a space ("can't handle functions not
+        # implemented in python "); compare and show them stripped.
+        gb_type=(gb_type or head).strip(),
         explanation=scrub(explanation),
         hints=[scrub(h) for h in hints],
         context=scrub(context),

@@ -33,7 +33,7 @@ from typing import Any, Callable
 import torch
 
 from graphbreak_doctor.analysis.fixes import registered_op_for
-from graphbreak_doctor.analysis.frames import INFRASTRUCTURE, package_of
+from graphbreak_doctor.analysis.frames import INFRASTRUCTURE, package_of, short_path
 from graphbreak_doctor.findings import Break, Frame
 from graphbreak_doctor.fix import adapters, catalogue
 from graphbreak_doctor.fix.patches import PatchSet
@@ -88,17 +88,6 @@ class FixContext:
 
 
 # ------------------------------------------------------------------- frames
-
-
-def short_path(path: str) -> str:
-    for marker in ("site-packages/", "dist-packages/"):
-        if marker in path:
-            return path.split(marker, 1)[1]
-    try:
-        rel = os.path.relpath(path)
-    except ValueError:
-        return path
-    return rel if not rel.startswith("..") else path
 
 
 def where_of(frame: Frame) -> str:

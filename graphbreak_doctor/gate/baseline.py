@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from graphbreak_doctor.analysis.frames import short_path
 from graphbreak_doctor.findings import Break, Findings
 
 BASELINE_SCHEMA_VERSION = 1
@@ -84,16 +85,8 @@ class Baseline:
 
 
 def _short(path: str) -> str:
-    """A path that reads the same on every machine: relative to site-packages,
-    the working directory or the stdlib (hints only; never matched)."""
-    for marker in ("site-packages/", "dist-packages/"):
-        if marker in path:
-            return path.split(marker, 1)[1]
-    try:
-        rel = os.path.relpath(path)
-    except ValueError:
-        return path
-    return rel if not rel.startswith("..") else os.path.basename(path)
+    """Hints read the same on every machine (they are never matched)."""
+    return short_path(path, portable=True)
 
 
 def hint_of(b: Break) -> str:

@@ -43,14 +43,7 @@ def _categories(text: str) -> tuple[str, ...]:
     return names
 
 
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
-    return value
+_count = cli.int_at_least(0)
 
 
 def add_check_parser(sub: argparse._SubParsersAction) -> None:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import linecache
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +28,7 @@ import jinja2
 from markupsafe import Markup, escape
 
 from graphbreak_doctor import __version__
+from graphbreak_doctor.analysis.frames import short_path
 from graphbreak_doctor.analysis.group import call_graph, node_id
 from graphbreak_doctor.analysis.registry import doc_url
 from graphbreak_doctor.findings import Break, Findings, Frame
@@ -56,21 +56,6 @@ class Excerpt:
     from_file: bool
 
 
-_STDLIB_PREFIX = re.compile(r"^.*/lib/python\d+\.\d+/")
-
-
-def short_path(path: str) -> str:
-    """Paths relative to site-packages, the stdlib or the working directory, for reading."""
-    for marker in ("site-packages/", "dist-packages/"):
-        if marker in path:
-            return path.split(marker, 1)[1]
-    if _STDLIB_PREFIX.match(path):
-        return _STDLIB_PREFIX.sub("", path)
-    try:
-        rel = os.path.relpath(path)
-    except ValueError:
-        return path
-    return rel if not rel.startswith("..") else path
 
 
 def excerpt(frame: Frame | None, context: int = CONTEXT_LINES) -> Excerpt | None:

@@ -2,21 +2,8 @@
 
 from __future__ import annotations
 
-import os
-
+from graphbreak_doctor.analysis.frames import short_path as _short
 from graphbreak_doctor.findings import Findings
-
-
-def _short(path: str) -> str:
-    """Paths relative to the working directory or to site-packages, for reading."""
-    for marker in ("site-packages/", "dist-packages/"):
-        if marker in path:
-            return path.split(marker, 1)[1]
-    try:
-        rel = os.path.relpath(path)
-    except ValueError:
-        return path
-    return rel if not rel.startswith("..") else path
 
 
 def describe_target(findings: Findings) -> str:
