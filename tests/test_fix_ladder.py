@@ -185,7 +185,7 @@ def test_step_limit():
 
 def test_cli_fix_json(cli, tmp_path):
     out = tmp_path / "fix.json"
-    proc = cli("fix", "--target", "fixtures.breaks.subprocess_call:target", "--device", "cpu", "--json", str(out))
+    proc = cli("fix", "--target", "fixtures.breaks.subprocess_call:target", "--device", "cpu", "--json", str(out), "--no-html")
     assert proc.returncode == 0, proc.stderr
     assert "1. [subprocess]" in proc.stdout and "hoist-subprocess -> FULLGRAPH OK" in proc.stdout
     assert "verdict: fullgraph OK after 1 change(s): hoist-subprocess" in proc.stdout
