@@ -1,0 +1,58 @@
+"""Issue 3's done-when, as the doctor reports it: categories, verdict, fixes and JIT requests
+for FlashInfer's FP4 quantization on an emulated SM120."""
+
+import importlib.metadata
+
+import pytest
+
+from graphbreak_doctor.diagnose import diagnose, target_builder
+
+pytestmark = pytest.mark.flashinfer
+FLASHINFER = importlib.metadata.version("flashinfer-python")
+HAS_OP = not FLASHINFER.startswith("0.6.")
+
+
+@pytest.fixture(scope="module")
+def wrapper():
+    return diagnose(target_builder("fixtures.flashinfer_targets:fp4_quantize_wrapper"), mode="both", device="sm120")
+
+
+def test_wrapper_breaks_have_the_four_categories_and_fullgraph_fails_on_subprocess(wrapper):
+    categories = {b.category for b in wrapper.breaks}
+    assert {"subprocess", "filesystem", "unsupported-builtin", "opaque-call"} <= categories
+    first = wrapper.break_by_id(wrapper.fullgraph.break_id)
+    assert wrapper.fullgraph.ok is False and first.category == "subprocess"
+    assert first.actionable_frame.file.endswith("flashinfer/jit/cpp_ext.py")
+    assert first.package == "flashinfer"
+    fs = next(b for b in wrapper.breaks if b.category == "filesystem")
+    assert fs.culprit == "posix.stat" and "flashinfer/jit/" in fs.actionable_frame.file
+    assert any(f.file.endswith("pathlib.py") for f in fs.stack)
+
+
+def test_jit_builds_are_shown_beside_the_break_that_caused_them(wrapper):
+    jit = [(j.action, j.name) for b in wrapper.breaks for j in b.jit]
+    assert ("build", "fp4_quantization_120f" if HAS_OP else "fp4_quantization_120") in jit
+    assert {r.name for r in wrapper.jit_requests} >= {name for _, name in jit}
+
+
+@pytest.mark.skipif(not HAS_OP, reason="torch.ops.flashinfer.fp4_quantize exists from flashinfer 0.7")
+def test_wrapper_fix_points_to_the_registered_op(wrapper):
+    quantization = [b for b in wrapper.breaks if any(f.function == "fp4_quantize" for f in b.stack)]
+    assert quantization
+    for b in quantization:
+        assert b.fix.recipe == "use-registered-op"
+        assert "torch.ops.flashinfer.fp4_quantize" in b.fix.summary
+
+
+@pytest.mark.skipif(not HAS_OP, reason="torch.ops.flashinfer.fp4_quantize exists from flashinfer 0.7")
+def test_registered_op_has_no_quantization_break():
+    findings = diagnose(target_builder("fixtures.flashinfer_targets:fp4_quantize_op"), mode="both", device="sm120")
+    assert findings.breaks == []
+    assert findings.fullgraph.ok is True
+
+
+@pytest.mark.skipif(HAS_OP, reason="flashinfer 0.6 has no registered op to point to")
+def test_063_fixes_hoist_the_probes(wrapper):
+    recipes = {b.category: b.fix.recipe for b in wrapper.breaks}
+    assert recipes["subprocess"] == "hoist-subprocess"
+    assert recipes["filesystem"] == "hoist-filesystem"
