@@ -56,13 +56,14 @@ class Progress:
             print(f"graphbreak-doctor: {message}...", file=sys.stderr, flush=True)
 
 
-def add_target_options(p: argparse.ArgumentParser) -> None:
+def add_target_options(p: argparse.ArgumentParser, default_mode: str = "both") -> None:
     which = p.add_mutually_exclusive_group()
     which.add_argument("--target", metavar="M:F", help="a factory pkg.module:factory returning (fn, args[, kwargs])")
     which.add_argument("--layer", choices=LAYER_CHOICES, help="a GLM-5-NVFP4 decoder layer (all = one dense + one MoE)")
-    p.add_argument("--mode", choices=MODE_CHOICES, default="both",
+    p.add_argument("--mode", choices=MODE_CHOICES, default=default_mode,
                    help="explain: every break; fullgraph: the first hard failure, as SGLang sees it; "
-                        "both (default); piecewise: fullgraph with the attention op as a split point")
+                        "both: explain + fullgraph; piecewise: fullgraph with the attention op as a split point "
+                        f"(default: {default_mode})")
     p.add_argument("--device", choices=DEVICE_CHOICES, default="sm120",
                    help="emulated GPU preset (default sm120), cuda for a real GPU, cpu for plain CPU tensors")
     p.add_argument("--config", metavar="PATH", help="GLM-5 config.json (or its folder) of the same architecture")

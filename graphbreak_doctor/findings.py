@@ -17,9 +17,6 @@ from typing import Any
 
 SCHEMA_VERSION = 1
 
-MODES = ("explain", "fullgraph")
-
-
 @dataclass(frozen=True)
 class Frame:
     """One frame of a user stack, as Dynamo reports it."""

@@ -32,6 +32,12 @@ def _name(fn: Callable[..., Any]) -> str:
 
 def diagnose_call(fn: Callable[..., Any], *args: Any, device: str = "cpu", mode: str = "both", **kwargs: Any) -> Findings:
     """The doctor's findings for ``fn(*args, **kwargs)`` (see graphbreak_doctor.diagnose)."""
+    return _diagnose(fn, args, kwargs, device, mode)
+
+
+def _diagnose(fn: Callable[..., Any], args: tuple, kwargs: dict, device: str, mode: str) -> Findings:
+    # Arguments of fn travel as a tuple and a dict, so an fn with its own
+    # `mode` or `device` keyword works with the assert_* helpers.
     module = getattr(fn, "__module__", None) or "?"
     target = Target(fn=fn, args=args, kwargs=kwargs, spec=f"{module}:{_name(fn)}", meta={"function": _name(fn)})
     return diagnose(lambda: target, mode=mode, device=device)
@@ -66,7 +72,7 @@ def assert_no_graph_breaks(
     the suggested fix. Package filters count only breaks whose actionable
     frame is in (or not in) those packages. Returns the findings."""
     policy = Policy(only_packages=tuple(only_packages), ignore_packages=tuple(ignore_packages))
-    findings = diagnose_call(fn, *args, device=device, mode="explain", **kwargs)
+    findings = _diagnose(fn, args, kwargs, device, "explain")
     if findings.fullgraph.crashed:
         raise AssertionError(_crash_message(fn, findings))
     counted = [b for b in findings.breaks if policy.counts(b)]
@@ -84,7 +90,8 @@ def assert_fullgraph(fn: Callable[..., Any], *args: Any, device: str = "cpu", **
 
     On failure the message names the hard failure and then every break an
     explain run finds, so one test run shows all there is to fix."""
-    findings = diagnose_call(fn, *args, device=device, mode="fullgraph", **kwargs)
+    # One run of both modes: the fullgraph verdict and every break explain finds.
+    findings = _diagnose(fn, args, kwargs, device, "both")
     if findings.fullgraph.crashed:
         raise AssertionError(_crash_message(fn, findings))
     if findings.fullgraph.ok:
@@ -93,8 +100,7 @@ def assert_fullgraph(fn: Callable[..., Any], *args: Any, device: str = "cpu", **
     first = findings.break_by_id(findings.fullgraph.break_id)
     if first is not None:
         lines.extend(describe_break(first, "    "))
-    every = diagnose_call(fn, *args, device=device, mode="explain", **kwargs)
-    if every.breaks:
-        lines.append(f"all graph breaks (explain mode, {len(every.breaks)} distinct):")
-        lines.extend(_breaks_message(every, every.breaks))
+    if findings.breaks:
+        lines.append(f"all graph breaks (explain mode, {len(findings.breaks)} distinct):")
+        lines.extend(_breaks_message(findings, findings.breaks))
     raise AssertionError("\n".join(lines))

@@ -56,3 +56,16 @@ def test_a_crash_under_dynamo_is_not_reported_as_a_break():
         assert_fullgraph(wrong_fake.layer, torch.ones(4, 8), torch.ones(4, 3))
     # The same function runs eagerly: the crash is Dynamo's (a wrong fake), not the code's.
     assert wrong_fake.layer(torch.ones(4, 8), torch.ones(4, 3)).shape == (4, 3)
+
+
+def test_a_function_with_its_own_mode_and_device_keywords():
+    import torch
+
+    from graphbreak_doctor.testing import assert_fullgraph, assert_no_graph_breaks
+
+    def scale(x, mode="double", device=None):
+        return x * (2 if mode == "double" else 3)
+
+    findings = assert_no_graph_breaks(scale, torch.ones(4), mode="triple")
+    assert findings.breaks == []
+    assert assert_fullgraph(scale, torch.ones(4), mode="triple").fullgraph.ok is True

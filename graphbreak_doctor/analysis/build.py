@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import re
 
 from graphbreak_doctor.analysis.classify import classify, culprit_of, stdlib_module
 from graphbreak_doctor.analysis.fixes import call_to_fix, suggest
@@ -131,12 +130,6 @@ def build_findings(
     return findings
 
 
-# Dynamo names compiled graphs `__compiled_fn_<n>_<uuid4>` (torch/_dynamo/
-# output_graph.py, compile_and_call_fx_graph): the uuid differs on every run and would
-# break byte-identical JSON.
-_COMPILED_FN_UUID = re.compile(r"(__compiled_fn_\d+)_[0-9a-f]{8}(?:_[0-9a-f]{4}){3}_[0-9a-f]{12}")
-
-
 def _decompiled(results: list[ModeResult]) -> list[DecompiledCode]:
     """depyf's view of the bytecode Dynamo generated, one entry per (mode, frame)."""
     seen: set[tuple[str, str]] = set()
@@ -146,7 +139,7 @@ def _decompiled(results: list[ModeResult]) -> list[DecompiledCode]:
             if (result.mode, name) in seen:
                 continue
             seen.add((result.mode, name))
-            out.append(DecompiledCode(name=name, mode=result.mode, source=_COMPILED_FN_UUID.sub(r"\1", source)))
+            out.append(DecompiledCode(name=name, mode=result.mode, source=source))
     return out
 
 

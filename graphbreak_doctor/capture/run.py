@@ -66,7 +66,7 @@ def _op_name(node: torch.fx.Node) -> str:
     module = getattr(target, "__module__", None)
     if isinstance(target, torch._ops.OpOverload | torch._ops.OpOverloadPacket):
         return str(target)
-    return f"{module}.{name}" if module and module != "builtins" else name
+    return scrub(f"{module}.{name}" if module and module != "builtins" else name)
 
 
 @contextlib.contextmanager

@@ -15,8 +15,8 @@ HELP = ("trace, apply the suggested fix for the first hard failure in-process, r
 def add_parser(sub, add_target_options, positive, epilog: str) -> argparse.ArgumentParser:
     p = sub.add_parser("fix", help=HELP, description=HELP, epilog=epilog,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_target_options(p)
-    p.set_defaults(mode="fullgraph", func=cmd_fix)
+    add_target_options(p, default_mode="fullgraph")
+    p.set_defaults(func=cmd_fix)
     p.add_argument("--steps", type=positive, default=DEFAULT_STEPS,
                    help=f"stop after this many rungs (default {DEFAULT_STEPS})")
     from graphbreak_doctor import cli
@@ -32,9 +32,11 @@ def cmd_fix(args: argparse.Namespace) -> int:
     progress = cli.Progress()
     selected = cli.selections(args)
     crashed = False
-    for name, build in selected:
-        findings = fix(build, mode=args.mode, device=args.device, max_steps=args.steps, progress=progress)
+    # Every ladder first, then the files: a bad second target writes nothing.
+    results = [(name, fix(build, mode=args.mode, device=args.device, max_steps=args.steps, progress=progress))
+               for name, build in selected]
+    for name, findings in results:
         sys.stdout.write(report.render(findings))
-        cli.write_outputs(args, f"{name}-{args.device}-fix", findings, len(selected))
+        cli.write_outputs(args, f"{name}-{args.device}-fix", findings, len(results))
         crashed = crashed or findings.fullgraph.crashed
     return cli.EXIT_CRASH if crashed else cli.EXIT_OK

@@ -61,7 +61,11 @@ def _same(a: Any, b: Any) -> bool:
         return a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a, b))
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
         return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
-    return a == b
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return False
+    return bool(a == b)
 
 
 class FixSession:
@@ -140,58 +144,66 @@ class FixSession:
                 out.stopped = f"no recipe applies to the [{brk.category}] break at {_site(brk)}: {why}"
                 break
             patches = PatchSet(plan.recipe)
+            # A patch is undone on every way out of this rung that does not keep it,
+            # an unexpected exception (or Ctrl-C) included.
             try:
-                applied = plan.apply(patches)
-            except recipes.NotApplicable as e:
-                patches.undo()
-                tried.add((brk.id, plan.recipe))
-                continue
-            step = len(out.rungs) + 1
-            self.progress(f"rung {step}: {plan.recipe} for the [{brk.category}] break; re-tracing")
-            rung = Rung(step=step, break_id=brk.id, category=brk.category, gb_type=brk.gb_type, site=_site(brk),
-                        recipe=plan.recipe, patch=plan.patch, where=plan.where, result="", detail=applied)
-            out.rungs.append(rung)
-            try:
-                new, new_brk = self._trace()
-            except TargetError as e:  # the patched target no longer runs eagerly
-                patches.undo()
-                tried.add((brk.id, plan.recipe))
-                rung.result, rung.detail = "rejected", f"{applied}. The patched target fails eagerly: {e}"
-                continue
-            out.traces.append(new)
-            if plan.recipe == "compiler-disable" and not new.ok:
-                rung.result = "rejected"
-                rung.detail = f"{applied}. {self._trap_detail(new, new_brk)}"
-                patches.undo()
-                self.ctx.trap_done = f"rung {step}"
-                tried.add((brk.id, plan.recipe))
-                continue
-            if new.ok:
-                rung.result = "fullgraph ok"
+                try:
+                    applied = plan.apply(patches)
+                except recipes.NotApplicable as e:
+                    patches.undo()
+                    tried.add((brk.id, plan.recipe))
+                    continue
+                step = len(out.rungs) + 1
+                self.progress(f"rung {step}: {plan.recipe} for the [{brk.category}] break; re-tracing")
+                rung = Rung(step=step, break_id=brk.id, category=brk.category, gb_type=brk.gb_type, site=_site(brk),
+                            recipe=plan.recipe, patch=plan.patch, where=plan.where, result="", detail=applied)
+                out.rungs.append(rung)
+                try:
+                    new, new_brk = self._trace()
+                except TargetError as e:  # the patched target no longer runs eagerly
+                    patches.undo()
+                    tried.add((brk.id, plan.recipe))
+                    rung.result, rung.detail = "rejected", f"{applied}. The patched target fails eagerly: {e}"
+                    continue
+                out.traces.append(new)
+                if plan.recipe == "compiler-disable" and not new.ok:
+                    rung.result = "rejected"
+                    rung.detail = f"{applied}. {self._trap_detail(new, new_brk)}"
+                    patches.undo()
+                    self.ctx.trap_done = f"rung {step}"
+                    tried.add((brk.id, plan.recipe))
+                    continue
+                if new.ok:
+                    rung.result = "fullgraph ok"
+                    self.kept.append(patches)
+                    result, brk = new, None
+                    continue
+                if new_brk is not None and new_brk.id == brk.id:
+                    rung.result = "rejected"
+                    rung.detail = f"{applied}. The same break is still the first failure; change undone."
+                    patches.undo()
+                    tried.add((brk.id, plan.recipe))
+                    continue
                 self.kept.append(patches)
-                result, brk = new, None
-                continue
-            if new_brk is not None and new_brk.id == brk.id:
-                rung.result = "rejected"
-                rung.detail = f"{applied}. The same break is still the first failure; change undone."
-                patches.undo()
-                tried.add((brk.id, plan.recipe))
-                continue
-            self.kept.append(patches)
-            if new.crashed or new_brk is None:
-                rung.result = "removed"
-                rung.detail = f"{applied}. The break is gone, but the re-trace crashed: {new.error}"
+                if new.crashed or new_brk is None:
+                    rung.result = "removed"
+                    rung.detail = f"{applied}. The break is gone, but the re-trace crashed: {new.error}"
+                    result, brk = new, new_brk
+                    continue
+                rung.result = "next failure"
+                rung.detail = f"{applied}. Next: [{new_brk.category}] {new_brk.gb_type} at {_site(new_brk)}"
                 result, brk = new, new_brk
-                continue
-            rung.result = "next failure"
-            rung.detail = f"{applied}. Next: [{new_brk.category}] {new_brk.gb_type} at {_site(new_brk)}"
-            result, brk = new, new_brk
+            except BaseException:
+                if patches not in self.kept:
+                    patches.undo()
+                raise
         if out.ok and real:
             out.outputs_equal = self._check_outputs(expected)
             if out.rungs:
                 last = out.rungs[-1]
-                last.detail += "; compiled outputs equal eager outputs" if out.outputs_equal \
-                    else "; compiled outputs DIFFER from eager outputs"
+                last.detail += {True: "; compiled outputs equal eager outputs",
+                                False: "; compiled outputs DIFFER from eager outputs",
+                                None: "; the compiled run failed, outputs not compared"}[out.outputs_equal]
         return out
 
     def _trap_detail(self, new: capture.ModeResult, new_brk: Break | None) -> str:
@@ -211,11 +223,15 @@ class FixSession:
                 f"CUDA graphs) forbids graph breaks. Explain mode (fullgraph=False) {ran}. Change undone; "
                 f"a custom op is the fix that keeps one graph.")
 
-    def _check_outputs(self, expected: Any) -> bool:
+    def _check_outputs(self, expected: Any) -> bool | None:
+        """Compiled outputs == eager outputs; None when the compiled run fails."""
         compiled = torch.compile(self.target.fn, fullgraph=True, backend="eager")
         try:
             with contextlib.redirect_stdout(sys.stderr):
                 got = compiled(*self.target.args, **self.target.kwargs)
+        except Exception as e:
+            self.progress(f"the fixed target fails when compiled for real: {type(e).__name__}: {e}")
+            return None
         finally:
             torch._dynamo.reset()
         return _same(got, expected)
