@@ -6,11 +6,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
 
 from graphbreak_doctor import cli
 from graphbreak_doctor.analysis.classify import CATEGORIES
-from graphbreak_doctor.diagnose import environment
+from graphbreak_doctor.diagnose import environment, modes_for
 from graphbreak_doctor.findings import Findings
 from graphbreak_doctor.gate import baseline as baselines
 from graphbreak_doctor.gate.policy import FULLGRAPH_MODES, GateReport, Policy, evaluate
@@ -91,15 +90,6 @@ def _baseline_without_action(args: argparse.Namespace) -> int:
     raise cli.UsageError("choose an action: baseline write")
 
 
-def _json_path(option: str, stem: str, many: bool) -> Path:
-    """Same rules as `trace --json`: auto -> reports/<stem>.json; a PATH with
-    several targets gets the stem appended."""
-    if option == "auto":
-        return cli.REPORTS / f"{stem}.json"
-    path = Path(option)
-    return path.with_name(f"{path.stem}-{stem}.json") if many else path
-
-
 def _baseline(args: argparse.Namespace) -> baselines.Baseline | None:
     if not args.baseline:
         return None
@@ -114,7 +104,7 @@ def _baseline(args: argparse.Namespace) -> baselines.Baseline | None:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    if args.require_fullgraph and not any(m in FULLGRAPH_MODES for m in _modes(args.mode)):
+    if args.require_fullgraph and not any(m in FULLGRAPH_MODES for m in modes_for(args.mode)):
         raise cli.UsageError(f"--require-fullgraph needs a fullgraph mode, not --mode {args.mode}")
     policy = Policy(
         require_fullgraph=args.require_fullgraph,
@@ -149,14 +139,10 @@ def cmd_check(args: argparse.Namespace) -> int:
     return cli.EXIT_OK if report.passed else cli.EXIT_GATE
 
 
-def _modes(mode: str) -> list[str]:
-    return ["explain", "fullgraph"] if mode == "both" else [mode]
-
-
 def _write_outputs(args: argparse.Namespace, results: list[tuple[str, Findings]], report: GateReport) -> None:
     if args.json:
         for stem, findings in results:
-            path = _json_path(args.json, stem, len(results) > 1)
+            path = cli.output_path(args.json, stem, len(results), ".json")
             write_atomic(path, findings.to_json())
             print(f"JSON findings written to {path}")
     if args.junit:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from graphbreak_doctor.analysis.classify import CATEGORIES
 from graphbreak_doctor.findings import Break, Findings
+from graphbreak_doctor.render import counted as _n
 from graphbreak_doctor.gate.baseline import BaselineEntry, TargetBaseline
 
 FULLGRAPH_MODES = ("fullgraph", "piecewise")
@@ -121,10 +122,6 @@ class GateReport:
     @property
     def crashed(self) -> bool:
         return any(t.crashed for t in self.targets)
-
-
-def _n(count: int, noun: str) -> str:
-    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def evaluate(name: str, findings: Findings, policy: Policy, baseline: TargetBaseline | None = None) -> TargetResult:

@@ -7,6 +7,11 @@ import tempfile
 from pathlib import Path
 
 
+def counted(count: int, noun: str, plural: str | None = None) -> str:
+    """'1 break', '3 breaks'."""
+    return f"{count} {noun if count == 1 else (plural or noun + 's')}"
+
+
 def write_atomic(path: str | os.PathLike, text: str) -> Path:
     """Write a whole file or nothing: a crash never leaves a half-written report."""
     path = Path(path)

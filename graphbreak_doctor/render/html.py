@@ -32,7 +32,7 @@ from graphbreak_doctor.analysis.frames import short_path
 from graphbreak_doctor.analysis.group import call_graph, node_id
 from graphbreak_doctor.analysis.registry import doc_url
 from graphbreak_doctor.findings import Break, Findings, Frame
-from graphbreak_doctor.render import svg
+from graphbreak_doctor.render import counted as _plural, svg
 
 TEMPLATES = Path(__file__).with_name("templates")
 CONTEXT_LINES = 3
@@ -84,10 +84,6 @@ def _code_name(name: str) -> str:
     """'fn (/long/path/file.py:12)' as capture names decompiled code, with a short path."""
     m = _CODE_NAME.match(name)
     return f"{m['name']} ({short_path(m['file'])}:{m['line']})" if m else name
-
-
-def _plural(count: int, noun: str, plural: str | None = None) -> str:
-    return f"{count} {noun if count == 1 else (plural or noun + 's')}"
 
 
 def _slug(text: str) -> str:

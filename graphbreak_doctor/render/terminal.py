@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from graphbreak_doctor.analysis.frames import short_path as _short
 from graphbreak_doctor.findings import Findings
+from graphbreak_doctor.render import counted as _n
 
 
 def describe_target(findings: Findings) -> str:
@@ -22,10 +23,6 @@ def describe_device(findings: Findings) -> str:
     if d.get("emulated"):
         return f"{d.get('name')} (emulated {d.get('gpu', '')}, capability {d.get('capability', '?')})"
     return d.get("name", "?")
-
-
-def _n(count: int, noun: str) -> str:
-    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def render(findings: Findings) -> str:
