@@ -92,6 +92,17 @@ class Hazard:
 
 
 @dataclass
+class UnparsedEvent:
+    """A report of a break (live, or in an ingested log) the doctor could not
+    turn into a :class:`Break`. Never dropped silently: counted in the findings,
+    shown in the summary, and `check` fails (exit 3) while any is present."""
+
+    source: str
+    reason: str
+    excerpt: str = ""
+
+
+@dataclass
 class FullgraphVerdict:
     ran: bool = False
     ok: bool | None = None
@@ -166,6 +177,8 @@ class Findings:
     ladder: list[Rung] = field(default_factory=list)
     # Added after schema 1 shipped; older JSON without it loads as [].
     resume_code: list[DecompiledCode] = field(default_factory=list)
+    # Added after schema 1 shipped; older JSON without it loads as [].
+    unparsed_events: list[UnparsedEvent] = field(default_factory=list)
 
     def break_by_id(self, break_id: str) -> Break | None:
         return next((b for b in self.breaks if b.id == break_id), None)
