@@ -12,9 +12,16 @@ from typing import Any, Callable
 from graphbreak_doctor.analysis.build import build_findings
 from graphbreak_doctor.capture import run as capture
 from graphbreak_doctor.findings import Findings, JitRequest
-from graphbreak_doctor.targets import Target, TargetError, call_factory, load_factory
+from graphbreak_doctor.patching import UndoLog
+from graphbreak_doctor.targets import Target, TargetError
+from graphbreak_doctor.targets.provider import Selection
 
+# What --mode accepts; "both" is explain + fullgraph.
 MODE_CHOICES = ("explain", "fullgraph", "both", "piecewise")
+
+# Builds the target inside the device; process-global changes it needs for the
+# whole diagnosis go through the log.
+Build = Callable[[UndoLog], Target]
 
 
 def modes_for(mode: str) -> list[str]:
@@ -49,23 +56,28 @@ def device_context(name: str):
         yield device
 
 
+def selection_builder(selection: Selection, device: str) -> Build:
+    """How to build a provider's selected target (looked up by name)."""
+    from graphbreak_doctor.targets.registry import provider
+
+    chosen = provider(selection.provider)
+    return lambda log: chosen.build(selection, device, log)
+
+
 def diagnose(
-    build: Callable[[], Target],
+    build: Build,
     *,
     mode: str = "both",
     device: str = "sm120",
     progress: Callable[[str], None] = lambda _msg: None,
 ) -> Findings:
     """Trace the target ``build()`` returns (called inside the device) in each mode."""
-    with device_context(device) as dev:
+    with device_context(device) as dev, UndoLog() as log:
         progress("building the target")
-        target = build()
+        target = build(log)
         results = []
         current: list[capture.BreakEvent] = []
-        on_jit = _jit_hook(current)
-        previous_hook = getattr(dev, "on_jit", None)
-        if hasattr(dev, "on_jit"):
-            dev.on_jit = on_jit
+        dev.on_jit = _jit_hook(current)
         try:
             # The target's own prints go to stderr: stdout carries the summary.
             with contextlib.redirect_stdout(sys.stderr):
@@ -74,14 +86,12 @@ def diagnose(
                     current.clear()
                     results.append(capture.run(target, m, on_event=current.append))
         finally:
-            if hasattr(dev, "on_jit"):
-                dev.on_jit = previous_hook
-        jit = [JitRequest(name=r.name, action=r.action) for r in getattr(dev, "jit_requests", [])]
+            dev.on_jit = None
+        jit = [JitRequest(name=r.name, action=r.action) for r in dev.jit_requests]
         progress("analysing")
         return build_findings(
             results,
-            target={"spec": target.spec, **target.meta,
-                    **({"split_ops": list(target.split_ops)} if target.split_ops else {})},
+            target=target.info,
             environment=environment(),
             device=dev.describe(),
             jit_requests=_dedupe(jit),
@@ -108,6 +118,9 @@ def _dedupe(requests: list[JitRequest]) -> list[JitRequest]:
     return out
 
 
-def target_builder(spec: str) -> Callable[[], Target]:
-    factory = load_factory(spec)
-    return lambda: call_factory(spec, factory)
+def target_builder(spec: str) -> Build:
+    """How to build ``--target pkg.module:factory`` (the factory provider's build)."""
+    from graphbreak_doctor.targets.factory import PROVIDER
+
+    selection = Selection(PROVIDER.name, spec, {"spec": spec})
+    return lambda log: PROVIDER.build(selection, "", log)

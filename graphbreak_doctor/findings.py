@@ -17,6 +17,12 @@ from typing import Any
 
 SCHEMA_VERSION = 1
 
+# How a target is traced: every break (explain), the first hard failure as
+# torch.compile(fullgraph=True) sees it, or fullgraph split at registered ops
+# as SGLang's piecewise runner does.
+MODES = ("explain", "fullgraph", "piecewise")
+FULLGRAPH_MODES = ("fullgraph", "piecewise")
+
 @dataclass(frozen=True)
 class Frame:
     """One frame of a user stack, as Dynamo reports it."""
@@ -39,6 +45,33 @@ class Fix:
     summary: str
     detail: str
     snippet: str
+
+
+@dataclass
+class TargetInfo:
+    """What was traced, in terms every renderer can show without knowing the
+    model: a title, key shapes, notes, and the provider's other facts."""
+
+    # Where it came from ("glm5:dense:0", "fixtures.breaks.subprocess_call:target").
+    spec: str = ""
+    # The target provider that built it ("glm5", "factory", "call").
+    provider: str = ""
+    # One line for headings ("GLM-5 (GlmMoeDsaForCausalLM) dense layer 0").
+    title: str = ""
+    # Qualified name of the traced callable.
+    function: str = ""
+    # Key shapes, shown as "name=value" ("hidden_size": 6144, "tokens": 128).
+    shapes: dict[str, Any] = field(default_factory=dict)
+    # Sentences a reader should see next to the verdict.
+    notes: list[str] = field(default_factory=list)
+    # Everything else the provider records (config file, weight formats, calls).
+    facts: dict[str, Any] = field(default_factory=dict)
+    # Registered ops piecewise mode splits the graph at.
+    split_ops: list[str] = field(default_factory=list)
+
+    def display(self) -> str:
+        """The title, else the spec, else the function."""
+        return self.title or self.spec or self.function or "?"
 
 
 @dataclass
@@ -161,9 +194,23 @@ class Rung:
 
 
 @dataclass
+class FixOutcome:
+    """Where the fix ladder ended (see graphbreak_doctor.fix)."""
+
+    ok: bool = False
+    stopped: str = ""
+    # Recipes of the rungs that stayed applied, in order.
+    recipes: list[str] = field(default_factory=list)
+    steps: int = 0
+    max_steps: int = 0
+    # Real tensors only: do the fixed, compiled outputs equal eager outputs?
+    outputs_equal_eager: bool | None = None
+
+
+@dataclass
 class Findings:
     schema_version: int = SCHEMA_VERSION
-    target: dict[str, Any] = field(default_factory=dict)
+    target: TargetInfo = field(default_factory=TargetInfo)
     environment: dict[str, str] = field(default_factory=dict)
     device: dict[str, Any] = field(default_factory=dict)
     modes: list[str] = field(default_factory=list)
@@ -175,6 +222,7 @@ class Findings:
     root_causes: list[RootCause] = field(default_factory=list)
     jit_requests: list[JitRequest] = field(default_factory=list)
     ladder: list[Rung] = field(default_factory=list)
+    fix: FixOutcome | None = None
     # Added after schema 1 shipped; older JSON without it loads as [].
     resume_code: list[DecompiledCode] = field(default_factory=list)
     # Added after schema 1 shipped; older JSON without it loads as [].
@@ -197,34 +245,173 @@ class Findings:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Findings:
+        _expect(data, dict, "findings")
         version = data.get("schema_version")
         if version != SCHEMA_VERSION:
             raise ValueError(
                 f"findings schema version {version!r} is not supported "
                 f"(this graphbreak-doctor reads version {SCHEMA_VERSION})"
             )
-        return _build(cls, data)
+        return _build(cls, _upgrade(data))
 
     @classmethod
     def from_json(cls, text: str) -> Findings:
         return cls.from_dict(json.loads(text))
 
 
-def _build(tp: Any, value: Any) -> Any:
-    """Rebuild a value of type ``tp`` from its ``dataclasses.asdict`` form."""
-    if value is None:
-        return None
+def _upgrade(data: dict[str, Any]) -> dict[str, Any]:
+    """Findings written before ``target`` was a TargetInfo kept it as a free
+    dict: its other keys become facts, its ladder outcome the ``fix`` field."""
+    target = data.get("target")
+    if not isinstance(target, dict):
+        return data
+    known = {f.name for f in dataclasses.fields(TargetInfo)}
+    extra = {k: v for k, v in target.items() if k not in known}
+    if not extra:
+        return data
+    upgraded = dict(data)
+    fix = extra.pop("fix", None)
+    if isinstance(fix, dict) and "fix" not in data:
+        upgraded["fix"] = fix
+    upgraded["target"] = {**{k: v for k, v in target.items() if k in known},
+                          "facts": {**target.get("facts", {}), **extra}}
+    return upgraded
+
+
+def _build(tp: Any, value: Any, where: str = "findings") -> Any:
+    """Rebuild a value of type ``tp`` from its ``dataclasses.asdict`` form,
+    checking every field's type: a file of the wrong shape is a ValueError
+    here, not a crash in a renderer later."""
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
-        inner = [a for a in typing.get_args(tp) if a is not type(None)]
-        return _build(inner[0], value)
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _build(inner[0], value, where)
+    if tp is Any:
+        return value
     if origin is list:
+        _expect(value, list, where)
         (item,) = typing.get_args(tp)
-        return [_build(item, v) for v in value]
+        return [_build(item, v, f"{where}[{i}]") for i, v in enumerate(value)]
     if origin is dict:
+        _expect(value, dict, where)
         return dict(value)
     if dataclasses.is_dataclass(tp):
+        _expect(value, dict, where)
         hints = typing.get_type_hints(tp)
         names = {f.name for f in dataclasses.fields(tp)}
-        return tp(**{k: _build(hints[k], v) for k, v in value.items() if k in names})
+        required = [f.name for f in dataclasses.fields(tp)
+                    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+        missing = [n for n in required if n not in value]
+        if missing:
+            raise ValueError(f"{where}: missing field(s) {', '.join(missing)}")
+        return tp(**{k: _build(hints[k], v, f"{where}.{k}") for k, v in value.items() if k in names})
+    if tp is float:
+        _expect(value, (int, float), where)
+    elif tp is int:
+        _expect(value, int, where)
+    elif isinstance(tp, type):
+        _expect(value, tp, where)
     return value
+
+
+def _expect(value: Any, kind: type | tuple[type, ...], where: str) -> None:
+    # bool is an int in Python; a field declared int must not take true/false.
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
+        names = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
+        raise ValueError(f"{where}: expected {names}, got {type(value).__name__}")
+
+
+# --------------------------------------------------------------- the CI gate
+#
+# What `check` decided, per target and traced mode (graphbreak_doctor.gate
+# evaluates; renderers in graphbreak_doctor.render show it).
+
+
+@dataclass
+class BaselineEntry:
+    """One accepted break key (see graphbreak_doctor.gate.baseline)."""
+
+    category: str
+    package: str
+    qualname: str
+    gb_type: str
+    modes: list[str] = field(default_factory=list)
+    # Distinct breaks with this key and the times Dynamo hit them (hints only).
+    breaks: int = 1
+    count: int = 1
+    hint: str = ""
+
+    def key(self) -> tuple[str, str, str, str]:
+        return (self.category, self.package, self.qualname, self.gb_type)
+
+    def describe(self) -> str:
+        where = f" -- {self.hint}" if self.hint else ""
+        return f"[{self.category}] {self.qualname or '?'} ({self.package}): {self.gb_type}{where}"
+
+
+@dataclass
+class CheckFailure:
+    check: str
+    reason: str
+    breaks: list[Break] = field(default_factory=list)
+
+
+@dataclass
+class CaseResult:
+    """One target in one mode: a JUnit testcase."""
+
+    target: str
+    mode: str
+    counted: list[Break]
+    failures: list[CheckFailure] = field(default_factory=list)
+    crashed: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures and not self.crashed
+
+
+@dataclass
+class TargetResult:
+    name: str
+    findings: Findings
+    cases: list[CaseResult]
+    # Breaks that count (package filters) and the baseline's view of them.
+    counted: list[Break]
+    new: list[Break] = field(default_factory=list)
+    disappeared: list[BaselineEntry] = field(default_factory=list)
+    baseline_used: bool = False
+
+    @property
+    def crashed(self) -> bool:
+        """The diagnosis is not whole: the target crashed under Dynamo, or a
+        break report could not be parsed (the gate cannot vouch for it)."""
+        return self.findings.fullgraph.crashed or bool(self.findings.unparsed_events)
+
+    @property
+    def passed(self) -> bool:
+        return all(c.passed for c in self.cases)
+
+    def failing_breaks(self) -> list[Break]:
+        """Breaks that a failed check names, each once, in findings order."""
+        ids = {b.id for c in self.cases for f in c.failures for b in f.breaks}
+        return [b for b in self.findings.breaks if b.id in ids]
+
+
+@dataclass
+class GateReport:
+    device: str
+    targets: list[TargetResult]
+    # Context for the reader (a baseline written with other library versions).
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return all(t.passed for t in self.targets)
+
+    @property
+    def crashed(self) -> bool:
+        return any(t.crashed for t in self.targets)

@@ -18,16 +18,13 @@ from __future__ import annotations
 from typing import Any, Callable, Iterable
 
 from graphbreak_doctor.diagnose import diagnose
-from graphbreak_doctor.findings import Findings
+from graphbreak_doctor.findings import Findings, TargetInfo
 from graphbreak_doctor.gate.policy import Policy
-from graphbreak_doctor.gate.verdict import describe_break
+from graphbreak_doctor.render.gate_text import describe_break
 from graphbreak_doctor.targets import Target
+from graphbreak_doctor.targets.factory import callable_name
 
 __all__ = ["assert_fullgraph", "assert_no_graph_breaks", "diagnose_call"]
-
-
-def _name(fn: Callable[..., Any]) -> str:
-    return getattr(fn, "__qualname__", None) or type(fn).__name__
 
 
 def diagnose_call(fn: Callable[..., Any], *args: Any, device: str = "cpu", mode: str = "both", **kwargs: Any) -> Findings:
@@ -39,12 +36,13 @@ def _diagnose(fn: Callable[..., Any], args: tuple, kwargs: dict, device: str, mo
     # Arguments of fn travel as a tuple and a dict, so an fn with its own
     # `mode` or `device` keyword works with the assert_* helpers.
     module = getattr(fn, "__module__", None) or "?"
-    target = Target(fn=fn, args=args, kwargs=kwargs, spec=f"{module}:{_name(fn)}", meta={"function": _name(fn)})
-    return diagnose(lambda: target, mode=mode, device=device)
+    info = TargetInfo(spec=f"{module}:{callable_name(fn)}", provider="call", function=callable_name(fn))
+    target = Target(fn=fn, args=args, kwargs=kwargs, info=info)
+    return diagnose(lambda _log: target, mode=mode, device=device)
 
 
 def _crash_message(fn: Callable[..., Any], findings: Findings) -> str:
-    return (f"torch.compile crashed while tracing {_name(fn)} (this is not a graph break): "
+    return (f"torch.compile crashed while tracing {callable_name(fn)} (this is not a graph break): "
             f"{findings.fullgraph.error}")
 
 
@@ -78,7 +76,7 @@ def assert_no_graph_breaks(
     counted = [b for b in findings.breaks if policy.counts(b)]
     if counted:
         hits = sum(b.count for b in counted)
-        head = (f"torch.compile breaks the graph of {_name(fn)} (device {device}): "
+        head = (f"torch.compile breaks the graph of {callable_name(fn)} (device {device}): "
                 f"{len(counted)} distinct break{'s' if len(counted) != 1 else ''}, {hits} hit{'s' if hits != 1 else ''}")
         raise AssertionError("\n".join([head, *_breaks_message(findings, counted)]))
     return findings
@@ -96,7 +94,7 @@ def assert_fullgraph(fn: Callable[..., Any], *args: Any, device: str = "cpu", **
         raise AssertionError(_crash_message(fn, findings))
     if findings.fullgraph.ok:
         return findings
-    lines = [f"torch.compile({_name(fn)}, fullgraph=True) fails (device {device}): {findings.fullgraph.error}"]
+    lines = [f"torch.compile({callable_name(fn)}, fullgraph=True) fails (device {device}): {findings.fullgraph.error}"]
     first = findings.break_by_id(findings.fullgraph.break_id)
     if first is not None:
         lines.extend(describe_break(first, "    "))

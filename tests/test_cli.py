@@ -46,6 +46,7 @@ def test_bad_options_exit_2(cli, argv):
 
 def test_trace_prints_summary_and_writes_json(cli, tmp_path):
     out = tmp_path / "sub" / "findings.json"
+    out.parent.mkdir()
     result = cli("trace", "--target", "fixtures.breaks.subprocess_call:target", "--device", "cpu", "--json", str(out), "--no-html")
     assert result.returncode == 0, result.stderr
     assert "fullgraph: FAILED" in result.stdout

@@ -237,7 +237,7 @@ def _snapshot() -> dict:
         },
         "tables": [dict(t) for t in torch_surface.dynamo_tables()],
         "fake_mode": torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE),
-        "sinks": list(flashinfer_dry._sinks),
+        "sinks": list(flashinfer_dry.STATE.sinks),
     }
     if HAS_FLASHINFER:
         import tvm_ffi

@@ -15,7 +15,6 @@ from graphbreak_doctor.emulation import EmulatedDevice, flashinfer_dry, torch_su
 from test_emulation import (
     EMULATION_DIR,
     BreakLog,
-    HAS_FLASHINFER,
     _assert_same,
     _snapshot,
     explain_run,
@@ -181,7 +180,7 @@ def test_exit_restores_everything_after_the_moe_targets():
     before = _snapshot()
     before["cuda_device_variable"] = (CUDADeviceVariable._exchange_fn, CUDADeviceVariable._maybe_exchange_fn)
     before["bmm_pin"] = artifacts.CheckSumHash.TRTLLM_GEN_BMM
-    before["mirrors"] = list(flashinfer_dry._mirrors)
+    before["mirrors"] = list(flashinfer_dry.STATE.mirrors)
     import flashinfer.utils as fi_utils
 
     before["scratch"] = {n: len(getattr(fi_utils, n, ())) for n in flashinfer_dry._SCRATCH}
@@ -192,6 +191,6 @@ def test_exit_restores_everything_after_the_moe_targets():
     after = _snapshot()
     after["cuda_device_variable"] = (CUDADeviceVariable._exchange_fn, CUDADeviceVariable._maybe_exchange_fn)
     after["bmm_pin"] = artifacts.CheckSumHash.TRTLLM_GEN_BMM
-    after["mirrors"] = list(flashinfer_dry._mirrors)
+    after["mirrors"] = list(flashinfer_dry.STATE.mirrors)
     after["scratch"] = {n: len(getattr(fi_utils, n, ())) for n in flashinfer_dry._SCRATCH}
     _assert_same(before, after)

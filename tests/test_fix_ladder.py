@@ -13,7 +13,8 @@ import torch
 
 from graphbreak_doctor.diagnose import device_context, target_builder
 from graphbreak_doctor.findings import Findings
-from graphbreak_doctor.fix import OP_NAMESPACE, FixSession, fix
+from graphbreak_doctor.fix import FixSession, fix
+from graphbreak_doctor.patching import OP_NAMESPACE
 
 try:
     import flashinfer
@@ -52,8 +53,8 @@ def test_user_story_ladder_on_flashinfer_063():
     assert "torch.compiler.disable(flashinfer.fp4_quantize)" in trap.patch
     assert "@torch.library.custom_op" in custom.patch and "register_fake" in custom.patch
     assert "matches the 1 warm-up call(s)" in custom.detail  # catalogue fake == eager shapes
-    assert findings.target["fix"]["ok"] is True
-    assert findings.target["fix"]["recipes"] == ["hoist-subprocess", "hoist-filesystem", "wrap-custom-op"]
+    assert findings.fix.ok is True
+    assert findings.fix.recipes == ["hoist-subprocess", "hoist-filesystem", "wrap-custom-op"]
     # The verdict describes the target as it is; every rung's break is in the findings.
     assert findings.fullgraph.ok is False
     assert all(findings.break_by_id(r.break_id) is not None for r in findings.ladder)
@@ -64,14 +65,14 @@ def test_user_story_ladder_on_flashinfer_063():
 def test_registered_op_ladder_on_flashinfer_07x():
     findings = fix(target_builder(FP4_WRAPPER), device="sm120")
     assert _steps(findings) == [("subprocess", "use-registered-op", "fullgraph ok")]
-    assert findings.target["fix"]["recipes"] == ["use-registered-op"]
+    assert findings.fix.recipes == ["use-registered-op"]
     assert "torch.ops.flashinfer.fp4_quantize(" in findings.ladder[0].patch
 
 
 @pytest.mark.flashinfer
 def test_catalogue_fake_matches_flashinfer_under_fake_tensors():
     """The fp4_quantize fake gives the shapes the installed FlashInfer gives."""
-    from graphbreak_doctor.fix.catalogue import fp4_quantize_fake
+    from graphbreak_doctor.recipes.catalogue import fp4_quantize_fake
 
     with device_context("sm120"):
         for m, k, swizzled in ((128, 256, True), (7, 96, True), (33, 64, False)):
@@ -108,7 +109,7 @@ def test_every_patch_is_undone_and_nothing_on_disk_changes():
     originals = (flashinfer.fp4_quantize, cpp_ext.get_cuda_version)
 
     findings = fix(target_builder(FP4_WRAPPER), device="sm120")
-    assert findings.target["fix"]["ok"] and len(findings.ladder) >= 1
+    assert findings.fix.ok and len(findings.ladder) >= 1
 
     after = _attribute_snapshot(("flashinfer", "fixtures"))
     changed = sorted(k for k in before if k in after and after[k] != before[k] and k[1] != "__warningregistry__")
@@ -127,9 +128,9 @@ def test_glm5_dense_layer_ladder_ends_with_fullgraph_ok():
     from graphbreak_doctor.targets import glm5
 
     cfg = glm5.load_config(None)
-    findings = fix(lambda: glm5.build_layer("dense", config=cfg, tokens=128, device="sm120"), device="sm120")
+    findings = fix(lambda _log: glm5.build_layer("dense", config=cfg, tokens=128, device="sm120"), device="sm120")
     steps = _steps(findings)
-    assert findings.target["fix"]["ok"] is True, findings.target["fix"]
+    assert findings.fix.ok is True, findings.fix
     assert steps[-1][2] == "fullgraph ok"
     assert ("compiler-disable", "rejected") in [(r, res) for _, r, res in steps]
     if FLASHINFER.startswith("0.6."):
@@ -151,9 +152,9 @@ def test_fixed_function_gives_eager_outputs(name):
     module = importlib.import_module(f"fixtures.breaks.{name}")
     fn, args = module.target()
     expected = fn(*args)
-    from graphbreak_doctor.targets import Target
+    from graphbreak_doctor.targets import Target, TargetInfo
 
-    target = Target(fn, tuple(args), {}, spec=name)
+    target = Target(fn, tuple(args), {}, TargetInfo(spec=name))
     with FixSession(target) as session:
         outcome = session.climb()
         assert outcome.ok, outcome.stopped
@@ -174,13 +175,13 @@ def test_fixed_function_gives_eager_outputs(name):
 def test_no_recipe_in_the_traced_function_itself(name, category):
     findings = fix(target_builder(f"fixtures.breaks.{name}:target"), device="cpu")
     assert findings.ladder == []
-    assert findings.target["fix"]["ok"] is False
-    assert findings.target["fix"]["stopped"].startswith(f"no recipe applies to the [{category}] break")
+    assert findings.fix.ok is False
+    assert findings.fix.stopped.startswith(f"no recipe applies to the [{category}] break")
 
 
 def test_step_limit():
     findings = fix(target_builder("fixtures.breaks.compiler_disable:target"), device="cpu", max_steps=0)
-    assert findings.ladder == [] and "step limit (0)" in findings.target["fix"]["stopped"]
+    assert findings.ladder == [] and "step limit (0)" in findings.fix.stopped
 
 
 def test_cli_fix_json(cli, tmp_path):
@@ -192,7 +193,7 @@ def test_cli_fix_json(cli, tmp_path):
     findings = Findings.from_json(out.read_text())
     assert [(r.category, r.recipe, r.result) for r in findings.ladder] == [("subprocess", "hoist-subprocess", "fullgraph ok")]
     assert findings.ladder[0].where == "fixtures/breaks/subprocess_call.py:probe_version"
-    assert json.loads(out.read_text())["target"]["fix"]["outputs_equal_eager"] is True
+    assert json.loads(out.read_text())["fix"]["outputs_equal_eager"] is True
 
 
 def test_cli_fix_rejects_explain_mode(cli):

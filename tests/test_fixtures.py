@@ -108,9 +108,10 @@ def test_duplicates_are_merged_and_counted():
         x = x + len(probe_version())
         return x
 
-    from graphbreak_doctor.targets import Target
+    from graphbreak_doctor.targets import Target, TargetInfo
 
-    findings = diagnose(lambda: Target(thrice, (torch.ones(2),), spec="thrice"), mode="explain", device="cpu")
+    findings = diagnose(lambda _log: Target(thrice, (torch.ones(2),), {}, TargetInfo(spec="thrice")), mode="explain",
+                        device="cpu")
     assert len(findings.breaks) == 1
     assert findings.breaks[0].count == 3
     assert findings.breaks[0].category == "subprocess"

@@ -14,10 +14,11 @@ from pathlib import Path
 import junitparser
 import pytest
 
-from graphbreak_doctor.analysis.classify import CATEGORIES
+from graphbreak_doctor.analysis.categories import CATEGORIES
 from graphbreak_doctor.diagnose import diagnose, target_builder
 from graphbreak_doctor.gate import baseline as baselines
-from graphbreak_doctor.gate.policy import GateReport, Policy, evaluate
+from graphbreak_doctor.findings import GateReport
+from graphbreak_doctor.gate.policy import Policy, evaluate
 from graphbreak_doctor.render import junit, sarif
 
 from conftest import ROOT, run_cli

@@ -38,7 +38,7 @@ def _shape(t):
 
 def test_default_config_matches_glm5():
     cfg = glm5.load_config()
-    assert cfg.path.endswith("fixtures/models/glm5/config.json")
+    assert cfg.path.endswith("graphbreak_doctor/targets/glm5/configs/config.json")
     assert (cfg.hidden_size, cfg.intermediate_size, cfg.moe_intermediate_size) == (6144, 12288, 2048)
     assert (cfg.n_routed_experts, cfg.n_shared_experts, cfg.num_experts_per_tok) == (256, 1, 8)
     assert (cfg.q_lora_rank, cfg.kv_lora_rank, cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim) == (2048, 512, 192, 64, 256)
@@ -210,7 +210,7 @@ def test_moe_checkpoint_shapes(device, fused):
         assert _shape(ckpt[f"{p}.gate.weight"]) == ((256, 6144), BF16)
         assert _shape(ckpt[f"{p}.gate.e_score_correction_bias"]) == ((256,), FP32)
         kw = layer.mlp.kw
-        assert target.meta["shared_expert_fused"] is fused
+        assert target.info.facts["shared_expert_fused"] is fused
         if fused:
             # shared expert fused in as expert 257 (id 256)
             assert _shape(ckpt[f"{p}.shared_experts.w13_weight"]) == ((1, 4096, 3072), U8)
@@ -243,7 +243,7 @@ def test_tp_shards(tp):
     assert tuple(m["model.layers.3.mlp.experts.w13_weight"].shape) == (256, 2 * 2048 // tp, 3072)
     assert tuple(m["model.layers.3.mlp.experts.w2_weight"].shape) == (256, 6144, 2048 // tp // 2)
     assert tuple(m["model.layers.3.mlp.experts.w2_weight_scale"].shape) == (256, 6144, 2048 // tp // 16)
-    assert dense.meta["tp"] == tp and dense.meta["attention_heads_per_rank"] == 64 // tp
+    assert dense.info.shapes["tp"] == tp and dense.info.facts["attention_heads_per_rank"] == 64 // tp
     assert ops.ALL_REDUCE in dense.split_ops
 
 
@@ -265,7 +265,7 @@ def test_layer_runs_eagerly(kind, device):
     assert tuple(hidden.shape) == (64, 6144) and hidden.dtype == BF16
     assert tuple(residual.shape) == (64, 6144) and residual.dtype == BF16
     assert type(hidden).__name__ == "FakeTensor" and hidden.device.type == "cuda"
-    meta = target.meta
+    meta = {**target.info.shapes, **target.info.facts}
     assert meta["layer_kind"] == kind and meta["device"] == device
     assert meta["layer_index"] == (0 if kind == "dense" else 3)
     assert meta["flashinfer_version"] == flashinfer.__version__
@@ -281,6 +281,7 @@ def test_layer_runs_eagerly(kind, device):
         assert "trtllm_fp4_block_scale_moe" in calls and "cutlass_fused_moe" not in calls
     assert target.split_ops == (ops.MLA_ATTENTION,)
     json.dumps(meta)  # the findings carry it
+    assert target.info.title == f"GLM-5 (GlmMoeDsaForCausalLM) {kind} layer {meta['layer_index']}"
 
 
 @needs_emulation
@@ -293,9 +294,9 @@ def test_mm_fp4_backend_follows_sglang_and_installed_flashinfer():
 
     with EmulatedDevice("sm120"):
         t120 = glm5.build_layer("dense", device="sm120", tokens=8)
-    assert "backend='cutlass'" in "\n".join(t120.meta["flashinfer_calls"])
+    assert "backend='cutlass'" in "\n".join(t120.info.facts["flashinfer_calls"])
     has_backend = "backend" in inspect.signature(flashinfer.fp4_quantize).parameters
-    assert ("fp4_quantize(x, input_scale_inv, backend=" in "\n".join(t120.meta["flashinfer_calls"])) == has_backend
+    assert ("fp4_quantize(x, input_scale_inv, backend=" in "\n".join(t120.info.facts["flashinfer_calls"])) == has_backend
 
 
 @needs_emulation

@@ -178,7 +178,7 @@ def check_verdict(findings: Findings, doc: Element) -> None:
     assert f"({hits} hit" in doc.by_id("stat-breaks").text()
     assert squash(doc.by_id("stat-causes").text()).startswith(f"{len(findings.root_causes)} root cause")
     assert squash(doc.by_id("stat-graphs").text()).startswith(f"{findings.graph_count} graph")
-    assert findings.target["spec"] in text
+    assert findings.target.spec in text
     assert f"torch {findings.environment['torch']}" in text
     assert f"flashinfer {findings.environment['flashinfer'] or 'not installed'}" in text
     assert f"sglang {findings.environment['sglang'] or 'not installed'}" in text
@@ -408,18 +408,18 @@ def test_many_breaks_report_is_small_and_complete(tmp_path):
 
 
 def test_layer_meta_shows_in_the_banner(fixture_reports):
-    """GLM-5 layer targets carry their shapes and weight formats in target meta."""
+    """A target's title, shapes and facts (weight formats...) show in the banner."""
     findings, _page, _doc = fixture_reports["subprocess_call"]
     data = json.loads(findings.to_json())
     data["target"].update(
-        spec="glm5:dense:0", model="GLM-5 (GlmMoeDsaForCausalLM)", layer_kind="dense", layer_index=0,
-        hidden_size=6144, tokens=128, tp=1, weight_formats={"attention": "bf16", "mlp": "nvfp4 <e2m1>"},
-        flashinfer_notes=[],
+        spec="glm5:dense:0", title="GLM-5 (GlmMoeDsaForCausalLM) dense layer 0",
+        shapes={"hidden_size": 6144, "tokens": 128, "tp": 1},
+        facts={"weight_formats": {"attention": "bf16", "mlp": "nvfp4 <e2m1>"}, "flashinfer_notes": []},
     )
     doc = parse(html.render(Findings.from_dict(data)))
     assert "GLM-5 (GlmMoeDsaForCausalLM) dense layer 0" in squash(doc.find_all("h1")[0].text())
     facts = definitions(doc.by_id("verdict").find_all("dl", cls="facts")[0])
-    assert facts["hidden size"] == "6144" and facts["tokens"] == "128" and facts["tp"] == "1"
+    assert facts["shapes"] == "hidden_size=6144, tokens=128, tp=1"
     assert definitions(doc.by_id("verdict").find_all("dl", cls="nested")[0]) == {"attention": "bf16", "mlp": "nvfp4 <e2m1>"}
     assert "flashinfer notes" not in facts  # empty values are left out
 
@@ -448,6 +448,10 @@ def test_no_html(tmp_path, monkeypatch, capsys):
     assert gbd_cli.main(["trace", "--target", "fixtures.breaks.clean:target", "--device", "cpu", "--no-html"]) == 0
     assert "HTML report" not in capsys.readouterr().out
     assert not list(tmp_path.rglob("*.html"))
+    # A folder the user names must exist: nothing is traced or written otherwise.
+    assert gbd_cli.main(["trace", "--target", "fixtures.breaks.clean:target", "--device", "cpu", "--html", "x/r.html"]) == 2
+    assert "x/r.html: no such folder x" in capsys.readouterr().err
+    (tmp_path / "x").mkdir()
     assert gbd_cli.main(["trace", "--target", "fixtures.breaks.clean:target", "--device", "cpu", "--html", "x/r.html"]) == 0
     assert "HTML report written to x/r.html" in capsys.readouterr().out
     assert parse((tmp_path / "x" / "r.html").read_text()).by_id("verdict").attrs["data-state"] == "ok"

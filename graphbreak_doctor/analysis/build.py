@@ -4,15 +4,22 @@ from __future__ import annotations
 
 import hashlib
 
-from graphbreak_doctor.analysis.classify import classify, culprit_of, stdlib_module
-from graphbreak_doctor.analysis.fixes import call_to_fix, suggest
-from graphbreak_doctor.analysis.frames import actionable_frame, package_of
+from graphbreak_doctor.analysis.classify import classify, culprit_of
+from graphbreak_doctor.analysis.fixes import suggest
+from graphbreak_doctor.frames import actionable_frame, make_frame, package_of, stdlib_module
 from graphbreak_doctor.analysis.group import root_causes
 from graphbreak_doctor.analysis.registry import gb_id_for
 from graphbreak_doctor.capture.events import BreakEvent
 from graphbreak_doctor.capture.run import ModeResult
-from graphbreak_doctor.findings import Break, DecompiledCode, Findings, FullgraphVerdict, Hazard, JitRequest
-from graphbreak_doctor.analysis.frames import make_frame
+from graphbreak_doctor.findings import (
+    Break,
+    DecompiledCode,
+    Findings,
+    FullgraphVerdict,
+    Hazard,
+    JitRequest,
+    TargetInfo,
+)
 
 # Dynamo reports these when it cannot resume after an earlier break; they
 # belong to that break (the hint says so), not to a cause of their own.
@@ -27,7 +34,7 @@ def _new_break(event: BreakEvent) -> Break:
     msg = event.message
     culprit = culprit_of(msg.explanation, msg.context)
     stack = event.stack or ([event.site] if event.site else [])
-    category, _why = classify(event.gb_type, culprit, stack)
+    category = classify(event.gb_type, culprit, stack)
     actionable = actionable_frame(stack)
     site = event.site or make_frame("<unknown>", 0, "<unknown>")
     via = _via(stack, actionable) or culprit
@@ -46,7 +53,7 @@ def _new_break(event: BreakEvent) -> Break:
         stack=stack,
         count=0,
         modes=[],
-        fix=suggest(category, call_to_fix(category, via, culprit), actionable, stack),
+        fix=suggest(category, entry_call=via, culprit=culprit, actionable=actionable, stack=stack),
         reason=msg.context,
     )
 
@@ -103,7 +110,7 @@ def merge_events(results: list[ModeResult]) -> list[Break]:
 def build_findings(
     results: list[ModeResult],
     *,
-    target: dict,
+    target: TargetInfo,
     environment: dict,
     device: dict,
     jit_requests: list[JitRequest] | None = None,
@@ -127,6 +134,7 @@ def build_findings(
     findings.root_causes = root_causes(breaks)
     findings.jit_requests = jit_requests or []
     findings.resume_code = _decompiled(results)
+    findings.unparsed_events = [u for r in results for u in r.unparsed]
     return findings
 
 

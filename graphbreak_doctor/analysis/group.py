@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import networkx as nx
 
-from graphbreak_doctor.analysis.frames import is_changeable, package_of
+from graphbreak_doctor.frames import is_changeable, package_of
 from graphbreak_doctor.findings import Break, Frame, RootCause
 
 

@@ -19,7 +19,7 @@ import re
 import traceback
 from dataclasses import dataclass, field
 
-from graphbreak_doctor.analysis.frames import make_frame
+from graphbreak_doctor.frames import make_frame
 from graphbreak_doctor.findings import Frame
 
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")

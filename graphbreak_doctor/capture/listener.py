@@ -1,8 +1,8 @@
 """Listen to Dynamo's ``graph_breaks`` artifact logs.
 
 ``torch._dynamo.explain`` only reports breaks of frames that produce a graph.
-Dynamo logs every break it handles on three artifact loggers (fact 5 in the
-design notes). A handler on them sees each break as it is handled, and --
+Dynamo logs every break it handles on three artifact loggers (docs/design.md,
+"Where Dynamo reports breaks"). A handler on them sees each break as it is handled, and --
 because the loggers are called inside the ``except`` block that caught the
 ``Unsupported`` -- ``sys.exc_info()`` holds the exception itself, with its
 structured ``gb_type`` and message.
@@ -17,8 +17,10 @@ from typing import Callable
 
 import torch._dynamo.utils
 
-from graphbreak_doctor.analysis.frames import make_frame
+from graphbreak_doctor.frames import make_frame
 from graphbreak_doctor.capture.events import BreakEvent, parse_stack, parse_unsupported
+from graphbreak_doctor.findings import UnparsedEvent
+from graphbreak_doctor.patching import UndoLog
 
 LOGGERS = (
     "torch._dynamo.symbolic_convert.__graph_breaks",
@@ -31,7 +33,10 @@ _REASON = re.compile(r"Graph Break Reason: (?P<reason>.*)", re.S)
 
 
 class GraphBreakListener(logging.Handler):
-    """Collects :class:`BreakEvent` objects while installed (a context manager)."""
+    """Collects :class:`BreakEvent` objects while installed (a context manager).
+
+    A report it cannot parse is never dropped: it becomes an
+    :class:`UnparsedEvent` (``self.unparsed``) that the findings carry."""
 
     def __init__(self, mode: str, trim: Callable[[list], list], on_event: Callable[[BreakEvent], None] | None = None):
         super().__init__(level=logging.DEBUG)
@@ -39,31 +44,32 @@ class GraphBreakListener(logging.Handler):
         self.trim = trim
         self.on_event = on_event
         self.events: list[BreakEvent] = []
-        self._saved: list[tuple[logging.Logger, int, bool]] = []
+        self.unparsed: list[UnparsedEvent] = []
+        self._log: UndoLog | None = None
 
     def __enter__(self) -> GraphBreakListener:
+        self._log = UndoLog()
         for name in LOGGERS:
             logger = logging.getLogger(name)
-            self._saved.append((logger, logger.level, logger.propagate))
-            logger.setLevel(logging.DEBUG)
             # Keep Dynamo's own rendering of the breaks off the user's terminal.
-            logger.propagate = False
-            logger.addHandler(self)
+            self._log.configure_logger(logger, level=logging.DEBUG, propagate=False,
+                                       handlers=[*logger.handlers, self])
         return self
 
     def __exit__(self, *exc) -> None:
-        for logger, level, propagate in self._saved:
-            logger.removeHandler(self)
-            logger.setLevel(level)
-            logger.propagate = propagate
-        self._saved.clear()
+        if self._log is not None:
+            self._log.undo()
+            self._log = None
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
             event = self._event(record)
-        except Exception:  # never let analysis break Dynamo's own error handling
+        except Exception as e:  # never let analysis break Dynamo's own error handling
+            self._unparsed(record, f"{type(e).__name__}: {e}")
             return
-        if event is not None:
+        if event is None:
+            self._unparsed(record, "a repeated break without its location")
+        else:
             event.seq = len(self.events)
             self.events.append(event)
             if self.on_event is not None:
@@ -75,6 +81,15 @@ class GraphBreakListener(logging.Handler):
         reset = getattr(torch._dynamo.utils, "reset_graph_break_dup_checker", None)
         if reset is not None:
             reset()
+
+    def _unparsed(self, record: logging.LogRecord, reason: str) -> None:
+        try:
+            text = record.getMessage()
+        except Exception as e:  # the record's own arguments do not format
+            text = f"<unprintable log record: {type(e).__name__}>"
+        excerpt = "\n".join(text.splitlines()[:6])
+        self.unparsed.append(UnparsedEvent(source=f"{self.mode} mode, logger {record.name}", reason=reason,
+                                           excerpt=excerpt))
 
     def _event(self, record: logging.LogRecord) -> BreakEvent | None:
         text = record.getMessage()

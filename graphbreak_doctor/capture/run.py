@@ -24,7 +24,8 @@ import torch._dynamo
 
 from graphbreak_doctor.capture.events import BreakEvent, frames_from_summary, parse_stack, parse_unsupported, scrub
 from graphbreak_doctor.capture.listener import GraphBreakListener
-from graphbreak_doctor.findings import Frame, GraphInfo
+from graphbreak_doctor.findings import FULLGRAPH_MODES, Frame, GraphInfo, UnparsedEvent
+from graphbreak_doctor.patching import UndoLog
 from graphbreak_doctor.targets import Target, TargetError
 
 _HERE = __file__.removesuffix("c")
@@ -45,6 +46,8 @@ class ModeResult:
     graphs: list[GraphInfo] = field(default_factory=list)
     hazards: list[RawHazard] = field(default_factory=list)
     resume_code: list[tuple[str, str]] = field(default_factory=list)
+    # Break reports the listener could not parse (never dropped).
+    unparsed: list[UnparsedEvent] = field(default_factory=list)
     ok: bool | None = None
     error: str = ""
     crashed: bool = False
@@ -104,16 +107,11 @@ def _quiet_torch_logs():
     # flashinfer/jit/core.py builds its JIT logger directly (FlashInferJITLogger,
     # with a stderr and a file handler), so it is not in the logging registry.
     loggers += [getattr(m, "logger", None) for name, m in list(sys.modules.items()) if name.split(".", 1)[0] in _NOISY]
-    saved = []
-    for logger in {id(lg): lg for lg in loggers if isinstance(lg, logging.Logger)}.values():
-        if logger.handlers and not any(isinstance(h, GraphBreakListener) for h in logger.handlers):
-            saved.append((logger, logger.handlers))
-            logger.handlers = [logging.NullHandler()]
-    try:
+    with UndoLog() as log:
+        for logger in {id(lg): lg for lg in loggers if isinstance(lg, logging.Logger)}.values():
+            if logger.handlers and not any(isinstance(h, GraphBreakListener) for h in logger.handlers):
+                log.configure_logger(logger, handlers=[logging.NullHandler()])
         yield
-    finally:
-        for logger, handlers in saved:
-            logger.handlers = handlers
 
 
 _BREAK_WARNING = re.compile(r"^Dynamo does not know how to trace the builtin")
@@ -227,12 +225,12 @@ def _check_eager(target: Target) -> None:
 def run(target: Target, mode: str, *, decompile: bool = True, on_event: Callable[[BreakEvent], None] | None = None) -> ModeResult:
     """Trace ``target`` once in ``mode`` ('explain', 'fullgraph' or 'piecewise')."""
     result = ModeResult(mode=mode)
-    fullgraph = mode in ("fullgraph", "piecewise")
+    fullgraph = mode in FULLGRAPH_MODES
     split_ops = target.split_ops if mode == "piecewise" else ()
     listener = GraphBreakListener(mode, _trim_harness, on_event)
     with contextlib.ExitStack() as stack:
         if decompile:
-            stack.callback(torch._dynamo.convert_frame.register_bytecode_hook(_bytecode_hook(result)).remove)
+            stack.enter_context(UndoLog()).bytecode_hook(_bytecode_hook(result))
         stack.enter_context(_fresh_dynamo())
         stack.enter_context(_quiet_torch_logs())
         caught = stack.enter_context(warnings.catch_warnings(record=True))
@@ -252,7 +250,9 @@ def run(target: Target, mode: str, *, decompile: bool = True, on_event: Callable
                 result.ok, result.crashed = False, True
                 result.error = scrub(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
     if not fullgraph:
+        # In fullgraph modes the verdict comes from the exception itself.
         result.events[:0] = listener.events
+        result.unparsed = listener.unparsed
     result.hazards = _hazards(caught)
     return result
 

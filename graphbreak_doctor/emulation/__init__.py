@@ -8,25 +8,23 @@
 The emulation's own frames must never show up in a finding. Dynamo would
 compile any Python frame that runs while a compiled function executes -- the
 tvm-ffi loader and the audit hook of this package run inside FlashInfer's
-calls -- so this directory is put on Dynamo's skip list once, at import
-(`torch/_dynamo/trace_rules.py: add`). Nothing here is ever called directly
-from traced code except the `torch.cuda` replacements, which Dynamo finds in
-its own tables first (see torch_surface.py).
+calls -- so while an emulation is active this directory is on Dynamo's skip
+list (`torch/_dynamo/trace_rules.py: add`, through the emulation's undo log).
+Nothing here is ever called directly from traced code except the
+`torch.cuda` replacements, which Dynamo finds in its own tables first (see
+torch_surface.py).
 """
 
-from torch._dynamo import trace_rules as _trace_rules
-
-_trace_rules.add(__name__)
-
-from .device import EmulatedDevice  # noqa: E402
-from .flashinfer_dry import JitRequest  # noqa: E402
-from .presets import DEFAULT_DEVICE, PRESETS, DevicePreset, resolve_device  # noqa: E402
+from graphbreak_doctor.emulation.device import EmulatedDevice
+from graphbreak_doctor.emulation.flashinfer_dry import JitRecord
+from graphbreak_doctor.emulation.preset import DevicePreset
+from graphbreak_doctor.emulation.presets import DEFAULT_DEVICE, PRESETS, resolve_device
 
 __all__ = [
     "DEFAULT_DEVICE",
     "PRESETS",
     "DevicePreset",
     "EmulatedDevice",
-    "JitRequest",
+    "JitRecord",
     "resolve_device",
 ]

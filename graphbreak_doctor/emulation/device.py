@@ -7,10 +7,11 @@ from typing import Any, Callable, Optional
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from . import flashinfer_dry, torch_surface
-from .flashinfer_dry import JitRequest
-from .presets import DevicePreset, resolve_device
-from .undo import UndoLog
+from graphbreak_doctor.emulation import flashinfer_dry, torch_surface
+from graphbreak_doctor.emulation.flashinfer_dry import JitRecord
+from graphbreak_doctor.emulation.preset import DevicePreset
+from graphbreak_doctor.emulation.presets import resolve_device
+from graphbreak_doctor.patching import UndoLog
 
 
 class EmulatedDevice:
@@ -28,12 +29,12 @@ class EmulatedDevice:
     def __init__(
         self,
         device: Optional[str] = None,
-        on_jit: Optional[Callable[[JitRequest], None]] = None,
+        on_jit: Optional[Callable[[JitRecord], None]] = None,
     ) -> None:
         self.preset: DevicePreset = resolve_device(device)
         self.name = self.preset.name
         self.on_jit = on_jit
-        self.jit_requests: list[JitRequest] = []
+        self.jit_requests: list[JitRecord] = []
         self.fake_mode: Optional[FakeTensorMode] = None
         self._logs: list[UndoLog] = []
         self._modes: list[Optional[FakeTensorMode]] = []
@@ -47,9 +48,9 @@ class EmulatedDevice:
     def active(self) -> bool:
         return bool(self._logs)
 
-    def _record(self, action: str, name: str, path: str, exports: tuple) -> JitRequest:
-        request = JitRequest(
-            seq=flashinfer_dry._next_seq(),
+    def _record(self, action: str, name: str, path: str, exports: tuple) -> JitRecord:
+        request = JitRecord(
+            seq=flashinfer_dry.STATE.next_seq(),
             name=name,
             action=action,
             device=self.name,
@@ -71,6 +72,9 @@ class EmulatedDevice:
         mode: Optional[FakeTensorMode] = None
         try:
             if self.emulated:
+                # This package's frames (the audit hook, the dry loader) run
+                # inside calls Dynamo traces; Dynamo must never trace them.
+                log.dynamo_skip("graphbreak_doctor.emulation")
                 # FlashInfer computes arch-dependent state at import (jit/core.py
                 # current_compilation_context probes the device): import it
                 # while torch still answers for the real machine, so that what

@@ -24,7 +24,7 @@ import struct
 
 import torch
 
-from .undo import UndoLog
+from graphbreak_doctor.patching import UndoLog
 
 _REGISTER = "_ZN3c104impl19registerDeviceGuardENS_10DeviceTypeEPKNS0_24DeviceGuardImplInterfaceE"
 _FAKE_CUDA_VTABLE = "_ZTVN3c104impl13FakeGuardImplILNS_10DeviceTypeE1EEE"

@@ -39,6 +39,7 @@ are reported synchronously, while the call that caused them is executing.
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import dataclasses
 import functools
@@ -55,8 +56,8 @@ import threading
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from .presets import DevicePreset
-from .undo import UndoLog
+from graphbreak_doctor.emulation.preset import DevicePreset
+from graphbreak_doctor.patching import UndoLog
 
 SO_LOADER = "ffi.Module.load_from_file.so"
 _EXPORT_RE = re.compile(r"TVM_FFI_DLL_EXPORT_TYPED_FUNC\(\s*([A-Za-z_]\w*)\s*,")
@@ -64,7 +65,7 @@ _SYMBOL_PREFIX = "graphbreak_doctor_dry_"
 
 
 @dataclasses.dataclass(frozen=True)
-class JitRequest:
+class JitRecord:
     """One JIT step FlashInfer asked for while emulated: a build or a load."""
 
     seq: int  # global order, across devices and sessions
@@ -85,41 +86,57 @@ class JitRequest:
         }
 
 
-_seq = itertools.count(1)
-_lock = threading.Lock()
-# Active sinks, innermost last; each is a callable(action, name, path, exports).
-_sinks: list[Callable[..., JitRequest]] = []
+class DryJitState:
+    """What the dry JIT keeps for the life of the process, in one place.
+
+    Most of it cannot be undone by design: an audit hook cannot be removed, and
+    symbols in tvm-ffi's system library cannot be unregistered, so dry kernels
+    and answers are built once and reused. What an emulation adds while active
+    (a recorder, a mirror) is added and removed through its undo log."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.seq = itertools.count(1)
+        # Active recorders, innermost last; each is a callable(action, name, path, exports).
+        self.sinks: list[Callable[..., JitRecord]] = []
+        # Dry artifact repositories of active emulations (see install_artifact_mirror).
+        self.mirrors: list[str] = []
+        self.audit_installed = False
+        self.registered_symbols: set[str] = set()
+        self.prepared: dict[str, Any] = {}  # runner modules built by prepare_answers
+        self.answer_functions: dict[str, Any] = {}  # symbol -> (tvm_ffi.Function, ctypes callback)
+        self.converted: dict[Any, Any] = {}  # answer callable -> tvm_ffi.Function
+        self.stub_lock = threading.Lock()
+        self.stub_path: Optional[Path] = None
+
+    def next_seq(self) -> int:
+        with self.lock:
+            return next(self.seq)
+
+
+STATE = DryJitState()
 
 
 def flashinfer_installed() -> bool:
     return importlib.util.find_spec("flashinfer") is not None
 
 
-def _next_seq() -> int:
-    with _lock:
-        return next(_seq)
-
-
 # ---------------------------------------------------------------- recording
-
-
-# Dry artifact repositories of active emulations (see install_artifact_mirror).
-_mirrors: list[str] = []
 
 
 def _audit(event: str, args: tuple) -> None:
     # Installed once per process (audit hooks cannot be removed); inert unless
     # an emulation is active. Frames of this package are in Dynamo's skip list
     # (see __init__.py), so Dynamo never traces this hook.
-    if not _sinks:
+    if not STATE.sinks:
         return
-    if event == "shutil.copyfile" and _mirrors:
+    if event == "shutil.copyfile" and STATE.mirrors:
         # flashinfer/jit/cubin_loader.py download_file: a repository that is a
         # local directory is "downloaded from" with shutil.copy.
         src, dst = str(args[0]), str(args[1])
-        for mirror in _mirrors:
+        for mirror in STATE.mirrors:
             if src.startswith(mirror):
-                _sinks[-1]("download", src[len(mirror):].lstrip("/"), dst, ())
+                STATE.sinks[-1]("download", src[len(mirror):].lstrip("/"), dst, ())
                 return
         return
     if event != "subprocess.Popen":
@@ -131,18 +148,14 @@ def _audit(event: str, args: tuple) -> None:
     if not argv or os.path.basename(str(argv[0])) != "ninja" or "-C" not in argv:
         return
     build_dir = str(argv[argv.index("-C") + 1])
-    _sinks[-1]("build", os.path.basename(build_dir.rstrip("/")), build_dir, ())
-
-
-_audit_installed = False
+    STATE.sinks[-1]("build", os.path.basename(build_dir.rstrip("/")), build_dir, ())
 
 
 def _install_audit_hook() -> None:
-    global _audit_installed
-    with _lock:
-        if not _audit_installed:
+    with STATE.lock:
+        if not STATE.audit_installed:
             sys.addaudithook(_audit)
-            _audit_installed = True
+            STATE.audit_installed = True
 
 
 # ------------------------------------------------------------- dry kernels
@@ -158,7 +171,6 @@ def _no_op_kernel(handle, args, num_args, result):  # noqa: ARG001
 
 
 _NO_OP = _SAFE_CALL(_no_op_kernel)  # kept alive for the life of the process
-_registered_symbols: set[str] = set()
 
 
 @functools.cache
@@ -210,13 +222,10 @@ _CUTLASS_MOE_RUNNER = {
 }
 
 
-_prepared: dict[str, Any] = {}
-
-
 def _cutlass_moe_init(*args: Any) -> Any:
     # Built by prepare_answers() before any trace: nothing here may run
     # tvm_ffi's (traceable) Python while Dynamo is active.
-    return _prepared["fused_moe_runner"]
+    return STATE.prepared["fused_moe_runner"]
 
 
 # (JitSpec name pattern, export) -> answer; an answer of None is a no-op.
@@ -233,16 +242,14 @@ def answers_for(name: str, exports: tuple[str, ...]) -> dict[str, Callable[..., 
     return out
 
 
-_answer_functions: dict[str, Any] = {}  # symbol -> (tvm_ffi.Function, ctypes callback)
-_converted: dict[Any, Any] = {}  # answer callable -> tvm_ffi.Function
 
 
 def _as_function(answer: Callable[..., Any]) -> Any:
-    function = _converted.get(answer)
+    function = STATE.converted.get(answer)
     if function is None:
         import tvm_ffi
 
-        function = _converted[answer] = tvm_ffi.convert(answer)
+        function = STATE.converted[answer] = tvm_ffi.convert(answer)
     return function
 
 
@@ -250,14 +257,14 @@ def prepare_answers() -> None:
     """Convert every answer and build the runner modules, once per process,
     when the emulation is entered: the dry loader runs inside FlashInfer calls
     that Dynamo may be tracing, and must then only use what exists already."""
-    with _lock:
+    with STATE.lock:
         for _pattern, _export, answer in ANSWERS:
             _as_function(answer)
         for answer in _CUTLASS_MOE_RUNNER.values():
             if answer is not None:
                 _as_function(answer)
-    if "fused_moe_runner" not in _prepared:
-        _prepared["fused_moe_runner"] = dry_module(
+    if "fused_moe_runner" not in STATE.prepared:
+        STATE.prepared["fused_moe_runner"] = dry_module(
             "fused_moe_runner", tuple(_CUTLASS_MOE_RUNNER), _CUTLASS_MOE_RUNNER
         )
 
@@ -278,7 +285,7 @@ def _answer_symbol(symbol: str, answer: Callable[..., Any]) -> Any:
         return lib.TVMFFIFunctionCall(handle, args, num_args, result)
 
     callback = _SAFE_CALL(forward)
-    _answer_functions[symbol] = (function, callback)
+    STATE.answer_functions[symbol] = (function, callback)
     return callback
 
 
@@ -300,7 +307,7 @@ def dry_module(
     lib = _tvm_ffi_c_api()
     for export in exports:
         symbol = f"__tvm_ffi_{prefix}{export}"
-        if symbol not in _registered_symbols:
+        if symbol not in STATE.registered_symbols:
             answer = answers.get(export)
             entry = _NO_OP if answer is None else _answer_symbol(symbol, answer)
             rc = lib.TVMFFIEnvModRegisterSystemLibSymbol(
@@ -308,7 +315,7 @@ def dry_module(
             )
             if rc != 0:
                 raise RuntimeError(f"tvm-ffi refused the dry kernel symbol {symbol}")
-            _registered_symbols.add(symbol)
+            STATE.registered_symbols.add(symbol)
     return tvm_ffi.system_lib(prefix)
 
 
@@ -330,15 +337,12 @@ _CUBIN_LOADER_STUB = r"""
 void FlashInferSetCubinCallback(void (*callback)(const char*, const char*)) { (void)callback; }
 void FlashInferSetCurrentCubin(const char* binary, int size) { (void)binary; (void)size; }
 """
-_stub_lock = threading.Lock()
-_stub_path: Optional[Path] = None
 
 
 def _cubin_loader_stub() -> Path:
-    global _stub_path
-    with _stub_lock:
-        if _stub_path is not None and _stub_path.exists():
-            return _stub_path
+    with STATE.stub_lock:
+        if STATE.stub_path is not None and STATE.stub_path.exists():
+            return STATE.stub_path
         import subprocess
 
         compiler = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc") or shutil.which("clang")
@@ -348,6 +352,8 @@ def _cubin_loader_stub() -> Path:
                 "(cubin loader) needs a host C compiler (cc/gcc/clang) on PATH"
             )
         out_dir = Path(tempfile.mkdtemp(prefix="graphbreak-doctor-stub-"))
+        # Built once per process and kept while it runs; removed when it exits.
+        atexit.register(shutil.rmtree, out_dir, True)
         source = out_dir / "cubin_loader_stub.c"
         source.write_text(_CUBIN_LOADER_STUB)
         library = out_dir / "libcubin_loader_stub.so"
@@ -356,7 +362,7 @@ def _cubin_loader_stub() -> Path:
             check=True,
             capture_output=True,
         )
-        _stub_path = library
+        STATE.stub_path = library
         return library
 
 
@@ -380,8 +386,8 @@ def _dry_load(path: str, fmt: str = "so") -> Any:  # noqa: ARG001
     if _opens_cubin_loader(sources) and not Path(path).exists():
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(_cubin_loader_stub(), path)
-    if _sinks:
-        _sinks[-1]("load", name, str(path), exports)
+    if STATE.sinks:
+        STATE.sinks[-1]("load", name, str(path), exports)
     return module
 
 
@@ -414,9 +420,16 @@ exit 0
 """
 
 
-def _cuda_archs(cuda: str) -> str:
-    archs = [75, 80, 86, 87, 89, 90, 100, 101, 103, 120, 121]
-    return " ".join(str(a) for a in archs)
+# What `nvcc --list-gpu-arch` of CUDA 12.9 lists; every registered GPU's
+# architecture is added, so a new device preset is listed too.
+_NVCC_ARCHS = (75, 80, 86, 87, 89, 90, 100, 101, 103, 120, 121)
+
+
+def _cuda_archs() -> str:
+    from graphbreak_doctor.emulation.presets import emulated_presets
+
+    archs = set(_NVCC_ARCHS) | {p.major * 10 + p.minor for p in emulated_presets()}
+    return " ".join(str(a) for a in sorted(archs))
 
 
 def _write_exe(path: Path, text: str) -> None:
@@ -431,7 +444,7 @@ def make_toolkit(root: Path, preset: DevicePreset) -> Path:
     _write_exe(
         cuda_home / "bin" / "nvcc",
         _NVCC.replace("{cuda}", preset.cuda or "12.9").replace(
-            "{archs}", _cuda_archs(preset.cuda or "12.9")
+            "{archs}", _cuda_archs()
         ),
     )
     _write_exe(cuda_home / "bin" / "ninja", _NINJA)
@@ -441,6 +454,13 @@ def make_toolkit(root: Path, preset: DevicePreset) -> Path:
 # ------------------------------------------------------------ installation
 
 
+def _is_functools_cache(value: Any) -> bool:
+    # An isinstance check, not hasattr: some FlashInfer globals are lazy
+    # library handles whose __getattr__ raises (flashinfer.comm.cuda_ipc's
+    # libcudart wrapper when no CUDA runtime is loaded).
+    return isinstance(value, functools._lru_cache_wrapper)
+
+
 def _flashinfer_caches() -> list[Any]:
     """functools caches at module level in FlashInfer (and in its classes)."""
     caches = []
@@ -448,12 +468,10 @@ def _flashinfer_caches() -> list[Any]:
         if mod is None or not (mod_name == "flashinfer" or mod_name.startswith("flashinfer.")):
             continue
         for value in list(vars(mod).values()):
-            if hasattr(value, "cache_clear") and hasattr(value, "__wrapped__"):
+            if _is_functools_cache(value):
                 caches.append(value)
             elif isinstance(value, type) and value.__module__ == mod_name:
-                for attr in list(vars(value).values()):
-                    if hasattr(attr, "cache_clear") and hasattr(attr, "__wrapped__"):
-                        caches.append(attr)
+                caches.extend(attr for attr in list(vars(value).values()) if _is_functools_cache(attr))
     return caches
 
 
@@ -479,7 +497,7 @@ def import_flashinfer() -> Optional[Any]:
 def install(
     preset: DevicePreset,
     log: UndoLog,
-    sink: Callable[..., JitRequest],
+    sink: Callable[..., JitRecord],
 ) -> dict:
     """Make FlashInfer see `preset` and run its JIT dry. Returns facts for describe()."""
     flashinfer = import_flashinfer()
@@ -541,8 +559,8 @@ def install(
     install_artifact_mirror(root, log)
     _keep_scratch_buffers(log)
 
-    _sinks.append(sink)
-    log.call_on_undo(lambda: _sinks.remove(sink))
+    STATE.sinks.append(sink)
+    log.call_on_undo(lambda: STATE.sinks.remove(sink))
 
     return {
         "flashinfer": getattr(flashinfer, "__version__", None),
@@ -655,8 +673,8 @@ def install_artifact_mirror(root: Path, log: UndoLog) -> None:
             log.setattr(mod, "FLASHINFER_CUBIN_DIR", cache)
     log.setenv("FLASHINFER_CUBINS_REPOSITORY", repository)
     log.setenv("FLASHINFER_CUBIN_DIR", str(cache))
-    _mirrors.append(str(mirror))
-    log.call_on_undo(lambda: _mirrors.remove(str(mirror)))
+    STATE.mirrors.append(str(mirror))
+    log.call_on_undo(lambda: STATE.mirrors.remove(str(mirror)))
 
 
 # flashinfer/utils.py keeps scratch buffers and memory pools in module-level

@@ -46,9 +46,9 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from .presets import GIB, KIB, DevicePreset
+from graphbreak_doctor.emulation.preset import GIB, KIB, DevicePreset
 from . import device_guard
-from .undo import UndoLog
+from graphbreak_doctor.patching import UndoLog
 
 
 def device_properties(preset: DevicePreset) -> Any:

@@ -2,11 +2,10 @@
 
     findings = fix(build, device="sm120")      # findings.ladder: one Rung per step
 
-Monkeypatching happens here (patches.py) and in emulation/ only, always as a
-context manager that restores what it touched; nothing on disk is modified.
+The recipes live in graphbreak_doctor.recipes; every patch goes through a
+graphbreak_doctor.patching.PatchSet and is undone; nothing on disk is modified.
 """
 
 from graphbreak_doctor.fix.ladder import DEFAULT_STEPS, FixSession, LadderOutcome, fix
-from graphbreak_doctor.fix.patches import OP_NAMESPACE, PatchSet
 
-__all__ = ["DEFAULT_STEPS", "FixSession", "LadderOutcome", "OP_NAMESPACE", "PatchSet", "fix"]
+__all__ = ["DEFAULT_STEPS", "FixSession", "LadderOutcome", "fix"]

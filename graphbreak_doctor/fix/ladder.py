@@ -1,13 +1,13 @@
 """The fix ladder: trace, fix the first hard failure, re-trace, repeat.
 
 Each rung takes the break fullgraph mode stops at, picks the first recipe of
-its category's chain that applies (recipes.CHAINS), makes the change in this
-process (a PatchSet), and traces again with real Dynamo. A change that does
-not remove its break is undone and recorded as rejected; so is
-``torch.compiler.disable``, which is only tried to show that fullgraph forbids
-the graph break it creates (explain mode is traced too, to show it runs
-there). The ladder ends when fullgraph succeeds, no recipe applies, or the
-step limit is reached; every patch is undone when the session exits.
+its category's ladder (analysis/categories) that fits, makes the change in
+this process (a PatchSet), and traces again with real Dynamo. A change that
+does not remove its break is undone and recorded as rejected; so is every
+demonstration recipe (``torch.compiler.disable``), which is only tried to
+show that fullgraph forbids what it does. The ladder ends when fullgraph
+succeeds, no recipe applies, or the step limit is reached; every patch is
+undone when the session exits.
 """
 
 from __future__ import annotations
@@ -19,11 +19,13 @@ from typing import Any, Callable
 
 import torch
 
+from graphbreak_doctor import recipes
+from graphbreak_doctor.analysis import categories
 from graphbreak_doctor.analysis.build import build_findings
 from graphbreak_doctor.capture import run as capture
-from graphbreak_doctor.findings import Break, Findings, FullgraphVerdict, Rung
-from graphbreak_doctor.fix import recipes
-from graphbreak_doctor.fix.patches import PatchSet
+from graphbreak_doctor.findings import FULLGRAPH_MODES, Break, Findings, FixOutcome, FullgraphVerdict, Rung, TargetInfo
+from graphbreak_doctor.patching import PatchSet, UndoLog
+from graphbreak_doctor.recipes.common import break_site, has_fake_tensor
 from graphbreak_doctor.targets import Target, TargetError
 
 DEFAULT_STEPS = 10
@@ -44,16 +46,6 @@ class LadderOutcome:
     def recipes(self) -> list[str]:
         """Recipes of the rungs that stayed applied, in order."""
         return [r.recipe for r in self.rungs if r.result != "rejected"]
-
-
-def _is_fake(value: Any) -> bool:
-    from torch._subclasses.fake_tensor import FakeTensor
-
-    if isinstance(value, (list, tuple)):
-        return any(_is_fake(v) for v in value)
-    if isinstance(value, dict):
-        return any(_is_fake(v) for v in value.values())
-    return isinstance(value, FakeTensor)
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -79,14 +71,14 @@ class FixSession:
 
     def __init__(self, target: Target, *, mode: str = "fullgraph", max_steps: int = DEFAULT_STEPS,
                  progress: Callable[[str], None] = lambda _m: None) -> None:
-        if mode not in ("fullgraph", "piecewise"):
+        if mode not in FULLGRAPH_MODES:
             raise ValueError(f"the fix ladder climbs fullgraph failures; mode must be fullgraph or piecewise, got {mode!r}")
         self.target = target
         self.mode = mode
         self.max_steps = max_steps
         self.progress = progress
         self.kept: list[PatchSet] = []
-        self.ctx = recipes.FixContext(warm_up=self._warm_up)
+        self.ctx = recipes.FixContext(warm_up=self._warm_up, trace=self._trace)
 
     # -------------------------------------------------------------- plumbing
 
@@ -98,28 +90,29 @@ class FixSession:
         mode = mode or self.mode
         with contextlib.redirect_stdout(sys.stderr):
             result = capture.run(self.target, mode, decompile=False)
-        findings = build_findings([result], target={}, environment={}, device={})
+        findings = build_findings([result], target=TargetInfo(), environment={}, device={})
         if mode == "explain":
             return result, None
         return result, findings.break_by_id(findings.fullgraph.break_id)
 
-    def _choose(self, brk: Break, tried: set) -> tuple[recipes.Plan | None, list[str]]:
+    def _choose(self, brk: Break, tried: set) -> tuple[recipes.Recipe | None, recipes.Plan | None, list[str]]:
         reasons = []
-        for name in recipes.candidates(brk):
-            if (brk.id, name) in tried:
+        for name in categories.get(brk.category).ladder:
+            recipe = recipes.get(name)
+            if (brk.id, name) in tried or recipe.plan is None:
                 continue
             try:
-                return recipes.RECIPES[name](brk, self.ctx), reasons
+                return recipe, recipe.plan(brk, self.ctx), reasons
             except recipes.NotApplicable as e:
                 tried.add((brk.id, name))
                 reasons.append(f"{name}: {e}")
-        return None, reasons
+        return None, None, reasons
 
     # ---------------------------------------------------------------- ladder
 
     def climb(self) -> LadderOutcome:
         out = LadderOutcome()
-        real = not _is_fake((self.target.args, self.target.kwargs))
+        real = not has_fake_tensor((self.target.args, self.target.kwargs))
         expected = None
         if real:
             with contextlib.redirect_stdout(sys.stderr):
@@ -138,10 +131,10 @@ class FixSession:
             if len(out.rungs) >= self.max_steps:
                 out.stopped = f"step limit ({self.max_steps}) reached at the [{brk.category}] break"
                 break
-            plan, reasons = self._choose(brk, tried)
-            if plan is None:
+            recipe, plan, reasons = self._choose(brk, tried)
+            if recipe is None or plan is None:
                 why = "; ".join(reasons) if reasons else f"no recipe for the {brk.category} category"
-                out.stopped = f"no recipe applies to the [{brk.category}] break at {_site(brk)}: {why}"
+                out.stopped = f"no recipe applies to the [{brk.category}] break at {break_site(brk)}: {why}"
                 break
             patches = PatchSet(plan.recipe)
             # A patch is undone on every way out of this rung that does not keep it,
@@ -149,13 +142,13 @@ class FixSession:
             try:
                 try:
                     applied = plan.apply(patches)
-                except recipes.NotApplicable as e:
+                except recipes.NotApplicable:
                     patches.undo()
                     tried.add((brk.id, plan.recipe))
                     continue
                 step = len(out.rungs) + 1
                 self.progress(f"rung {step}: {plan.recipe} for the [{brk.category}] break; re-tracing")
-                rung = Rung(step=step, break_id=brk.id, category=brk.category, gb_type=brk.gb_type, site=_site(brk),
+                rung = Rung(step=step, break_id=brk.id, category=brk.category, gb_type=brk.gb_type, site=break_site(brk),
                             recipe=plan.recipe, patch=plan.patch, where=plan.where, result="", detail=applied)
                 out.rungs.append(rung)
                 try:
@@ -166,9 +159,10 @@ class FixSession:
                     rung.result, rung.detail = "rejected", f"{applied}. The patched target fails eagerly: {e}"
                     continue
                 out.traces.append(new)
-                if plan.recipe == "compiler-disable" and not new.ok:
+                if recipe.demonstration:
                     rung.result = "rejected"
-                    rung.detail = f"{applied}. {self._trap_detail(new, new_brk)}"
+                    why = plan.judge(new, new_brk) if plan.judge else "A demonstration only; change undone."
+                    rung.detail = f"{applied}. {why}"
                     patches.undo()
                     self.ctx.trap_done = f"rung {step}"
                     tried.add((brk.id, plan.recipe))
@@ -191,7 +185,7 @@ class FixSession:
                     result, brk = new, new_brk
                     continue
                 rung.result = "next failure"
-                rung.detail = f"{applied}. Next: [{new_brk.category}] {new_brk.gb_type} at {_site(new_brk)}"
+                rung.detail = f"{applied}. Next: [{new_brk.category}] {new_brk.gb_type} at {break_site(new_brk)}"
                 result, brk = new, new_brk
             except BaseException:
                 if patches not in self.kept:
@@ -205,23 +199,6 @@ class FixSession:
                                 False: "; compiled outputs DIFFER from eager outputs",
                                 None: "; the compiled run failed, outputs not compared"}[out.outputs_equal]
         return out
-
-    def _trap_detail(self, new: capture.ModeResult, new_brk: Break | None) -> str:
-        why = f"fullgraph=True: {new_brk.gb_type}" if new_brk else f"fullgraph=True: {new.error}"
-        try:
-            explain, _ = self._trace("explain")
-        except TargetError as e:
-            explain = capture.ModeResult(mode="explain", ok=False, error=f"the target does not run eagerly here ({e})")
-        if explain.ok:
-            ran = f"runs, {len(explain.graphs)} graph(s), the disabled call is a graph break"
-        elif explain.crashed:
-            ran = (f"crashed inside Dynamo ({explain.error}) -- not a graph break; `graphbreak-doctor trace "
-                   f"--mode explain` shows whether the target crashes there without this change too")
-        else:
-            ran = f"also fails: {explain.error}"
-        return (f"Rejected -- {why}: a disabled function is a graph break, and fullgraph (SGLang's piecewise "
-                f"CUDA graphs) forbids graph breaks. Explain mode (fullgraph=False) {ran}. Change undone; "
-                f"a custom op is the fix that keeps one graph.")
 
     def _check_outputs(self, expected: Any) -> bool | None:
         """Compiled outputs == eager outputs; None when the compiled run fails."""
@@ -256,29 +233,25 @@ class FixSession:
         self.undo()
 
 
-def _site(brk: Break) -> str:
-    return f"{recipes.short_path(brk.site.file)}:{brk.site.line}"
-
-
-def fix(build: Callable[[], Target], *, mode: str = "fullgraph", device: str = "sm120",
+def fix(build: Callable[[UndoLog], Target], *, mode: str = "fullgraph", device: str = "sm120",
         max_steps: int = DEFAULT_STEPS, progress: Callable[[str], None] = lambda _m: None) -> Findings:
     """Climb the fix ladder for the target ``build()`` returns (called inside the device).
 
     The findings' ``fullgraph`` verdict and ``breaks`` describe the target as
     it is (the unpatched first trace, plus every break met on the ladder);
-    ``ladder`` holds the rungs and ``target["fix"]`` the outcome."""
+    ``ladder`` holds the rungs and ``fix`` the outcome."""
     from graphbreak_doctor.diagnose import device_context, environment
 
-    with device_context(device) as dev:
+    with device_context(device) as dev, UndoLog() as log:
         progress("building the target")
-        target = build()
+        target = build(log)
         with FixSession(target, mode=mode, max_steps=max_steps, progress=progress) as session:
             outcome = session.climb()
         progress("analysing")
-        findings = build_findings(outcome.traces, target={"spec": target.spec, **target.meta},
+        findings = build_findings(outcome.traces, target=target.info,
                                   environment=environment(), device=dev.describe())
     first = outcome.traces[0]
-    first_break = build_findings([first], target={}, environment={}, device={}).fullgraph
+    first_break = build_findings([first], target=TargetInfo(), environment={}, device={}).fullgraph
     findings.fullgraph = FullgraphVerdict(ran=True, ok=bool(first.ok), error=first.error,
                                           break_id=first_break.break_id, crashed=first.crashed)
     findings.modes = [mode]
@@ -286,12 +259,7 @@ def fix(build: Callable[[], Target], *, mode: str = "fullgraph", device: str = "
     findings.graphs = list(final.graphs) if final else []
     findings.graph_count = len(findings.graphs)
     findings.ladder = outcome.rungs
-    findings.target["fix"] = {
-        "ok": outcome.ok,
-        "stopped": outcome.stopped,
-        "recipes": outcome.recipes,
-        "steps": len(outcome.rungs),
-        "max_steps": max_steps,
-        "outputs_equal_eager": outcome.outputs_equal,
-    }
+    findings.fix = FixOutcome(ok=outcome.ok, stopped=outcome.stopped, recipes=outcome.recipes,
+                              steps=len(outcome.rungs), max_steps=max_steps,
+                              outputs_equal_eager=outcome.outputs_equal)
     return findings

@@ -1,9 +1,10 @@
-"""The CI gate: checks over findings (policy), accepted breaks (baseline), the verdict."""
+"""The CI gate: checks over findings (policy) and accepted breaks (baseline).
 
-from graphbreak_doctor.gate.baseline import Baseline, BaselineEntry, BaselineError, TargetBaseline
-from graphbreak_doctor.gate.policy import CaseResult, CheckFailure, GateReport, Policy, TargetResult, evaluate
+The gate's report model lives in graphbreak_doctor.findings (GateReport); its
+renderers in graphbreak_doctor.render; the command line in graphbreak_doctor.cli.
+"""
 
-__all__ = [
-    "Baseline", "BaselineEntry", "BaselineError", "TargetBaseline",
-    "CaseResult", "CheckFailure", "GateReport", "Policy", "TargetResult", "evaluate",
-]
+from graphbreak_doctor.gate.baseline import Baseline, BaselineError, TargetBaseline
+from graphbreak_doctor.gate.policy import Policy, evaluate
+
+__all__ = ["Baseline", "BaselineError", "Policy", "TargetBaseline", "evaluate"]

@@ -18,8 +18,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from graphbreak_doctor.analysis.frames import short_path
-from graphbreak_doctor.findings import Break, Findings
+from graphbreak_doctor.frames import short_path
+from graphbreak_doctor.findings import BaselineEntry, Break, Findings
 
 BASELINE_SCHEMA_VERSION = 1
 KIND = "graphbreak-doctor baseline"
@@ -30,26 +30,6 @@ KEY_FIELDS = ("category", "package", "qualname", "gb_type")
 
 class BaselineError(ValueError):
     """An unreadable or inconsistent baseline file (a usage error: exit 2)."""
-
-
-@dataclass
-class BaselineEntry:
-    category: str
-    package: str
-    qualname: str
-    gb_type: str
-    modes: list[str] = field(default_factory=list)
-    # Distinct breaks with this key and the times Dynamo hit them (hints only).
-    breaks: int = 1
-    count: int = 1
-    hint: str = ""
-
-    def key(self) -> Key:
-        return (self.category, self.package, self.qualname, self.gb_type)
-
-    def describe(self) -> str:
-        where = f" -- {self.hint}" if self.hint else ""
-        return f"[{self.category}] {self.qualname or '?'} ({self.package}): {self.gb_type}{where}"
 
 
 @dataclass
@@ -112,7 +92,7 @@ def entries_from(breaks: list[Break]) -> list[BaselineEntry]:
 
 
 def target_baseline(findings: Findings, mode: str) -> TargetBaseline:
-    return TargetBaseline(target=findings.target.get("spec", ""), mode=mode, entries=entries_from(findings.breaks))
+    return TargetBaseline(target=findings.target.spec, mode=mode, entries=entries_from(findings.breaks))
 
 
 def updated(previous: Baseline | None, device: str, written: list[TargetBaseline], environment: dict[str, str]) -> Baseline:

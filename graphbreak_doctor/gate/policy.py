@@ -17,14 +17,13 @@ graph break.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from graphbreak_doctor.analysis.classify import CATEGORIES
-from graphbreak_doctor.findings import Break, Findings
-from graphbreak_doctor.render import counted as _n
-from graphbreak_doctor.gate.baseline import BaselineEntry, TargetBaseline
+from graphbreak_doctor.analysis.categories import CATEGORIES
+from graphbreak_doctor.findings import FULLGRAPH_MODES, Break, CaseResult, CheckFailure, Findings, TargetResult
+from graphbreak_doctor.gate.baseline import TargetBaseline
+from graphbreak_doctor.text import counted as _n
 
-FULLGRAPH_MODES = ("fullgraph", "piecewise")
 
 
 @dataclass
@@ -61,69 +60,6 @@ class Policy:
         return self.max_breaks
 
 
-@dataclass
-class CheckFailure:
-    check: str
-    reason: str
-    breaks: list[Break] = field(default_factory=list)
-
-
-@dataclass
-class CaseResult:
-    """One target in one mode: a JUnit testcase."""
-
-    target: str
-    mode: str
-    counted: list[Break]
-    failures: list[CheckFailure] = field(default_factory=list)
-    crashed: str = ""
-
-    @property
-    def passed(self) -> bool:
-        return not self.failures and not self.crashed
-
-
-@dataclass
-class TargetResult:
-    name: str
-    findings: Findings
-    cases: list[CaseResult]
-    # Breaks that count (package filters) and the baseline's view of them.
-    counted: list[Break]
-    new: list[Break] = field(default_factory=list)
-    disappeared: list[BaselineEntry] = field(default_factory=list)
-    baseline_used: bool = False
-
-    @property
-    def crashed(self) -> bool:
-        return self.findings.fullgraph.crashed
-
-    @property
-    def passed(self) -> bool:
-        return all(c.passed for c in self.cases)
-
-    def failing_breaks(self) -> list[Break]:
-        """Breaks that a failed check names, each once, in findings order."""
-        ids = {b.id for c in self.cases for f in c.failures for b in f.breaks}
-        return [b for b in self.findings.breaks if b.id in ids]
-
-
-@dataclass
-class GateReport:
-    device: str
-    targets: list[TargetResult]
-    # Context for the reader (a baseline written with other library versions).
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def passed(self) -> bool:
-        return all(t.passed for t in self.targets)
-
-    @property
-    def crashed(self) -> bool:
-        return any(t.crashed for t in self.targets)
-
-
 def evaluate(name: str, findings: Findings, policy: Policy, baseline: TargetBaseline | None = None) -> TargetResult:
     counted = [b for b in findings.breaks if policy.counts(b)]
     result = TargetResult(name=name, findings=findings, cases=[], counted=counted, baseline_used=baseline is not None)
@@ -138,6 +74,10 @@ def evaluate(name: str, findings: Findings, policy: Policy, baseline: TargetBase
         ]
     max_breaks = policy.effective_max_breaks(baseline is not None)
     crash = findings.fullgraph.error if findings.fullgraph.crashed else ""
+    if not crash and findings.unparsed_events:
+        first = findings.unparsed_events[0]
+        crash = (f"{_n(len(findings.unparsed_events), 'break report')} could not be parsed "
+                 f"(first: {first.reason}); the breaks found are incomplete")
     for mode in findings.modes:
         in_mode = [b for b in counted if mode in b.modes]
         case = CaseResult(target=name, mode=mode, counted=in_mode, crashed=crash)

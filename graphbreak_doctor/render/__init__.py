@@ -1,31 +1,41 @@
-"""Renderers: one module per output format, each a function of the findings only."""
+"""Renderers: one module per output format, registered here.
+
+Each renderer is a function of one report object only -- findings, or the
+gate's report -- and returns text; none re-derives analysis. A module
+defines ``RENDERER = Renderer(...)``; a new format is that module plus one
+line in ``REGISTRY``. Commands offer every file renderer of the kinds they
+produce as an option (``--json``, ``--html``, ``--junit``, ``--sarif``).
+"""
 
 from __future__ import annotations
 
-import os
-import tempfile
-from pathlib import Path
+from graphbreak_doctor.render import gate_text, github, html, json, junit, ladder_text, sarif, terminal
+from graphbreak_doctor.render.renderer import FINDINGS, GATE, Renderer
+
+REGISTRY: tuple[Renderer, ...] = (
+    terminal.RENDERER,
+    ladder_text.RENDERER,
+    gate_text.RENDERER,
+    github.RENDERER,
+    json.RENDERER,
+    html.RENDERER,
+    junit.RENDERER,
+    sarif.RENDERER,
+)
+
+_BY_NAME = {r.name: r for r in REGISTRY}
 
 
-def counted(count: int, noun: str, plural: str | None = None) -> str:
-    """'1 break', '3 breaks'."""
-    return f"{count} {noun if count == 1 else (plural or noun + 's')}"
-
-
-def write_atomic(path: str | os.PathLike, text: str) -> Path:
-    """Write a whole file or nothing: a crash never leaves a half-written report."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+def get(name: str) -> Renderer:
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        # mkstemp creates 0600; a report is an ordinary file (0666 less umask).
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+        return _BY_NAME[name]
+    except KeyError:
+        raise KeyError(f"unknown renderer {name!r} (known: {', '.join(_BY_NAME)})") from None
+
+
+def file_renderers(*kinds: str) -> tuple[Renderer, ...]:
+    """Renderers of these kinds that write a file (they have an option)."""
+    return tuple(r for r in REGISTRY if r.renders in kinds and r.option)
+
+
+__all__ = ["FINDINGS", "GATE", "REGISTRY", "Renderer", "file_renderers", "get"]

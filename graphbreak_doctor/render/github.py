@@ -13,7 +13,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from graphbreak_doctor.gate.policy import GateReport
+from graphbreak_doctor.findings import GateReport
+from graphbreak_doctor.render.renderer import GATE, Renderer
 
 
 def _data(text: str) -> str:
@@ -68,3 +69,6 @@ def render(report: GateReport, workspace: str | os.PathLike | None = None) -> st
             lines.append(command("notice", f"{t.name}: baseline entry no longer seen, the baseline can shrink: {e.describe()}",
                                  title="graphbreak-doctor: baseline can shrink"))
     return "".join(line + "\n" for line in lines)
+
+
+RENDERER = Renderer("github", GATE, render, help="GitHub Actions annotations (printed when GITHUB_ACTIONS=true)")

@@ -28,17 +28,18 @@ import jinja2
 from markupsafe import Markup, escape
 
 from graphbreak_doctor import __version__
-from graphbreak_doctor.analysis.frames import short_path
+from graphbreak_doctor.frames import short_path
 from graphbreak_doctor.analysis.group import call_graph, node_id
 from graphbreak_doctor.analysis.registry import doc_url
-from graphbreak_doctor.findings import Break, Findings, Frame
-from graphbreak_doctor.render import counted as _plural, svg
+from graphbreak_doctor.findings import Break, Findings, Frame, TargetInfo
+from graphbreak_doctor.render import svg
+from graphbreak_doctor.render.renderer import FINDINGS, Renderer
+from graphbreak_doctor.text import counted as _plural
 
 TEMPLATES = Path(__file__).with_name("templates")
 CONTEXT_LINES = 3
 
 # Keys of target.meta shown in the banner's headline rather than in the table.
-_HEADLINE_KEYS = ("spec", "function", "model", "layer", "layer_kind", "layer_index", "note")
 
 
 @dataclass
@@ -90,18 +91,8 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", str(text).lower()).strip("-") or "x"
 
 
-def target_headline(target: dict[str, Any]) -> str:
-    """'GLM-5 (GlmMoeDsaForCausalLM) dense layer 3' for a model layer, else the spec."""
-    kind = target.get("layer_kind") or target.get("layer")
-    if kind:
-        model = target.get("model", "")
-        index = target.get("layer_index")
-        return " ".join(str(p) for p in (model, kind, "layer", "" if index is None else index) if p != "")
-    return str(target.get("spec") or target.get("function") or "?")
-
-
-def _meta_rows(target: dict[str, Any]) -> list[tuple[str, Any]]:
-    return [(k, v) for k, v in target.items() if k not in _HEADLINE_KEYS and v not in (None, "", [], {})]
+def _meta_rows(target: TargetInfo) -> list[tuple[str, Any]]:
+    return [(k, v) for k, v in target.facts.items() if v not in (None, "", [], {})]
 
 
 def _environment():
@@ -164,7 +155,7 @@ def render(findings: Findings) -> str:
     page = env.get_template("report.html.j2").render(
         f=findings,
         version=__version__,
-        headline=target_headline(findings.target),
+        headline=findings.target.display(),
         meta_rows=_meta_rows(findings.target),
         hits=hits,
         first_failure=findings.break_by_id(findings.fullgraph.break_id),
@@ -186,3 +177,8 @@ def _hazard_kinds(findings: Findings) -> list[tuple[str, list]]:
     for h in findings.hazards:
         kinds.setdefault(h.kind, []).append(h)
     return list(kinds.items())
+
+
+RENDERER = Renderer("html", FINDINGS, render, suffix=".html", option="--html",
+                    help="the HTML report: one self-contained file for a browser",
+                    title="HTML report")

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from graphbreak_doctor.gate.policy import CaseResult, GateReport, TargetResult
-from graphbreak_doctor.gate.verdict import describe_break
+from graphbreak_doctor.findings import CaseResult, GateReport, TargetResult
+from graphbreak_doctor.render.gate_text import describe_break
+from graphbreak_doctor.render.renderer import GATE, Renderer
 
 SUITE = "graphbreak-doctor check"
 
@@ -63,3 +64,8 @@ def render(report: GateReport) -> str:
         suite.append(_case(t, c, report.device))
     ET.indent(root)
     return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+RENDERER = Renderer("junit", GATE, render, suffix=".xml", option="--junit",
+                    help="JUnit XML: one testcase per target x mode",
+                    title="JUnit XML")

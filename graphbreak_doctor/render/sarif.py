@@ -22,11 +22,12 @@ from collections import defaultdict
 from pathlib import Path
 
 from graphbreak_doctor import __version__
-from graphbreak_doctor.analysis.classify import CATEGORIES, RULES
-from graphbreak_doctor.analysis.fixes import RECIPES
+from graphbreak_doctor import recipes
+from graphbreak_doctor.analysis import categories
+from graphbreak_doctor.analysis.categories import CATEGORIES
 from graphbreak_doctor.analysis.registry import doc_url
-from graphbreak_doctor.findings import Break, Frame
-from graphbreak_doctor.gate.policy import GateReport
+from graphbreak_doctor.findings import Break, Frame, GateReport
+from graphbreak_doctor.render.renderer import GATE, Renderer
 
 SARIF_VERSION = "2.1.0"
 SARIF_SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
@@ -40,8 +41,9 @@ def _generic(text: str) -> str:
 
 
 def _rule(category: str) -> dict:
-    why = next((r.why for r in RULES if r.category == category), "a graph break no rule recognized")
-    recipe = RECIPES.get(category, RECIPES["other"])
+    record = categories.get(category if category in CATEGORIES else categories.FALLBACK)
+    why = record.why
+    recipe = recipes.get(record.advice).advice
     name = "".join(part.capitalize() for part in category.split("-"))
     return {
         "id": category,
@@ -145,3 +147,8 @@ def render(report: GateReport, root: str | os.PathLike | None = None) -> str:
     }
     doc = {"$schema": SARIF_SCHEMA, "version": SARIF_VERSION, "runs": [run]}
     return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+
+
+RENDERER = Renderer("sarif", GATE, render, suffix=".sarif", option="--sarif",
+                    help="SARIF 2.1.0 for code scanning: one result per distinct break",
+                    title="SARIF")

@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-from graphbreak_doctor.analysis.frames import short_path as _short
 from graphbreak_doctor.findings import Findings
-from graphbreak_doctor.render import counted as _n
+from graphbreak_doctor.frames import short_path as _short
+from graphbreak_doctor.render.renderer import FINDINGS, Renderer
+from graphbreak_doctor.text import counted as _n
 
 
 def describe_target(findings: Findings) -> str:
+    """'<title> (k=v, ...)': what was traced, whatever provider built it."""
     t = findings.target
-    if t.get("layer_kind"):
-        keys = ("hidden_size", "intermediate_size_per_rank", "moe_intermediate_size_per_rank", "n_routed_experts",
-                "experts_per_tok", "tokens", "tp")
-        shapes = ", ".join(f"{k}={t[k]}" for k in keys if t.get(k) is not None)
-        same = f"; layers {t['same_code_layers']} run the same code" if t.get("same_code_layers") else ""
-        return f"{t.get('model', 'GLM-5')} {t['layer_kind']} layer {t.get('layer_index', '')} ({shapes}){same}"
-    return t.get("spec", "?")
+    shapes = ", ".join(f"{k}={v}" for k, v in t.shapes.items() if v is not None)
+    return f"{t.display()} ({shapes})" if shapes else t.display()
 
 
 def describe_device(findings: Findings) -> str:
@@ -31,8 +28,11 @@ def render(findings: Findings) -> str:
     versions = ", ".join(f"{k} {v}" for k, v in env.items() if v and k != "python")
     lines.append(f"target: {describe_target(findings)}")
     lines.append(f"device: {describe_device(findings)}; {versions}")
-    if findings.target.get("note"):
-        lines.append(f"note: {findings.target['note']}")
+    for note in findings.target.notes:
+        lines.append(f"note: {note}")
+    if findings.unparsed_events:
+        lines.append(f"UNPARSED: {_n(len(findings.unparsed_events), 'break report')} could not be parsed; "
+                     f"the breaks below are incomplete (first: {findings.unparsed_events[0].reason})")
     fg = findings.fullgraph
     if fg.crashed:
         lines.append(f"CRASHED: the target crashed under Dynamo (not a graph break): {fg.error}")
@@ -48,7 +48,7 @@ def render(findings: Findings) -> str:
     explain_graphs = sum(1 for g in findings.graphs if g.mode == "explain")
     pieces = [g.pieces for g in findings.graphs if g.pieces]
     if pieces:
-        lines.append(f"piecewise: the graph splits into {sum(pieces)} pieces at {', '.join(findings.target.get('split_ops', []))}")
+        lines.append(f"piecewise: the graph splits into {sum(pieces)} pieces at {', '.join(findings.target.split_ops)}")
     lines.append(
         f"breaks: {_n(len(findings.breaks), 'distinct break')} ({_n(hits, 'hit')}), "
         f"{_n(len(findings.root_causes), 'root cause')}"
@@ -79,3 +79,6 @@ def render(findings: Findings) -> str:
             first = "Dynamo ignores the lru_cache wrapper and traces the wrapped function"
         lines.append(f"hazard [{kind}] x{len(hazards)}: {first[:160]}" + (f" ({shown})" if shown else ""))
     return "\n".join(lines) + "\n"
+
+
+RENDERER = Renderer("terminal", FINDINGS, render, help="the short summary a trace prints")

@@ -13,12 +13,13 @@ from typing import Any
 
 import torch
 
-from .. import Target
-from . import ops
-from .config import Glm5Config, QuantProfile, default_config_dir, load_config
-from .flashinfer_plan import ARCH_CAPABILITY, FlashInferPlan, make_plan
-from .layer import DecoderLayer, GatedMlp, Moe
-from .weights import BF16_FORMAT, NVFP4_FORMAT
+from graphbreak_doctor.findings import TargetInfo
+from graphbreak_doctor.targets import Target
+from graphbreak_doctor.targets.glm5 import ops
+from graphbreak_doctor.targets.glm5.config import Glm5Config, QuantProfile, default_config_dir, load_config
+from graphbreak_doctor.targets.glm5.flashinfer_plan import FlashInferPlan, make_plan
+from graphbreak_doctor.targets.glm5.layer import DecoderLayer, GatedMlp, Moe
+from graphbreak_doctor.targets.glm5.weights import BF16_FORMAT, NVFP4_FORMAT
 
 __all__ = [
     "Glm5Config",
@@ -30,27 +31,31 @@ __all__ = [
 ]
 
 SPLIT_OPS = (ops.MLA_ATTENTION,)
+MODEL = "GLM-5 (GlmMoeDsaForCausalLM)"
 
 
 def _real_arch() -> str:
     """The preset name of the real GPU (``--device cuda``)."""
+    from graphbreak_doctor.emulation.presets import preset_for_capability
+
     cap = tuple(torch.cuda.get_device_capability())
-    for name, value in ARCH_CAPABILITY.items():
-        if value == cap:
-            return name
-    return f"sm{cap[0]}{cap[1]}"
+    preset = preset_for_capability(cap)
+    return preset.name if preset else f"sm{cap[0]}{cap[1]}"
 
 
 def _check_device(arch: str) -> None:
-    if arch not in ARCH_CAPABILITY:
-        raise ValueError(f"unknown device {arch!r}; expected one of {sorted(ARCH_CAPABILITY)}")
+    from graphbreak_doctor.emulation.presets import emulated_presets
+
+    capabilities = {p.name: p.capability for p in emulated_presets()}
+    if arch not in capabilities:
+        raise ValueError(f"unknown device {arch!r}; expected one of {sorted(capabilities)}")
     # Inside EmulatedDevice (or on a real GPU) the capability must agree with
     # the requested architecture; under a plain FakeTensorMode there is none.
     try:
         cap = tuple(torch.cuda.get_device_capability())
-    except Exception:
+    except (RuntimeError, AssertionError, AttributeError):  # no CUDA device at all: nothing to compare
         return
-    if cap != ARCH_CAPABILITY[arch]:
+    if cap != capabilities[arch]:
         raise ValueError(f"device={arch!r} but the current CUDA device reports capability {cap}")
 
 
@@ -153,18 +158,18 @@ def build_attention(*, config: Glm5Config | str | Path | None = None, tokens: in
     _check_tp(cfg, tp)
     layer = DecoderLayer(cfg, layer_index, "attention", tp)
     args = _tokens_inputs(cfg, tokens, with_residual=layer_index > 0)
-    meta = {
-        "model": "GLM-5 (GlmMoeDsaForCausalLM)",
-        "layer_kind": "attention",
-        "layer_index": layer_index,
-        "config": cfg.path,
-        "hidden_size": cfg.hidden_size,
-        "attention_heads_per_rank": cfg.num_attention_heads // tp,
-        "tokens": tokens,
-        "tp": tp,
-        "weight_formats": {"attention": BF16_FORMAT, "dsa_indexer": BF16_FORMAT},
-    }
-    return Target(layer.forward, args, {}, spec=f"glm5:attention:{layer_index}", meta=meta, split_ops=SPLIT_OPS + ((ops.ALL_REDUCE,) if tp > 1 else ()))
+    info = TargetInfo(
+        spec=f"glm5:attention:{layer_index}",
+        provider="glm5",
+        title=f"{MODEL} attention of layer {layer_index}",
+        function=layer.forward.__qualname__,
+        shapes={"hidden_size": cfg.hidden_size, "attention_heads_per_rank": cfg.num_attention_heads // tp,
+                "tokens": tokens, "tp": tp},
+        facts={"model": MODEL, "layer_kind": "attention", "layer_index": layer_index, "config": cfg.path,
+               "weight_formats": {"attention": BF16_FORMAT, "dsa_indexer": BF16_FORMAT}},
+        split_ops=list(SPLIT_OPS + ((ops.ALL_REDUCE,) if tp > 1 else ())),
+    )
+    return Target(layer.forward, args, {}, info)
 
 
 def build_layer(
@@ -206,46 +211,46 @@ def build_layer(
     args = _tokens_inputs(cfg, tokens, with_residual=index > 0)
     same = cfg.layer_indices(kind)
     mlp = layer.mlp
-    meta: dict[str, Any] = {
-        "model": "GLM-5 (GlmMoeDsaForCausalLM)",
+    shapes: dict[str, Any] = {"hidden_size": cfg.hidden_size}
+    facts: dict[str, Any] = {
+        "model": MODEL,
         "layer_kind": kind,
         "layer_index": index,
         "same_code_layers": f"{same[0]}-{same[-1]}" if len(same) > 1 else str(same[0]),
         "config": cfg.path,
         "quant_profile": cfg.quant.path,
-        "hidden_size": cfg.hidden_size,
         "intermediate_size": cfg.intermediate_size,
         "moe_intermediate_size": cfg.moe_intermediate_size,
         "attention_heads_per_rank": cfg.num_attention_heads // tp,
-        "tokens": tokens,
-        "tp": tp,
         "device": device,
         "weight_formats": _formats(layer),
         "flashinfer_version": plan.version,
         "flashinfer_calls": _calls(layer, plan),
-        "flashinfer_notes": list(plan.notes),
+        # Call-time notes (kwargs the installed FlashInfer lacks) are appended
+        # to plan.notes during the first forward; the facts share the list.
+        "flashinfer_notes": plan.notes,
         "opaque_ops": [ops.MLA_ATTENTION, ops.DSA_INDEXER_TOPK] + ([ops.ALL_REDUCE] if tp > 1 else []),
     }
     if kind == "dense":
-        meta["intermediate_size_per_rank"] = cfg.intermediate_size // tp
+        shapes["intermediate_size_per_rank"] = cfg.intermediate_size // tp
     else:
-        meta.update(
-            n_routed_experts=cfg.n_routed_experts,
+        shapes.update(moe_intermediate_size_per_rank=cfg.moe_intermediate_size // tp,
+                      n_routed_experts=cfg.n_routed_experts, experts_per_tok=cfg.num_experts_per_tok)
+        facts.update(
             n_shared_experts=cfg.n_shared_experts,
-            experts_per_tok=cfg.num_experts_per_tok,
-            moe_intermediate_size_per_rank=cfg.moe_intermediate_size // tp,
             moe_backend=plan.moe_backend,
             shared_expert_fused=bool(mlp.num_fused_shared),
         )
-    target = Target(
-        layer.forward,
-        args,
-        {},
+    shapes.update(tokens=tokens, tp=tp)
+    info = TargetInfo(
         spec=f"glm5:{kind}:{index}",
-        meta=meta,
-        split_ops=SPLIT_OPS + ((ops.ALL_REDUCE,) if tp > 1 else ()),
+        provider="glm5",
+        title=f"{MODEL} {kind} layer {index}",
+        function=layer.forward.__qualname__,
+        shapes=shapes,
+        notes=[f"layers {facts['same_code_layers']} run the same code"] if len(same) > 1 else [],
+        facts=facts,
+        split_ops=list(SPLIT_OPS + ((ops.ALL_REDUCE,) if tp > 1 else ())),
     )
-    # Call-time notes (kwargs the installed FlashInfer lacks) are appended
-    # to plan.notes during the first forward; meta shares the list.
-    meta["flashinfer_notes"] = plan.notes
+    target = Target(layer.forward, args, {}, info)
     return target

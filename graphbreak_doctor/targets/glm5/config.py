@@ -49,9 +49,9 @@ _REQUIRED = (
 
 
 def default_config_dir() -> Path:
-    """fixtures/models/glm5 of this checkout (the repository root holds both
-    ``graphbreak_doctor/`` and ``fixtures/``)."""
-    return Path(__file__).resolve().parents[3] / "fixtures" / "models" / "glm5"
+    """The GLM-5-NVFP4 config shipped with the package (``configs/``: the
+    model's config.json and ModelOpt NVFP4 profiles)."""
+    return Path(__file__).resolve().parent / "configs"
 
 
 @dataclass(frozen=True)
@@ -188,7 +188,7 @@ def load_config(path: str | Path | None = None, *, quant_profile: str | Path | N
 
     ``path``: a directory holding ``config.json`` (and optionally
     ``hf_quant_config.json``), or the ``config.json`` itself; default
-    ``fixtures/models/glm5``. ``quant_profile``: another profile file (absolute,
+    the shipped config (``default_config_dir()``). ``quant_profile``: another profile file (absolute,
     or relative to the config directory), e.g.
     ``hf_quant_config.routed-experts-only.json``.
 

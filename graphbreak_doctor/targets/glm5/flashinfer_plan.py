@@ -27,8 +27,6 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-ARCH_CAPABILITY = {"sm90": (9, 0), "sm100": (10, 0), "sm120": (12, 0)}
-
 
 def _params(fn: Callable[..., Any]) -> dict[str, inspect.Parameter]:
     return dict(inspect.signature(fn).parameters)

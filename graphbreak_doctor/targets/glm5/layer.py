@@ -19,14 +19,12 @@ registered ops and would not break a graph either.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import ops
 from .config import Glm5Config
 from .flashinfer_plan import FlashInferPlan
 from .weights import (
@@ -34,7 +32,6 @@ from .weights import (
     FP8,
     FP32,
     Bf16Linear,
-    Nvfp4Experts,
     Nvfp4Linear,
     bf16_linear,
     contiguous,

@@ -65,6 +65,21 @@ def _user_top_level(real: str) -> str:
 INFRASTRUCTURE = frozenset({"stdlib", "torch", "tvm_ffi"})
 
 
+def stdlib_module(frame: Frame) -> str:
+    """Dotted stdlib module of a frame ('subprocess', 'logging'), or ''."""
+    if frame.file.startswith("<frozen "):
+        return frame.file[len("<frozen "):-1]
+    real = os.path.realpath(frame.file)
+    for base in _stdlib_dirs():
+        if real.startswith(base):
+            rel = real[len(base):]
+            if rel.startswith(("site-packages", "dist-packages")):
+                return ""
+            mod = rel.removesuffix(".py").replace(os.sep, ".")
+            return mod.removesuffix(".__init__")
+    return ""
+
+
 def short_path(path: str, *, portable: bool = False) -> str:
     """A path for reading: relative to site-packages, the stdlib or the working
     directory. ``portable`` also drops the folders of anything else, so the text

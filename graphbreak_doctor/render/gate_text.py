@@ -7,9 +7,9 @@ the same.
 
 from __future__ import annotations
 
-from graphbreak_doctor.findings import Break
-from graphbreak_doctor.gate.baseline import _short
-from graphbreak_doctor.gate.policy import GateReport, TargetResult
+from graphbreak_doctor.findings import Break, GateReport, TargetResult
+from graphbreak_doctor.frames import short_path as _short
+from graphbreak_doctor.render.renderer import GATE, Renderer
 
 
 def location(b: Break) -> str:
@@ -33,7 +33,7 @@ def describe_break(b: Break, indent: str = "  ") -> list[str]:
     return lines
 
 
-def describe_target(t: TargetResult, device: str) -> list[str]:
+def target_result_lines(t: TargetResult, device: str) -> list[str]:
     lines = []
     for case in t.cases:
         status = "CRASHED" if case.crashed else "passed" if case.passed else "FAILED"
@@ -57,7 +57,7 @@ def describe_target(t: TargetResult, device: str) -> list[str]:
 def render(report: GateReport) -> str:
     lines = [f"note: {n}" for n in report.notes]
     for t in report.targets:
-        lines.extend(describe_target(t, report.device))
+        lines.extend(target_result_lines(t, report.device))
     cases = [c for t in report.targets for c in t.cases]
     failed = [c for c in cases if not c.passed]
     if report.crashed:
@@ -68,3 +68,6 @@ def render(report: GateReport) -> str:
     else:
         lines.append(f"gate: passed ({len(cases)} target x mode check{'s' if len(cases) != 1 else ''})")
     return "\n".join(lines) + "\n"
+
+
+RENDERER = Renderer("gate", GATE, render, help="the gate verdict a check prints")

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from graphbreak_doctor.findings import Findings
+from graphbreak_doctor.findings import Findings, FixOutcome
+from graphbreak_doctor.render.renderer import FINDINGS, Renderer
 from graphbreak_doctor.render.terminal import describe_device, describe_target
 
 
@@ -13,8 +14,8 @@ def render(findings: Findings) -> str:
     fg = findings.fullgraph
     before = "OK" if fg.ok else f"FAILED -- {fg.error}"
     lines.append(f"fullgraph as it is: {before}")
-    outcome = findings.target.get("fix", {})
-    lines.append(f"fix ladder ({', '.join(findings.modes) or 'fullgraph'}, at most {outcome.get('max_steps', '?')} steps):")
+    outcome = findings.fix or FixOutcome()
+    lines.append(f"fix ladder ({', '.join(findings.modes) or 'fullgraph'}, at most {outcome.max_steps} steps):")
     if not findings.ladder:
         lines.append("  (no rung: nothing to fix)" if fg.ok else "  (no rung)")
     for rung in findings.ladder:
@@ -25,16 +26,19 @@ def render(findings: Findings) -> str:
             lines.append(f"       {patch_line}")
         if rung.detail:
             lines.append(f"     {rung.detail}")
-    kept = outcome.get("recipes", [])
-    if outcome.get("ok"):
+    kept = outcome.recipes
+    if outcome.ok:
         how = f"after {len(kept)} change(s): {', '.join(kept)}" if kept else "with no change"
         lines.append(f"verdict: fullgraph OK {how}")
-        if outcome.get("outputs_equal_eager") is not None:
+        if outcome.outputs_equal_eager is not None:
             lines.append("outputs: the fixed, compiled target gives the same outputs as eager"
-                         if outcome["outputs_equal_eager"] else "outputs: DIFFER from eager -- do not trust these fixes")
+                         if outcome.outputs_equal_eager else "outputs: DIFFER from eager -- do not trust these fixes")
     else:
-        lines.append(f"verdict: fullgraph still FAILS -- {outcome.get('stopped', '')}")
+        lines.append(f"verdict: fullgraph still FAILS -- {outcome.stopped}")
         if kept:
             lines.append(f"changes that helped on the way: {', '.join(kept)}")
     lines.append("(every change was made in this process only and undone afterwards; nothing on disk was modified)")
     return "\n".join(lines) + "\n"
+
+
+RENDERER = Renderer("ladder", FINDINGS, render, help="the fix ladder as terminal text")

@@ -1,0 +1,17 @@
+"""compiler-disable: a ``torch.compiler.disable``d function on the traced path.
+
+Under ``fullgraph=True`` a disabled function is an error, not a way out.
+"""
+
+from graphbreak_doctor.analysis.categories.category import Category, Rule
+
+CATEGORY = Category(
+    name="compiler-disable",
+    why="Dynamo met a function wrapped in torch.compiler.disable",
+    evidence="a `torch.compiler.disable`d function",
+    rules=(Rule(gb_types=frozenset({"Skip calling `torch.compiler.disable()`d function",
+                                    "Skip inlining `torch.compiler.disable()`d function"})),),
+    advice="custom-op-instead-of-disable",
+    ladder=("wrap-custom-op",),
+    priority=10,
+)

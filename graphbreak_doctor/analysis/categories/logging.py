@@ -1,0 +1,17 @@
+"""logging: ``logging``, ``print`` and ``warnings`` on the traced path."""
+
+from graphbreak_doctor.analysis.categories.category import Category, Rule
+
+CATEGORY = Category(
+    name="logging",
+    why="logging, printing or warnings",
+    evidence="`logging`, `print`, `warnings`",
+    rules=(Rule(gb_types=frozenset({"logging.Logger method not supported for non-export cases"}),
+                through=("logging", "warnings"),
+                culprits=("builtins.print", "print", "_warnings.warn", "warnings.warn", "logging.")),),
+    advice="guard-logging",
+    # In the traced code itself this needs a human (a logging guard); inside a
+    # library function the whole call can become one op.
+    ladder=("use-registered-op", "wrap-custom-op"),
+    priority=50,
+)

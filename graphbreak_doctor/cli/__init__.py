@@ -1,0 +1,64 @@
+"""Command line: a thin layer over diagnose(), the gate, the fix ladder and the renderers.
+
+One module per command, registered in ``COMMANDS``; each has ``add_parser(sub)``
+and sets ``func``. Exit codes are in common.py (and --help, and the README).
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+
+from graphbreak_doctor import __version__
+from graphbreak_doctor.cli import baseline, check, fix, report, trace
+from graphbreak_doctor.cli.common import (
+    EXIT_CODES_HELP,
+    EXIT_CRASH,
+    EXIT_USAGE,
+    InternalError,
+    Parser,
+    UsageError,
+)
+from graphbreak_doctor.targets import TargetError
+
+COMMANDS = (trace, report, check, baseline, fix)
+
+
+def build_parser() -> Parser:
+    import argparse
+
+    parser = Parser(
+        prog="graphbreak-doctor",
+        description="Tells why torch.compile cannot capture a model layer, and what to change.",
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"graphbreak-doctor {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    for command in COMMANDS:
+        command.add_parser(sub)
+    return parser
+
+
+def _fail(message: str, code: int, debug: bool) -> int:
+    if debug:
+        traceback.print_exc()
+    print(f"graphbreak-doctor: error: {message}", file=sys.stderr)
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    debug = "--debug" in argv
+    try:
+        args = build_parser().parse_args(argv)
+        if not getattr(args, "func", None):
+            names = ", ".join(c.NAME for c in COMMANDS)
+            raise UsageError(f"choose a command ({names}); see --help")
+        return args.func(args)
+    except (UsageError, TargetError) as e:
+        return _fail(str(e), EXIT_USAGE, debug)
+    except InternalError as e:
+        return _fail(f"internal error: {e}", EXIT_CRASH, debug)
+    except OSError as e:
+        return _fail(f"{e.strerror or e}: {e.filename or ''}".rstrip(": "), EXIT_USAGE, debug)

@@ -1,0 +1,67 @@
+"""`graphbreak-doctor baseline write`: record the current breaks as accepted."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from graphbreak_doctor.cli.common import EXIT_CRASH, EXIT_OK, Progress, UsageError, add_subcommand
+from graphbreak_doctor.cli.outputs import write_file
+from graphbreak_doctor.cli.targets import add_target_options, run_diagnoses, selections
+from graphbreak_doctor.diagnose import environment
+from graphbreak_doctor.gate import baseline as baselines
+
+NAME = "baseline"
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = add_subcommand(sub, NAME, "write the baseline of accepted breaks that `check --baseline` reads")
+    actions = p.add_subparsers(dest="baseline_command", metavar="ACTION", parser_class=type(p))
+    write = add_subcommand(actions, "write", "trace the targets and write (or update) a baseline file",
+                           description="Trace the selected targets and record their breaks as accepted. An "
+                                       "existing file keeps its other targets.")
+    add_target_options(write)
+    write.add_argument("-o", "--output", required=True, metavar="FILE", help="the baseline file to write or update")
+    write.set_defaults(func=run_write)
+    p.set_defaults(func=_without_action)
+
+
+def _without_action(args: argparse.Namespace) -> int:
+    raise UsageError("choose an action: baseline write")
+
+
+def run_write(args: argparse.Namespace) -> int:
+    previous = None
+    if os.path.exists(args.output):
+        try:
+            previous = baselines.load(args.output)
+        except baselines.BaselineError as e:
+            raise UsageError(f"{e} (refusing to overwrite it; remove it to start a new baseline)") from e
+        if previous.device != args.device:
+            raise UsageError(f"baseline {args.output} holds device {previous.device!r}, not {args.device!r}: "
+                             "write a separate file per device")
+    elif not os.path.isdir(os.path.dirname(args.output) or "."):
+        raise UsageError(f"{args.output}: no such folder {os.path.dirname(args.output)}")
+    results = run_diagnoses(args, selections(args), Progress())
+    crashed = [f for f in results if f.fullgraph.crashed or f.unparsed_events]
+    if crashed:
+        for f in crashed:
+            why = (f"the target crashed under Dynamo (not a graph break): {f.fullgraph.error}" if f.fullgraph.crashed
+                   else f"{len(f.unparsed_events)} break report(s) could not be parsed")
+            print(f"graphbreak-doctor: {f.target.spec}: {why}; no baseline written", file=sys.stderr)
+        return EXIT_CRASH
+    written = [baselines.target_baseline(f, args.mode) for f in results]
+    try:
+        updated = baselines.updated(previous, args.device, written, environment())
+    except baselines.BaselineError as e:
+        raise UsageError(str(e)) from e
+    try:
+        write_file(args.output, updated.to_json())
+    except OSError as e:
+        raise UsageError(f"cannot write {args.output}: {e.strerror or e}") from e
+    for t in written:
+        cats = sorted({e.category for e in t.entries})
+        print(f"baseline {args.output}: {t.target} ({args.device}, {t.mode}): {len(t.entries)} accepted "
+              f"break key(s){': ' + ', '.join(cats) if cats else ''}")
+    return EXIT_OK

@@ -1,0 +1,111 @@
+"""`graphbreak-doctor check`: the CI gate, over the same target selection and
+diagnosis as `trace`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from graphbreak_doctor.analysis.categories import CATEGORIES
+from graphbreak_doctor.cli.common import EXIT_CRASH, EXIT_GATE, EXIT_OK, Progress, UsageError, add_subcommand, int_at_least, names_list
+from graphbreak_doctor.cli.outputs import OutputSet, add_output_options
+from graphbreak_doctor.cli.targets import add_target_options, run_diagnoses, selections, stem
+from graphbreak_doctor.diagnose import environment, modes_for
+from graphbreak_doctor.findings import FULLGRAPH_MODES, GateReport
+from graphbreak_doctor.gate import baseline as baselines
+from graphbreak_doctor.gate.policy import Policy, evaluate
+from graphbreak_doctor.render import FINDINGS, GATE, get
+
+NAME = "check"
+
+HELP = """With no criterion, the gate is --max-breaks 0 (no graph break at all).
+Criteria are independent; each applies to the breaks that count (package
+filters) in each traced mode, and each target x mode is one JUnit testcase.
+Baseline entries match on category + package + actionable function + gb_type,
+never on line numbers.
+
+"""
+
+
+def _categories(text: str) -> tuple[str, ...]:
+    names = names_list(text)
+    unknown = [n for n in names if n not in CATEGORIES]
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown categor{'y' if len(unknown) == 1 else 'ies'} {', '.join(unknown)} (choose from {', '.join(CATEGORIES)})"
+        )
+    return names
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = add_subcommand(sub, NAME, "the CI gate: trace targets and fail on graph breaks (exit 1)",
+                       description="Trace the selected targets and check their graph breaks against budgets "
+                                   "and a baseline.", epilog=HELP)
+    add_target_options(p)
+    gate = p.add_argument_group("checks")
+    gate.add_argument("--require-fullgraph", action="store_true",
+                      help="fail when torch.compile(fullgraph=True) cannot capture the target (needs a fullgraph mode)")
+    gate.add_argument("--max-breaks", type=int_at_least(0), metavar="N",
+                      help="fail on more than N distinct breaks per mode")
+    gate.add_argument("--fail-on", type=_categories, metavar="CAT[,CAT]",
+                      help=f"fail on any break of these categories ({', '.join(CATEGORIES)})")
+    which = gate.add_mutually_exclusive_group()
+    which.add_argument("--only-packages", type=names_list, default=(), metavar="PKG[,PKG]",
+                       help="count only breaks whose actionable frame is in these packages")
+    which.add_argument("--ignore-packages", type=names_list, default=(), metavar="PKG[,PKG]",
+                       help="do not count breaks whose actionable frame is in these packages")
+    gate.add_argument("--baseline", metavar="FILE",
+                      help="fail only on breaks missing from this baseline; report the ones that disappeared")
+    add_output_options(p, FINDINGS, GATE)
+    p.set_defaults(func=run)
+
+
+def _baseline(args: argparse.Namespace) -> baselines.Baseline | None:
+    if not args.baseline:
+        return None
+    try:
+        loaded = baselines.load(args.baseline)
+    except baselines.BaselineError as e:
+        raise UsageError(str(e)) from e
+    if loaded.device != args.device:
+        raise UsageError(f"baseline {args.baseline} was written for device {loaded.device!r}, "
+                         f"this check runs on {args.device!r}")
+    return loaded
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.require_fullgraph and not any(m in FULLGRAPH_MODES for m in modes_for(args.mode)):
+        raise UsageError(f"--require-fullgraph needs a fullgraph mode, not --mode {args.mode}")
+    policy = Policy(
+        require_fullgraph=args.require_fullgraph,
+        max_breaks=args.max_breaks,
+        fail_on=args.fail_on or (),
+        only_packages=args.only_packages,
+        ignore_packages=args.ignore_packages,
+    )
+    accepted = _baseline(args)
+    selected = selections(args)
+    stems = [stem(s, args) for s in selected]
+    outputs = OutputSet.plan(args, (FINDINGS, GATE), stems)
+    results = run_diagnoses(args, selected, Progress())
+    report = GateReport(device=args.device, targets=[])
+    if accepted is not None:
+        report.notes.extend(baselines.version_notes(accepted, environment(), args.baseline))
+    for findings in results:
+        name = findings.target.spec
+        per_target = None
+        if accepted is not None:
+            per_target = accepted.for_target(name)
+            if per_target is None:
+                have = ", ".join(t.target for t in accepted.targets) or "none"
+                raise UsageError(f"baseline {args.baseline} has no entry for target {name} (it has: {have}); "
+                                 "add one with `graphbreak-doctor baseline write`")
+        report.targets.append(evaluate(name, findings, policy, per_target))
+    sys.stdout.write(get("gate").render(report))
+    outputs.write({**dict(zip(stems, results)), "": report})
+    if os.environ.get("GITHUB_ACTIONS") == "true":
+        sys.stdout.write(get("github").render(report))
+    if report.crashed:
+        return EXIT_CRASH
+    return EXIT_OK if report.passed else EXIT_GATE

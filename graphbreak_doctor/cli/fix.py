@@ -1,0 +1,44 @@
+"""`graphbreak-doctor fix`: the fix ladder from the command line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from graphbreak_doctor.cli.common import EXIT_CRASH, EXIT_OK, Progress, UsageError, add_subcommand, int_at_least
+from graphbreak_doctor.cli.outputs import OutputSet, add_output_options
+from graphbreak_doctor.cli.targets import add_target_options, selections, stem
+from graphbreak_doctor.diagnose import selection_builder
+from graphbreak_doctor.findings import FULLGRAPH_MODES
+from graphbreak_doctor.fix.ladder import DEFAULT_STEPS, fix
+from graphbreak_doctor.render import FINDINGS, get
+
+NAME = "fix"
+HELP = ("trace, apply the suggested fix for the first hard failure in-process, re-trace, "
+        "and repeat until fullgraph succeeds (the fix ladder)")
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = add_subcommand(sub, NAME, HELP)
+    add_target_options(p, default_mode="fullgraph")
+    p.add_argument("--steps", type=int_at_least(1), default=DEFAULT_STEPS,
+                   help=f"stop after this many rungs (default {DEFAULT_STEPS})")
+    add_output_options(p, FINDINGS, default_on=("html",), what="fix")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.mode not in FULLGRAPH_MODES:
+        raise UsageError(f"fix climbs fullgraph failures: --mode fullgraph or piecewise, not {args.mode}")
+    progress = Progress()
+    selected = selections(args)
+    stems = [stem(s, args, "fix") for s in selected]
+    outputs = OutputSet.plan(args, (FINDINGS,), stems)
+    # Every ladder first, then the files: a bad second target writes nothing.
+    results = [fix(selection_builder(s, args.device), mode=args.mode, device=args.device, max_steps=args.steps,
+                   progress=progress) for s in selected]
+    ladder = get("ladder")
+    for findings in results:
+        sys.stdout.write(ladder.render(findings))
+    outputs.write(dict(zip(stems, results)))
+    return EXIT_CRASH if any(f.fullgraph.crashed for f in results) else EXIT_OK

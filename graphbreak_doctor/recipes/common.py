@@ -1,0 +1,168 @@
+"""What the recipes share: finding the function to change on a break's stack,
+running the target once to see how it is called, and writing call text."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import re
+import sys
+import types
+from typing import Any
+
+import torch
+
+from graphbreak_doctor.findings import Break, Frame
+from graphbreak_doctor.frames import INFRASTRUCTURE, package_of, short_path
+from graphbreak_doctor.patching import PatchSet
+from graphbreak_doctor.recipes import adapters
+from graphbreak_doctor.recipes.recipe import FixContext, NotApplicable
+
+
+def where_of(frame: Frame) -> str:
+    return f"{short_path(frame.file)}:{frame.qualname or frame.function}"
+
+
+def module_of_file(path: str) -> types.ModuleType | None:
+    real = os.path.realpath(path)
+    for module in list(sys.modules.values()):
+        file = getattr(module, "__file__", None)
+        if file and os.path.realpath(file) == real:
+            return module
+    return None
+
+
+def _code_of(obj: Any) -> types.CodeType | None:
+    inner = getattr(obj, "_torchdynamo_orig_callable", None) or obj
+    try:
+        inner = inspect.unwrap(inner)
+    except ValueError:
+        return None
+    return getattr(inner, "__code__", None)
+
+
+def resolve(frame: Frame) -> tuple[types.ModuleType, Any] | None:
+    """(module, global) of the module-level function a frame is running."""
+    if "." in (frame.qualname or frame.function) or not frame.function.isidentifier():
+        return None
+    module = module_of_file(frame.file)
+    if module is None:
+        return None
+    obj = vars(module).get(frame.function)
+    code = _code_of(obj)
+    if code is None or os.path.realpath(code.co_filename) != os.path.realpath(frame.file):
+        return None
+    return module, obj
+
+
+def library_entry(stack: list[Frame]) -> tuple[Frame, Frame, types.ModuleType, Any] | None:
+    """(caller, entry, module, function): the first library function the
+    traced code calls that is a module global (``flashinfer.fp4_quantize``),
+    with the traced code's frame that calls it."""
+    if not stack:
+        return None
+    own = package_of(stack[0].file)
+    caller = stack[0]
+    for frame in stack[1:]:
+        package = package_of(frame.file)
+        if package == own:
+            caller = frame
+            continue
+        if package in INFRASTRUCTURE:
+            continue
+        found = resolve(frame)
+        if found is not None:
+            return caller, frame, found[0], found[1]
+    return None
+
+
+def disabled_callee(site: Frame) -> tuple[types.ModuleType, str, Any] | None:
+    """The torch.compiler.disable'd function the site's line calls."""
+    module = module_of_file(site.file)
+    if module is None:
+        return None
+    for name in re.findall(r"([A-Za-z_][\w.]*)\s*\(", site.code or ""):
+        obj: Any = module
+        for part in name.split("."):
+            obj = getattr(obj, part, None)
+        if getattr(obj, "_torchdynamo_disable", False):
+            return module, name, obj
+    return None
+
+
+def has_tensor(value: Any, depth: int = 0) -> bool:
+    if isinstance(value, torch.Tensor):
+        return True
+    if depth > 3:
+        return False
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return any(has_tensor(v, depth + 1) for v in value)
+    if isinstance(value, dict):
+        return any(has_tensor(v, depth + 1) for v in value.values())
+    return False
+
+
+def qualified(module: types.ModuleType, name: str) -> str:
+    return f"{module.__name__}.{name}"
+
+
+def warm_calls(ctx: FixContext, obj: Any) -> list[tuple[tuple, dict, Any]]:
+    """Run the target once, eagerly, recording every call of ``obj`` made
+    through a module global."""
+    calls: list = []
+    with PatchSet("warm-up") as ps:
+        if not ps.rebind(obj, adapters.recorder(obj, calls)):
+            return []
+        try:
+            ctx.warm_up()
+        except Exception as e:
+            raise NotApplicable(f"a warm-up (eager) run of the target fails here: {type(e).__name__}: {e}") from e
+    return calls
+
+
+def call_text(name: str, sig: inspect.Signature | None, args: tuple, kwargs: dict) -> str:
+    parts = [repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()]
+    return f"{name}({', '.join(parts)})"
+
+
+def def_lines(obj: Any) -> list[str]:
+    """The decorator and def lines of a function, as in its source file."""
+    try:
+        lines, _ = inspect.getsourcelines(inspect.unwrap(obj))
+    except (OSError, TypeError, ValueError):
+        return [f"def {getattr(obj, '__name__', 'fn')}(...):"]
+    out, seen_def = [], False
+    for line in lines:
+        out.append(line.rstrip("\n"))
+        seen_def = seen_def or line.lstrip().startswith(("def ", "async def "))
+        if seen_def and line.split("#", 1)[0].rstrip().endswith(":"):
+            break
+    return out
+
+
+def replace_call(line: str, name: str, new: str) -> str:
+    """``flashinfer.fp4_quantize(`` -> ``new(`` in a caller's line of code."""
+    return re.sub(r"[\w.]*\b" + re.escape(name) + r"\(", lambda _m: new + "(", line, count=1)
+
+
+def bound(sig: inspect.Signature, args: tuple, kwargs: dict) -> dict:
+    try:
+        return dict(sig.bind(*args, **kwargs).arguments)
+    except TypeError:
+        return {}
+
+
+
+def has_fake_tensor(value: Any) -> bool:
+    """Does ``value`` (or a list, tuple or dict in it) hold a FakeTensor?"""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    if isinstance(value, (list, tuple)):
+        return any(has_fake_tensor(v) for v in value)
+    if isinstance(value, dict):
+        return any(has_fake_tensor(v) for v in value.values())
+    return isinstance(value, FakeTensor)
+
+
+def break_site(brk: Break) -> str:
+    return f"{short_path(brk.site.file)}:{brk.site.line}"

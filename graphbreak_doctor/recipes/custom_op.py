@@ -1,0 +1,292 @@
+"""wrap-custom-op (and custom-op-instead-of-disable): the library function the
+traced code calls becomes a ``torch.library.custom_op`` with a fake -- from the
+catalogue (catalogue.py), cross-checked against a warm-up run, or inferred from
+the shapes of that warm-up run. The graph keeps the call as one opaque node."""
+
+from __future__ import annotations
+
+import inspect
+import re
+from typing import Any, Callable
+
+import torch
+
+from graphbreak_doctor.findings import Break
+from graphbreak_doctor.frames import package_of, short_path
+from graphbreak_doctor.patching import OP_NAMESPACE, PatchSet
+from graphbreak_doctor.recipes import adapters, catalogue
+from graphbreak_doctor.recipes.common import (
+    bound,
+    disabled_callee,
+    has_fake_tensor,
+    library_entry,
+    qualified,
+    replace_call,
+    warm_calls,
+    where_of,
+)
+from graphbreak_doctor.recipes.recipe import Advice, FixContext, NotApplicable, Plan, Recipe
+
+
+def plan(brk: Break, ctx: FixContext, *, recipe: str = "wrap-custom-op") -> Plan:
+    if brk.category == "compiler-disable" and brk.site is not None:
+        found = disabled_callee(brk.site)
+        if found is None:
+            raise NotApplicable("cannot tell which torch.compiler.disable'd function the site calls")
+        module, name, disabled = found
+        inner = disabled._torchdynamo_orig_callable
+        caller, package, fn_name, replace = brk.site, package_of(brk.site.file), name.rsplit(".", 1)[-1], disabled
+    else:
+        entry = library_entry(brk.stack)
+        if entry is None:
+            raise NotApplicable("no library function between the traced code and the break")
+        caller, frame, module, fn = entry
+        package, fn_name, inner, replace = package_of(frame.file), frame.function, fn, fn
+    culprit = qualified(module, fn_name)
+    if culprit in ctx.wrapped:
+        raise NotApplicable(f"{culprit} is already a custom op")
+    sig = adapters.signature(inner)
+    if sig is None:
+        raise NotApplicable(f"cannot read the signature of {culprit}")
+    known = catalogue.known(package, fn_name)
+    calls = warm_calls(ctx, replace)
+    hints = adapters.type_hints(inner)
+    schema_args, passed = [], []
+    fixed = dict(known.fixed) if known else {}
+    for p in sig.parameters.values():
+        if p.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
+            raise NotApplicable(f"{culprit} takes *args/**kwargs: a schema cannot describe it")
+        if p.name in fixed:
+            continue
+        observed = [bound(sig, a, k).get(p.name, p.default) for a, k, _ in calls]
+        t = adapters.schema_type(hints.get(p.name, inspect.Parameter.empty), [v for v in observed if v is not inspect.Parameter.empty])
+        if t is None:
+            if p.default is inspect.Parameter.empty:
+                raise NotApplicable(f"{culprit}: parameter {p.name} has no torch schema type")
+            continue  # stays at its default
+        schema_args.append(f"{t} {p.name}")
+        passed.append(p.name)
+    if known is not None:
+        returns, fake, how = known.returns, _catalogue_fake(known, passed), f"catalogue fake ({known.source})"
+        check = _cross_check(known, calls, sig)
+        how += f"; {check}" if check else ""
+    else:
+        if not calls:
+            raise NotApplicable(f"{culprit} is not in the catalogue and a warm-up run never called it")
+        returns = adapters.return_schema(calls[0][2])
+        if returns is None or any(adapters.return_schema(r) != returns for _, _, r in calls):
+            raise NotApplicable(f"{culprit} returns something other than tensors")
+        fake, how = _inferred_fake(calls, sig, passed), f"fake inferred from {len(calls)} warm-up call(s) under {'fake' if has_fake_tensor(calls) else 'real'} tensors"
+    op_name = re.sub(r"\W", "_", f"{package}_{fn_name}")
+    schema = f"({', '.join(schema_args)}) -> {returns}"
+    impl = _impl(inner, passed)
+    accepted = {k: v for k, v in fixed.items()}
+    call = caller.code or f"{fn_name}(...)"
+    fake_src, fake_helper = _fake_source(known, calls, sig)
+    patch = (
+        f"--- {short_path(caller.file)} ({caller.qualname})\n"
+        f"+@torch.library.custom_op(\"mylib::{fn_name}\", mutates_args=())\n"
+        f"+def {fn_name}_op({', '.join(_py_param(a) for a in schema_args)}) -> {_py_returns(returns)}:\n"
+        f"+    return {package}.{fn_name}({', '.join(f'{n}={n}' for n in passed)})\n"
+        f"+\n+@{fn_name}_op.register_fake\n+def _({', '.join(passed)}):\n"
+        + "".join(f"+    {line}\n" for line in fake_src)
+        + f"-    {call}\n"
+        f"+    {replace_call(call, fn_name, fn_name + '_op')}\n"
+        + "".join(f"+{line}\n" for line in fake_helper)
+    )
+
+    def apply(ps: PatchSet) -> str:
+        op = ps.custom_op(op_name, impl, schema=schema, fake=fake)
+        fwd = adapters.Forward(replace, op, passed, accepted)
+        adapter = adapters.forwarding_adapter(fwd, sig, f"{culprit} -> torch.ops.{OP_NAMESPACE}.{op_name}")
+        if adapter is None:
+            raise NotApplicable(f"{culprit}: cannot forward its arguments to a custom op")
+        names = ps.rebind(replace, adapter)
+        if not names:
+            raise NotApplicable(f"no module global refers to {culprit}")
+        ctx.wrapped.add(culprit)
+        ps.call_on_undo(lambda: ctx.wrapped.discard(culprit))
+        return f"torch.ops.{OP_NAMESPACE}.{op_name}{schema}, {how}; rebound {', '.join(names)}"
+
+    return Plan(recipe, culprit, where_of(caller), patch, apply)
+
+
+
+def _impl(fn: Callable, passed: list[str]) -> Callable:
+    def impl(*args: Any) -> Any:
+        inputs = [a for a in args if isinstance(a, torch.Tensor)]
+        out = fn(**dict(zip(passed, args)))
+        # A custom op's outputs may not alias its inputs.
+        return _unalias(out, inputs)
+
+    return impl
+
+
+
+def _unalias(out: Any, inputs: list[torch.Tensor]) -> Any:
+    if isinstance(out, tuple):
+        return tuple(_unalias(o, inputs) for o in out)
+    if isinstance(out, torch.Tensor):
+        try:
+            ptr = out.untyped_storage().data_ptr()
+            if any(i.untyped_storage().data_ptr() == ptr for i in inputs):
+                return out.clone()
+        except (RuntimeError, NotImplementedError):
+            pass
+    return out
+
+
+
+def _catalogue_fake(known: catalogue.KnownFunction, passed: list[str]) -> Callable:
+    def fake(*args: Any) -> Any:
+        return known.fake(**dict(zip(passed, args)))
+
+    return fake
+
+
+
+def _signature_key(values: dict) -> tuple:
+    key = []
+    for name, v in sorted(values.items()):
+        if isinstance(v, torch.Tensor):
+            key.append((name, tuple(int(s) for s in v.shape), str(v.dtype)))
+        else:
+            key.append((name, repr(v)))
+    return tuple(key)
+
+
+
+def _meta(out: Any) -> Any:
+    if isinstance(out, tuple):
+        return ("tuple", tuple(_meta(o) for o in out))
+    return ("tensor", tuple(int(s) for s in out.shape), tuple(int(s) for s in out.stride()), out.dtype)
+
+
+
+def _make(meta: Any, device: torch.device) -> Any:
+    if meta[0] == "tuple":
+        return tuple(_make(m, device) for m in meta[1])
+    _, shape, stride, dtype = meta
+    return torch.empty_strided(shape, stride, dtype=dtype, device=device)
+
+
+
+def _inferred_fake(calls: list, sig: inspect.Signature, passed: list[str]) -> Callable:
+    table = {}
+    for args, kwargs, result in calls:
+        values = bound(sig, args, kwargs)
+        table[_signature_key({k: values.get(k) for k in passed})] = _meta(result)
+
+    def fake(*args: Any) -> Any:
+        meta = table.get(_signature_key(dict(zip(passed, args))))
+        if meta is None:
+            raise RuntimeError("graphbreak-doctor: no warm-up call had these input shapes; the inferred fake cannot answer")
+        device = next((a.device for a in args if isinstance(a, torch.Tensor)), torch.device("cpu"))
+        return _make(meta, device)
+
+    return fake
+
+
+
+def _cross_check(known: catalogue.KnownFunction, calls: list, sig: inspect.Signature) -> str:
+    """Does the catalogue fake give the shapes the function gave in the warm-up?"""
+    if not calls:
+        return ""
+    mismatches = 0
+    for args, kwargs, result in calls:
+        values = bound(sig, args, kwargs)
+        try:
+            fake = known.fake(**values)
+        except Exception as e:  # a catalogue bug must show, not crash the ladder
+            return f"catalogue fake raised {type(e).__name__}: {e}"
+        if _shapes(fake) != _shapes(result):
+            mismatches += 1
+    n = len(calls)
+    return f"matches the {n} warm-up call(s)" if not mismatches else f"DIFFERS from {mismatches} of {n} warm-up call(s)"
+
+
+
+def _shapes(out: Any) -> Any:
+    if isinstance(out, (tuple, list)):
+        return tuple(_shapes(o) for o in out)
+    if isinstance(out, torch.Tensor):
+        return (tuple(int(s) for s in out.shape), out.dtype)
+    return out
+
+
+
+def _fake_source(known: catalogue.KnownFunction | None, calls: list, sig: inspect.Signature) -> tuple[list[str], list[str]]:
+    """(lines of the fake's body, top-level helper lines) for the patch text."""
+    if known is not None:
+        # The catalogue's own function, pasted: what runs here is what is shown.
+        try:
+            helper = inspect.getsource(known.fake).splitlines()
+        except (OSError, TypeError):
+            helper = []
+        params = [p for p in inspect.signature(known.fake).parameters if p != "_ignored"]
+        return [f"return {known.fake.__name__}({', '.join(params)})   # {known.source}"], helper
+    if calls:
+        return [f"return {_describe_outputs(calls[0][2])}   # shapes of the eager run"], []
+    return ["..."], []
+
+
+
+def _describe_outputs(out: Any) -> str:
+    if isinstance(out, tuple):
+        return ", ".join(_describe_outputs(o) for o in out)
+    return f"x.new_empty({tuple(int(s) for s in out.shape)}, dtype={out.dtype})"
+
+
+
+def _py_param(schema_arg: str) -> str:
+    t, name = schema_arg.rsplit(" ", 1)
+    optional = t.endswith("?")
+    base = {"Tensor": "torch.Tensor", "ScalarType": "torch.dtype", "Device": "torch.device",
+            "Tensor[]": "list[torch.Tensor]"}.get(t.rstrip("?"), t.rstrip("?"))
+    return f"{name}: {base} | None" if optional else f"{name}: {base}"
+
+
+
+def _py_returns(returns: str) -> str:
+    if returns == "Tensor":
+        return "torch.Tensor"
+    n = returns.count("Tensor")
+    return f"tuple[{', '.join(['torch.Tensor'] * n)}]"
+
+
+
+RECIPES = (
+    Recipe(
+        "wrap-custom-op",
+        Advice(
+            "Wrap {call} in {function} as a torch.library.custom_op with register_fake",
+            "Dynamo cannot see inside a C++/pybind/tvm-ffi/ctypes function. Register it as a custom op "
+            "whose fake implementation returns outputs of the right shape and dtype; the graph then keeps "
+            "it as a single node.",
+            "@torch.library.custom_op(\"mylib::{function}\", mutates_args=(\"out\",))\n"
+            "def {function}_op(x: torch.Tensor, out: torch.Tensor) -> None:\n"
+            "    kernel(x, out)        # the opaque call\n\n"
+            "@{function}_op.register_fake\n"
+            "def _(x, out):\n"
+            "    return None",
+            unnamed_call="the compiled call",
+        ),
+        plan,
+    ),
+    Recipe(
+        "custom-op-instead-of-disable",
+        Advice(
+            "Register {call} as a torch.library.custom_op instead of using torch.compiler.disable",
+            "torch.compiler.disable makes Dynamo break the graph at the call. Under fullgraph=True (SGLang's "
+            "piecewise CUDA graphs) that is an error, not a fallback. A custom op with a fake (meta) "
+            "implementation stays in the graph as one opaque node.",
+            "@torch.library.custom_op(\"mylib::{function}\", mutates_args=())\n"
+            "def {function}(x: torch.Tensor) -> torch.Tensor:\n"
+            "    return original_{function}(x)\n\n"
+            "@{function}.register_fake\n"
+            "def _(x):\n"
+            "    return torch.empty_like(x)",
+        ),
+        lambda brk, ctx: plan(brk, ctx, recipe="custom-op-instead-of-disable"),
+    ),
+)

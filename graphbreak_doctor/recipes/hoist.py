@@ -1,0 +1,166 @@
+"""hoist-subprocess, hoist-filesystem, hoist-call: the innermost module-level
+function on the break's stack that neither takes nor returns tensors runs once,
+eagerly, before capture (a warm-up); while tracing it answers from that
+warm-up (FlashInfer's ``get_cuda_version``: from ``torch.version.cuda``)."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import types
+from typing import Any, Callable
+
+import torch
+
+from graphbreak_doctor.findings import Break, Frame
+from graphbreak_doctor.frames import INFRASTRUCTURE, package_of, short_path
+from graphbreak_doctor.patching import PatchSet
+from graphbreak_doctor.recipes import adapters
+from graphbreak_doctor.recipes.common import call_text, def_lines, has_tensor, qualified, resolve, warm_calls
+from graphbreak_doctor.recipes.recipe import Advice, FixContext, NotApplicable, Plan, Recipe
+
+PRECOMPUTED: dict[tuple[str, str], tuple[str, Callable[[], Any]]] = {
+    ("flashinfer", "get_cuda_version"): (
+        "Version(torch.version.cuda)",
+        lambda: __import__("packaging.version").version.Version(torch.version.cuda) if torch.version.cuda else None,
+    ),
+}
+
+
+
+def plan(brk: Break, ctx: FixContext, *, recipe: str) -> Plan:
+    """Compute the innermost tensor-free module-level function once, before capture."""
+    stack = brk.stack
+    start = stack.index(brk.actionable_frame) if brk.actionable_frame in stack else len(stack) - 1
+    reasons = []
+    for j in range(start, 0, -1):  # never stack[0]: that is the traced function itself
+        frame = stack[j]
+        if package_of(frame.file) in INFRASTRUCTURE:
+            continue
+        found = resolve(frame)
+        if found is None:
+            continue
+        module, obj = found
+        calls = warm_calls(ctx, obj)
+        if not calls:
+            reasons.append(f"{frame.function}: not called through a module global in a warm-up run")
+            continue
+        if any(has_tensor(a) or has_tensor(k) or has_tensor(r) for a, k, r in calls):
+            reasons.append(f"{frame.function} takes or returns tensors: it cannot run before capture")
+            break  # outer frames are closer to the tensors still
+        try:
+            table = {(a, tuple(k.items())): r for a, k, r in calls}
+        except TypeError:
+            reasons.append(f"{frame.function}: its arguments are not hashable")
+            continue
+        return _hoist_plan(recipe, brk, module, frame, obj, table)
+    raise NotApplicable("; ".join(reasons) or "no module-level function between the traced code and the break")
+
+
+
+def _hoist_plan(recipe: str, brk: Break, module: types.ModuleType, frame: Frame, obj: Any, table: dict) -> Plan:
+    name = frame.function
+    package = package_of(frame.file)
+    precomputed = PRECOMPUTED.get((package, name))
+    value_note = ""
+    if precomputed and list(table) == [((), ())]:
+        expr, compute = precomputed
+        value = compute()
+        if value is not None:
+            probe = table[((), ())]
+            value_note = f"; {expr} = {value!r}, the probe answered {probe!r}" + ("" if value == probe else " (they differ!)")
+            table = {((), ()): value}
+    source_lines = def_lines(obj)
+    sig = adapters.signature(obj)
+    params = [p for p in (sig.parameters if sig else {})]
+    lines = [f"--- {short_path(frame.file)} ({name})", "+_WARM = {}   # filled once, before torch.compile"]
+    lines += [f" {line}" for line in source_lines]
+    key = f"({', '.join(params)},)" if params else "()"
+    lines += [f"+    if {key} in _WARM:   # no {brk.category} work while tracing", f"+        return _WARM[{key}]",
+              "     ..."]
+    warm = []
+    for (args, kwargs) in table:
+        call = call_text(name, sig, args, dict(kwargs))
+        warm.append(f"+_WARM[{_bound_key(sig, args, dict(kwargs))}] = {call}")
+    if precomputed and value_note:
+        warm = [f"+_WARM[()] = {precomputed[0]}   # instead of running the probe"]
+    lines += ["# at start-up / warm-up, outside the compiled region:"] + warm
+    patch = "\n".join(lines) + "\n"
+
+    def apply(ps: PatchSet) -> str:
+        names = ps.rebind(obj, adapters.memo_adapter(obj, table, f"warm-up of {name}"))
+        shown = ", ".join(call_text(name, sig, a, dict(k)) for a, k in table)
+        return f"{name} answers from a warm-up ({shown}){value_note}; rebound {', '.join(names)}"
+
+    return Plan(recipe, qualified(module, name), f"{short_path(frame.file)}:{name}", patch, apply)
+
+
+
+def _bound_key(sig: inspect.Signature | None, args: tuple, kwargs: dict) -> str:
+    if sig is None:
+        return repr(args)
+    try:
+        bound = sig.bind(*args, **kwargs)
+        bound.apply_defaults()
+    except TypeError:
+        return repr(args)
+    values = tuple(bound.arguments.values())
+    return repr(values)
+
+
+
+_BEFORE_CAPTURE_DETAIL = (
+    "Compute what {call} returns once, at import or start-up, before torch.compile runs (a warm-up), "
+    "cache the result in a module-level variable, and have the traced path read only the cache."
+)
+
+RECIPES = (
+    Recipe(
+        "hoist-subprocess",
+        Advice(
+            "Move {call} out of {function}: run the probe once before capture and reuse its result",
+            "A child process cannot be part of a graph. Compute what the probe returns (a CUDA version, a "
+            "tool path) once at import or start-up -- often torch.version.cuda already has it -- and read "
+            "the cached value on the traced path.",
+            "# before: runs `nvcc --version` on every call\n"
+            "def {function}(...):\n"
+            "    out = subprocess.check_output([nvcc, \"--version\"])\n\n"
+            "# after: computed once, outside the compiled region\n"
+            "CUDA_VERSION = torch.version.cuda\n"
+            "def {function}(...):\n"
+            "    version = CUDA_VERSION",
+            names="entry",
+        ),
+        functools.partial(plan, recipe="hoist-subprocess"),
+    ),
+    Recipe(
+        "hoist-filesystem",
+        Advice(
+            "Move {call} out of {function}: resolve paths and load modules before capture",
+            "Dynamo cannot trace system calls such as stat/open. Do the file-system work during a warm-up "
+            "(or at import), cache the result in a module-level variable, and have the traced path read "
+            "only the cache.",
+            "_MODULE = None\n\n"
+            "def warm_up():            # call once before torch.compile\n"
+            "    global _MODULE\n"
+            "    _MODULE = load_module_from_disk()\n\n"
+            "def {function}(...):\n"
+            "    return _MODULE        # no Path.exists()/os.stat() while tracing",
+            names="entry",
+        ),
+        functools.partial(plan, recipe="hoist-filesystem"),
+    ),
+    Recipe(
+        "hoist-call",
+        Advice(
+            "Run {call} once before capture and have {function} reuse its result",
+            _BEFORE_CAPTURE_DETAIL,
+            "_CACHE = {{}}\n\n"
+            "def warm_up():            # call once before torch.compile\n"
+            "    _CACHE[\"value\"] = compute()\n\n"
+            "def {function}(...):\n"
+            "    value = _CACHE[\"value\"]",
+        ),
+        functools.partial(plan, recipe="hoist-call"),
+    ),
+)

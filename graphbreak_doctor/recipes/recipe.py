@@ -1,0 +1,77 @@
+"""The record every fix recipe is: the advice a person reads, and (where the
+doctor can) the same change made in-process so the fix ladder can prove it.
+
+A break's category names the recipe whose advice the report shows and the
+recipes the ladder tries (graphbreak_doctor.analysis.categories); both speak
+of recipes by the names defined here, so the report and the ladder use one
+vocabulary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from graphbreak_doctor.findings import Break
+from graphbreak_doctor.patching import PatchSet
+
+
+@dataclass(frozen=True)
+class Advice:
+    """Text templates; ``{call}`` is the call to change, ``{function}`` the
+    function to change it in (``{package}`` / ``{op}`` for registered ops)."""
+
+    summary: str
+    detail: str
+    snippet: str
+    # What {call} reads as when the call has no name.
+    unnamed_call: str = "the call"
+    # Which call {call} names: "culprit" (the callable Dynamo refused: a lock,
+    # SimpleNamespace, a tvm-ffi kernel) or "entry" (the library call the code
+    # made that led there: subprocess.check_output, pathlib.Path.stat).
+    names: str = "culprit"
+
+
+class NotApplicable(Exception):
+    """This recipe does not fit this break; the message says why."""
+
+
+@dataclass
+class Plan:
+    """One recipe fitted to one break: the change a person would make, and
+    ``apply``, which makes the equivalent change in this process."""
+
+    recipe: str
+    culprit: str  # "module.function" the change is about
+    where: str  # "file:function" of the code to change
+    patch: str  # the change a user would make
+    apply: Callable[[PatchSet], str]  # makes it in-process; returns a detail line
+    # Demonstrations only: explains, after the re-trace, why the change is
+    # rejected (called with the re-trace's result and its first break).
+    judge: Callable[[Any, Break | None], str] | None = None
+
+
+@dataclass
+class FixContext:
+    """What recipes need from the ladder."""
+
+    warm_up: Callable[[], None]  # runs the target once, eagerly
+    # Traces the (patched) target in a mode: (mode result, its first break).
+    trace: Callable[[str], tuple[Any, Break | None]]
+    trap_done: str = ""  # detail of the demonstrated trap, once tried
+    wrapped: set[str] = field(default_factory=set)  # "module.function" already made custom ops
+
+
+Planner = Callable[[Break, FixContext], Plan]
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    advice: Advice
+    # Fits the recipe to a break for the fix ladder; None: advice only, a
+    # person has to make this change (torch.cond, a logging guard).
+    plan: Planner | None = None
+    # Tried only to show that it does not work under fullgraph: the ladder
+    # always undoes it and records it as rejected, with the plan's judge text.
+    demonstration: bool = False

@@ -1,0 +1,27 @@
+"""The record every output format is."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+# What a renderer takes: findings (graphbreak_doctor.findings.Findings) or the
+# gate's report (graphbreak_doctor.findings.GateReport).
+FINDINGS = "findings"
+GATE = "gate"
+
+
+@dataclass(frozen=True)
+class Renderer:
+    name: str
+    # What it renders: FINDINGS or GATE.
+    renders: str
+    render: Callable[[Any], str]
+    # File suffix; "" for text meant for the terminal.
+    suffix: str = ""
+    # The command-line option that writes it to a file ("--html"); "" for
+    # terminal text, which the commands print themselves.
+    option: str = ""
+    help: str = ""
+    # What the file is, for "<title> written to <path>".
+    title: str = ""

@@ -1,0 +1,102 @@
+"""``--target pkg.module:factory``: any code a user names.
+
+Target protocol: ``factory()`` returns ``(fn, args)`` or ``(fn, args, kwargs)``,
+or a :class:`Target`. The factory is called inside the selected device
+(graphbreak_doctor.emulation), so a factory that writes
+``torch.empty(..., device="cuda")`` gets a fake CUDA tensor on an emulated GPU.
+The current directory is importable while the factory loads, as with
+``python -m``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+from typing import Any, Callable, Mapping
+
+from graphbreak_doctor.findings import TargetInfo
+from graphbreak_doctor.patching import UndoLog
+from graphbreak_doctor.targets import Target, TargetError
+from graphbreak_doctor.targets.provider import Option, Selection, TargetProvider
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-") or "target"
+
+
+def load_factory(spec: str, log: UndoLog) -> Callable[[], Any]:
+    """Resolve ``pkg.module:factory``; the current directory goes on
+    ``sys.path`` through ``log`` (undone with it)."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise TargetError(f"--target must look like pkg.module:factory, got {spec!r}")
+    log.prepend_sys_path(os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        if e.name and (module_name == e.name or module_name.startswith(e.name + ".")):
+            raise TargetError(f"cannot import target module {module_name!r}: no module named {e.name!r}") from e
+        raise TargetError(f"importing {module_name!r} failed: {type(e).__name__}: {e}") from e
+    except Exception as e:
+        raise TargetError(f"importing {module_name!r} failed: {type(e).__name__}: {e}") from e
+    obj: Any = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise TargetError(f"module {module_name!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise TargetError(f"{spec} is not callable (a factory returns (fn, args) or (fn, args, kwargs))")
+    return obj
+
+
+def callable_name(fn: Any) -> str:
+    """A callable's qualified name, or its type's name when it has none."""
+    name = getattr(fn, "__qualname__", None)
+    return name if isinstance(name, str) and name else type(fn).__name__
+
+
+def call_factory(spec: str, factory: Callable[[], Any]) -> Target:
+    """Call a factory and check what it returned against the target protocol."""
+    try:
+        made = factory()
+    except Exception as e:
+        raise TargetError(f"target factory {spec} raised {type(e).__name__}: {e}") from e
+    if isinstance(made, Target):
+        made.info.spec = made.info.spec or spec
+        made.info.provider = made.info.provider or PROVIDER.name
+        return made
+    if not isinstance(made, tuple) or len(made) not in (2, 3):
+        raise TargetError(
+            f"target factory {spec} must return (fn, args) or (fn, args, kwargs), got {type(made).__name__}"
+        )
+    fn, args, *rest = made
+    kwargs = rest[0] if rest else {}
+    if not callable(fn):
+        raise TargetError(f"target factory {spec}: first item must be callable, got {type(fn).__name__}")
+    if not isinstance(args, (tuple, list)):
+        raise TargetError(f"target factory {spec}: args must be a tuple or list, got {type(args).__name__}")
+    if not isinstance(kwargs, dict):
+        raise TargetError(f"target factory {spec}: kwargs must be a dict, got {type(kwargs).__name__}")
+    info = TargetInfo(spec=spec, provider=PROVIDER.name, function=callable_name(fn))
+    return Target(fn=fn, args=tuple(args), kwargs=kwargs, info=info)
+
+
+class FactoryProvider(TargetProvider):
+    name = "factory"
+    title = "a target of your own"
+    options = (
+        Option("--target", "a factory pkg.module:factory returning (fn, args[, kwargs])", metavar="M:F",
+               selects=True),
+    )
+
+    def select(self, options: Mapping[str, Any]) -> list[Selection]:
+        spec = options["target"]
+        return [Selection(self.name, slug(spec.replace(":", ".")), {"spec": spec})]
+
+    def build(self, selection: Selection, device: str, log: UndoLog) -> Target:
+        spec = selection.options["spec"]
+        return call_factory(spec, load_factory(spec, log))
+
+
+PROVIDER = FactoryProvider()

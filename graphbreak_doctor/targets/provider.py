@@ -1,0 +1,70 @@
+"""The record a kind of traced code is: its options, and how it selects and
+builds targets.
+
+A provider declares its command-line options as data (:class:`Option`; the
+CLI turns them into arguments). Giving one of its *selecting* options
+(``--target``, ``--layer``) chooses the provider; its other options
+(``--tokens``) are a usage error with any other provider. ``select`` turns
+the options into :class:`Selection` records -- plain, picklable data -- and
+``build`` makes each a :class:`Target`, inside the selected device.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from graphbreak_doctor.patching import UndoLog
+from graphbreak_doctor.targets import Target
+
+
+@dataclass(frozen=True)
+class Option:
+    flag: str
+    help: str
+    dest: str = ""
+    metavar: str | None = None
+    choices: tuple[str, ...] | None = None
+    # Parses the text (an integer at least 1, ...); raises ValueError with a reason.
+    type: Callable[[str], Any] | None = None
+    # Giving this option selects the provider.
+    selects: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.dest or self.flag.lstrip("-").replace("-", "_")
+
+
+@dataclass(frozen=True)
+class Selection:
+    """One target to build: which provider, a name for its output files, and
+    the options it needs (plain values only)."""
+
+    provider: str
+    name: str
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+class TargetProvider:
+    """Subclass and register in targets/registry.py."""
+
+    name: str = ""
+    # Help-group title and the usage hint naming the selecting options.
+    title: str = ""
+    options: tuple[Option, ...] = ()
+
+    def select(self, options: Mapping[str, Any]) -> list[Selection]:
+        """The targets these options ask for; ValueError (one line) if they are wrong."""
+        raise NotImplementedError
+
+    def build(self, selection: Selection, device: str, log: UndoLog) -> Target:
+        """Build one selected target; called inside the device. Process-global
+        changes it needs for the whole diagnosis go through ``log``. Raises
+        TargetError (one line) for bad input."""
+        raise NotImplementedError
+
+    def selecting_flags(self) -> tuple[str, ...]:
+        return tuple(o.flag for o in self.options if o.selects)
+
+    def selected(self, options: Mapping[str, Any]) -> bool:
+        return any(options.get(o.name) is not None for o in self.options if o.selects)
