@@ -228,6 +228,16 @@ class Findings:
     # Added after schema 1 shipped; older JSON without it loads as [].
     unparsed_events: list[UnparsedEvent] = field(default_factory=list)
 
+    def incomplete(self) -> str:
+        """Why this diagnosis cannot be vouched for, as a sentence; "" when it is whole."""
+        if self.fullgraph.crashed:
+            return f"the target crashed under Dynamo (not a graph break): {self.fullgraph.error}"
+        if self.unparsed_events:
+            n = len(self.unparsed_events)
+            return (f"{n} break report{'s' if n != 1 else ''} could not be parsed (first: "
+                    f"{self.unparsed_events[0].reason}); the breaks found are incomplete")
+        return ""
+
     def break_by_id(self, break_id: str) -> Break | None:
         return next((b for b in self.breaks if b.id == break_id), None)
 
@@ -389,7 +399,7 @@ class TargetResult:
     def crashed(self) -> bool:
         """The diagnosis is not whole: the target crashed under Dynamo, or a
         break report could not be parsed (the gate cannot vouch for it)."""
-        return self.findings.fullgraph.crashed or bool(self.findings.unparsed_events)
+        return bool(self.findings.incomplete())
 
     @property
     def passed(self) -> bool:

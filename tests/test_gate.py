@@ -430,3 +430,22 @@ def test_policy_rejects_unknown_categories():
     with pytest.raises(ValueError, match="unknown break category 'nope'"):
         Policy(fail_on=("nope",))
     assert "other" in CATEGORIES
+
+
+# --- a break report that cannot be parsed: the gate cannot vouch for the target ---
+
+
+def test_an_unparsed_break_report_fails_the_gate_with_exit_3(tmp_path):
+    junit = tmp_path / "gate.xml"
+    result = run_cli("check", "--target", "fixtures.gate.unparsable:target", "--device", "cpu",
+                     "--max-breaks", "5", "--junit", str(junit))
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert "1 break report could not be parsed (first: TypeError" in result.stdout
+    errors = [r for case in junit_cases(junit).values() for r in case.result if isinstance(r, junitparser.Error)]
+    assert errors and "could not be parsed" in errors[0].message
+    traced = run_cli("trace", "--target", "fixtures.gate.unparsable:target", "--device", "cpu", "--no-html",
+                     "--json", str(tmp_path / "f.json"))
+    assert traced.returncode == 0 and "UNPARSED: 1 break report could not be parsed" in traced.stdout
+    data = json.loads((tmp_path / "f.json").read_text())
+    (event,) = data["unparsed_events"]
+    assert event["reason"].startswith("TypeError") and "Graph break in user code" in event["excerpt"]

@@ -85,8 +85,8 @@ class GraphBreakListener(logging.Handler):
     def _unparsed(self, record: logging.LogRecord, reason: str) -> None:
         try:
             text = record.getMessage()
-        except Exception as e:  # the record's own arguments do not format
-            text = f"<unprintable log record: {type(e).__name__}>"
+        except Exception:  # the record's own arguments do not format: show them raw
+            text = f"{record.msg} (arguments: {record.args!r})"
         excerpt = "\n".join(text.splitlines()[:6])
         self.unparsed.append(UnparsedEvent(source=f"{self.mode} mode, logger {record.name}", reason=reason,
                                            excerpt=excerpt))

@@ -73,11 +73,7 @@ def evaluate(name: str, findings: Findings, policy: Policy, baseline: TargetBase
             if e.key() not in seen and policy.counts_package(e.package) and (not e.modes or traced & set(e.modes))
         ]
     max_breaks = policy.effective_max_breaks(baseline is not None)
-    crash = findings.fullgraph.error if findings.fullgraph.crashed else ""
-    if not crash and findings.unparsed_events:
-        first = findings.unparsed_events[0]
-        crash = (f"{_n(len(findings.unparsed_events), 'break report')} could not be parsed "
-                 f"(first: {first.reason}); the breaks found are incomplete")
+    crash = findings.incomplete()
     for mode in findings.modes:
         in_mode = [b for b in counted if mode in b.modes]
         case = CaseResult(target=name, mode=mode, counted=in_mode, crashed=crash)

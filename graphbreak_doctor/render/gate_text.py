@@ -39,7 +39,7 @@ def target_result_lines(t: TargetResult, device: str) -> list[str]:
         status = "CRASHED" if case.crashed else "passed" if case.passed else "FAILED"
         lines.append(f"{t.name} [{case.mode}, {device}]: {status}")
         if case.crashed:
-            lines.append(f"  the target crashed under Dynamo (not a graph break): {case.crashed}")
+            lines.append(f"  {case.crashed}")
         for failure in case.failures:
             lines.append(f"  {failure.check}: {failure.reason}")
     failing = t.failing_breaks()

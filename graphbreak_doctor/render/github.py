@@ -50,8 +50,7 @@ def render(report: GateReport, workspace: str | os.PathLike | None = None) -> st
     lines = []
     for t in report.targets:
         if t.crashed:
-            lines.append(command("error", f"{t.name}: the target crashed under Dynamo (not a graph break): "
-                                          f"{t.findings.fullgraph.error}", title="graphbreak-doctor: target crashed"))
+            lines.append(command("error", f"{t.name}: {t.findings.incomplete()}", title="graphbreak-doctor: target crashed"))
         for case in t.cases:
             for f in case.failures:
                 if not f.breaks:

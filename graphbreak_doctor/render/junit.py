@@ -21,8 +21,8 @@ SUITE = "graphbreak-doctor check"
 def _case(t: TargetResult, case: CaseResult, device: str) -> ET.Element:
     el = ET.Element("testcase", classname=t.name, name=f"{case.mode} ({device})")
     if case.crashed:
-        err = ET.SubElement(el, "error", message=f"the target crashed under Dynamo: {case.crashed}", type="crash")
-        err.text = "This is not a graph break: Dynamo raised an error while tracing the target.\n" + case.crashed + "\n"
+        err = ET.SubElement(el, "error", message=case.crashed, type="crash")
+        err.text = "The diagnosis of this target is not whole, so the gate cannot pass.\n" + case.crashed + "\n"
     elif case.failures:
         fail = ET.SubElement(
             el, "failure",

@@ -139,7 +139,7 @@ def render(report: GateReport, root: str | os.PathLike | None = None) -> str:
         "invocations": [{
             "executionSuccessful": not crashed,
             "toolExecutionNotifications": [
-                {"level": "error", "message": {"text": f"{t.name}: the target crashed under Dynamo: {t.findings.fullgraph.error}"}}
+                {"level": "error", "message": {"text": f"{t.name}: {t.findings.incomplete()}"}}
                 for t in crashed
             ],
         }],

@@ -1,0 +1,235 @@
+"""The package's shape: no import cycles, registries that agree, and a wheel
+that installs and runs outside the checkout."""
+
+from __future__ import annotations
+
+import ast
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from pathlib import Path
+
+import networkx as nx
+import pytest
+
+from conftest import ROOT
+
+PACKAGE = ROOT / "graphbreak_doctor"
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+
+
+def _imports(name: str, path: Path, known: set[str]) -> set[str]:
+    """Modules of the package that ``name`` imports, anywhere in its source
+    (function-level imports included): ``from pkg import mod`` counts as mod."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    is_package = path.name == "__init__.py"
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = name.split(".") if is_package else name.split(".")[:-1]
+                base = base[: len(base) - (node.level - 1)]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            for alias in node.names:
+                full = f"{module}.{alias.name}"
+                out.add(full if full in known else module)
+    return {m for m in out if m in known and m != name}
+
+
+def import_graph() -> nx.DiGraph:
+    modules = _modules()
+    known = set(modules)
+    graph = nx.DiGraph()
+    for name, path in modules.items():
+        graph.add_node(name)
+        for dep in _imports(name, path, known):
+            graph.add_edge(name, dep)
+    return graph
+
+
+def test_no_import_cycles_between_modules():
+    graph = import_graph()
+    assert graph.number_of_edges() > 100  # the scan sees the imports
+    assert graph.has_edge("graphbreak_doctor.cli.trace", "graphbreak_doctor.render")
+    cycles = list(nx.simple_cycles(graph))
+    assert not cycles, "import cycles: " + "; ".join(" -> ".join(c + c[:1]) for c in cycles[:5])
+
+
+def _part(module: str) -> str:
+    """The pipeline part a module belongs to: graphbreak_doctor.<part>."""
+    parts = module.split(".")
+    return ".".join(parts[:2])
+
+
+def test_no_import_cycles_between_parts():
+    """targets, emulation, capture, analysis, recipes, fix, gate, render, cli and
+    the top-level modules never import each other both ways."""
+    graph = nx.DiGraph()
+    for a, b in import_graph().edges:
+        if _part(a) != _part(b) and a != "graphbreak_doctor" and b != "graphbreak_doctor":
+            graph.add_edge(_part(a), _part(b))
+    cycles = list(nx.simple_cycles(graph))
+    assert not cycles, "cycles between parts: " + "; ".join(" -> ".join(c + c[:1]) for c in cycles[:5])
+
+
+def test_every_module_imports_on_its_own():
+    """Each module imports in a fresh interpreter by itself, in dependency order
+    (what an import cycle or a missing import would break)."""
+    order = [m for m in reversed(list(nx.topological_sort(import_graph()))) if not m.endswith("__main__")]
+    code = "import importlib, sys\nfor name in sys.argv[1:]:\n    importlib.import_module(name)\n"
+    result = subprocess.run([sys.executable, "-c", code, *order], cwd=ROOT, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+
+
+# --- registries: each concept is one module plus one registration line ------------
+
+
+def test_categories_name_recipes_that_exist():
+    from graphbreak_doctor import recipes
+    from graphbreak_doctor.analysis import categories
+
+    assert [c.name for c in categories.REGISTRY] == list(categories.CATEGORIES)
+    assert len({c.priority for c in categories.REGISTRY}) == len(categories.REGISTRY)
+    for c in categories.REGISTRY:
+        assert recipes.get(c.advice).advice.summary
+        for name in c.ladder:
+            assert recipes.get(name).plan is not None, f"{c.name}: ladder recipe {name} cannot be applied"
+    assert categories.get(categories.FALLBACK).rules == ()
+
+
+def test_every_recipe_is_reachable_and_advises():
+    from graphbreak_doctor import recipes
+    from graphbreak_doctor.analysis import categories
+
+    used = {c.advice for c in categories.REGISTRY} | {n for c in categories.REGISTRY for n in c.ladder}
+    used.add("use-registered-op")  # the refinement every category gets (analysis/fixes.py)
+    assert set(recipes.REGISTRY) == used
+    for r in recipes.REGISTRY.values():
+        text = r.advice.summary.format(call="`x`", function="f", package="lib", op="op")
+        assert "{" not in text
+
+
+def test_a_new_category_is_one_record_and_one_line(monkeypatch):
+    """What CONTRIBUTING shows: a Category record, registered, classifies and advises."""
+    from graphbreak_doctor.analysis import categories, classify
+    from graphbreak_doctor.analysis.categories import Category, Rule
+    from graphbreak_doctor.analysis.fixes import suggest
+    from graphbreak_doctor.findings import Frame
+
+    random = Category(name="randomness", why="the traced code draws random numbers outside torch",
+                      evidence="`random.random`", rules=(Rule(culprits=("random.",)),),
+                      advice="precompute-builtin", ladder=("wrap-custom-op",), priority=15)
+    monkeypatch.setattr(categories, "REGISTRY", categories.REGISTRY + (random,))
+    monkeypatch.setattr(categories, "_BY_NAME", {c.name: c for c in categories.REGISTRY})
+    stack = [Frame("/home/u/model.py", 3, "forward", "forward")]
+    assert classify.classify("Attempted to call function marked as skipped", "random.random", stack) == "randomness"
+    fix = suggest("randomness", entry_call="", culprit="random.random", actionable=stack[0], stack=stack)
+    assert fix.recipe == "precompute-builtin" and "`random.random`" in fix.summary
+
+
+def test_renderers_are_registered_once_and_offered_as_options(cli):
+    from graphbreak_doctor.render import REGISTRY, file_renderers
+
+    names = [r.name for r in REGISTRY]
+    assert len(names) == len(set(names))
+    options = [r.option for r in file_renderers("findings", "gate")]
+    assert len(options) == len(set(options)) and all(r.suffix.startswith(".") for r in file_renderers("findings", "gate"))
+    trace_help = cli("trace", "--help").stdout
+    check_help = cli("check", "--help").stdout
+    for r in file_renderers("findings"):
+        assert r.option in trace_help and r.option in check_help
+    for r in file_renderers("gate"):
+        assert r.option in check_help and r.option not in trace_help
+
+
+def test_device_presets_are_offered_and_listed_by_the_emulated_nvcc(cli, tmp_path):
+    from graphbreak_doctor.emulation import flashinfer_dry
+    from graphbreak_doctor.emulation.presets import PRESETS, emulated_presets
+
+    help_text = cli("trace", "--help").stdout
+    for name in PRESETS:
+        assert name in help_text
+    cuda_home = flashinfer_dry.make_toolkit(tmp_path, emulated_presets()[0])
+    listed = subprocess.run([str(cuda_home / "bin" / "nvcc"), "--list-gpu-arch"], capture_output=True,
+                            text=True).stdout.split()
+    for p in emulated_presets():
+        assert f"compute_{p.major}{p.minor}" in listed
+
+
+def test_providers_own_their_options(cli):
+    from graphbreak_doctor.targets.registry import PROVIDERS
+
+    flags = [o.flag for p in PROVIDERS for o in p.options]
+    assert len(flags) == len(set(flags))
+    help_text = cli("trace", "--help").stdout
+    for p in PROVIDERS:
+        assert p.title in help_text
+        assert any(o.selects for o in p.options)
+    result = cli("trace", "--target", "fixtures.breaks.clean:target", "--tp", "2")
+    assert result.returncode == 2 and "--tp applies to --layer" in result.stderr
+
+
+# --- the wheel ----------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_wheel_installs_outside_the_checkout_and_traces_the_dense_layer(tmp_path):
+    """The wheel holds graphbreak_doctor only (configs as package data, no test
+    fixtures); installed into a fresh venv outside the checkout it runs the main job."""
+    # Built from a copy of the tracked files: nothing left over in the checkout
+    # (a build/ folder, an egg-info) can leak into the wheel.
+    source = tmp_path / "source"
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+    for name in filter(None, tracked.decode().split("\0")):
+        if (ROOT / name).is_file():
+            (source / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, source / name)
+    wheels = tmp_path / "wheels"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
+                    str(wheels), str(source)], check=True, capture_output=True, timeout=300, env=env)
+    (wheel,) = wheels.glob("graphbreak_doctor-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {n.split("/", 1)[0] for n in names if not n.split("/", 1)[0].endswith((".dist-info", ".data"))}
+    assert tops == {"graphbreak_doctor"}
+    assert "graphbreak_doctor/targets/glm5/configs/config.json" in names
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120, env=env)
+    # The fresh venv gets this environment's dependencies (torch, flashinfer...)
+    # through a path entry -- not the checkout, and not its editable install
+    # (a folder added by a .pth file does not run the .pth files inside it).
+    (purelib,) = {sysconfig.get_paths()["purelib"]}
+    site = subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True, env=env).stdout.strip()
+    Path(site, "dependencies.pth").write_text(purelib + "\n")
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps", "--disable-pip-version-check"]
+    subprocess.run([*pip, str(wheel)], check=True, capture_output=True, timeout=300, env=env)
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    result = subprocess.run([str(venv / "bin" / "graphbreak-doctor"), "trace", "--layer", "dense", "--json",
+                             "--no-html"], cwd=work, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "GLM-5 (GlmMoeDsaForCausalLM) dense layer 0" in result.stdout
+    where = subprocess.run([str(venv / "bin" / "python"), "-c", "import graphbreak_doctor; print(graphbreak_doctor.__file__)"],
+                           cwd=work, env=env, capture_output=True, text=True).stdout
+    assert str(venv) in where
+    assert (work / "reports" / "glm5-dense-sm120-both.json").exists()
