@@ -17,10 +17,9 @@ from typing import Any
 
 SCHEMA_VERSION = 1
 
-# How a target is traced: every break (explain), the first hard failure as
-# torch.compile(fullgraph=True) sees it, or fullgraph split at registered ops
-# as SGLang's piecewise runner does.
-MODES = ("explain", "fullgraph", "piecewise")
+# Modes whose verdict is torch.compile(fullgraph=True)'s: plain, or split at
+# registered ops as SGLang's piecewise runner does (the other mode, explain,
+# finds every break).
 FULLGRAPH_MODES = ("fullgraph", "piecewise")
 
 @dataclass(frozen=True)
@@ -189,6 +188,8 @@ class Rung:
     recipe: str
     patch: str
     where: str
+    # "next failure", "fullgraph ok", "rejected" (undone) or "removed" (the
+    # break is gone but the re-trace crashed).
     result: str
     detail: str = ""
 

@@ -233,3 +233,14 @@ def test_wheel_installs_outside_the_checkout_and_traces_the_dense_layer(tmp_path
                            cwd=work, env=env, capture_output=True, text=True).stdout
     assert str(venv) in where
     assert (work / "reports" / "glm5-dense-sm120-both.json").exists()
+
+
+def test_readme_category_table_is_the_registry():
+    from graphbreak_doctor.analysis import categories
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    table = text.split("### Break categories", 1)[1].split("\n\n", 2)[1]
+    rows = [line.split("|")[1:3] for line in table.splitlines()[2:]]
+    assert [(name.strip().strip("`"), evidence.strip()) for name, evidence in rows] == [
+        (c.name, c.evidence) for c in categories.REGISTRY
+    ]

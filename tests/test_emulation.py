@@ -52,7 +52,7 @@ def _sm120_module_suffix() -> str:
 
 
 class BreakLog:
-    """Dynamo's graph-break artifact logs (architecture fact 5), as messages."""
+    """Dynamo's graph-break artifact logs (docs/design.md, "Where Dynamo reports breaks"), as messages."""
 
     def __init__(self) -> None:
         self.messages: list[str] = []
@@ -175,7 +175,7 @@ def test_torch_cuda_surface_reports_the_preset(name):
         assert torch.cuda.get_device_name(torch.device("cuda:0")) == preset.device_name
         assert torch.cuda.device_count() == 1 and torch.cuda.current_device() == 0
         assert torch.version.cuda == preset.cuda
-        # Fact 3: is_available stays the real answer.
+        # is_available stays the real answer (docs/design.md, "Why torch.cuda.is_available stays False").
         assert torch.cuda.is_available() is False
         with pytest.raises(AssertionError):
             torch.cuda.get_device_properties(1)

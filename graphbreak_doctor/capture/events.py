@@ -99,7 +99,5 @@ class BreakEvent:
     site: Frame | None
     # Dynamo suppresses the stack of a repeated break and reports only its site.
     duplicate: bool = False
-    # Dynamo gave up on the whole frame ("Failed to handle graph break gracefully").
-    skipped_frame: bool = False
     seq: int = 0
     jit: list[tuple[str, str]] = field(default_factory=list)

@@ -112,4 +112,4 @@ class GraphBreakListener(logging.Handler):
             return BreakEvent(self.mode, parsed.gb_type, parsed, [], site, duplicate=True)
         stack = self.trim(parse_stack(text.split("User code traceback:", 1)[-1] if not skipped else text))
         site = stack[-1] if stack else None
-        return BreakEvent(self.mode, parsed.gb_type, parsed, stack, site, skipped_frame=skipped)
+        return BreakEvent(self.mode, parsed.gb_type, parsed, stack, site)

@@ -44,10 +44,6 @@ class EmulatedDevice:
     def emulated(self) -> bool:
         return self.preset.emulated
 
-    @property
-    def active(self) -> bool:
-        return bool(self._logs)
-
     def _record(self, action: str, name: str, path: str, exports: tuple) -> JitRecord:
         request = JitRecord(
             seq=flashinfer_dry.STATE.next_seq(),

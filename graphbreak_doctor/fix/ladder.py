@@ -29,7 +29,6 @@ from graphbreak_doctor.recipes.common import break_site, has_fake_tensor
 from graphbreak_doctor.targets import Target, TargetError
 
 DEFAULT_STEPS = 10
-RESULTS = ("removed", "next failure", "rejected", "fullgraph ok")
 
 
 @dataclass

@@ -201,5 +201,4 @@ def _define(lines: list[str], namespace: dict, name: str, label: str, original: 
     fn = scope["_factory"](**namespace, _tuple=tuple)
     fn.__qualname__ = getattr(original, "__qualname__", name)
     fn.__doc__ = getattr(original, "__doc__", None)
-    fn.__graphbreak_doctor_source__ = source
     return fn

@@ -80,13 +80,6 @@ class QuantProfile:
                 return False
         return True
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "quant_algo": self.quant_algo,
-            "group_size": self.group_size,
-            "exclude_modules": list(self.exclude_modules),
-            "path": self.path,
-        }
 
 
 @dataclass(frozen=True)
