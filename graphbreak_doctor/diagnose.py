@@ -1,5 +1,12 @@
 """One diagnosis: select the device, build the target inside it, trace each
-mode, and turn what Dynamo reported into findings."""
+mode, and turn what Dynamo reported into findings.
+
+Each mode starts from a fresh build of the target in a fresh device context,
+and torch's global settings are put back after it (a target that changes the
+default dtype does not change the next mode). ``trace_mode`` is what a worker
+process runs (graphbreak_doctor.jobs); ``diagnose`` runs every mode in this
+process and joins them the same way the workers' findings are joined.
+"""
 
 from __future__ import annotations
 
@@ -10,22 +17,16 @@ import sys
 from typing import Any, Callable
 
 from graphbreak_doctor.analysis.build import build_findings
+from graphbreak_doctor.analysis.merge import merge_modes
 from graphbreak_doctor.capture import run as capture
-from graphbreak_doctor.findings import Findings, JitRequest
+from graphbreak_doctor.findings import Findings, JitRequest, modes_for
 from graphbreak_doctor.patching import UndoLog
 from graphbreak_doctor.targets import Target, TargetError
 from graphbreak_doctor.targets.provider import Selection
 
-# What --mode accepts; "both" is explain + fullgraph.
-MODE_CHOICES = ("explain", "fullgraph", "both", "piecewise")
-
 # Builds the target inside the device; process-global changes it needs for the
 # whole diagnosis go through the log.
 Build = Callable[[UndoLog], Target]
-
-
-def modes_for(mode: str) -> list[str]:
-    return ["explain", "fullgraph"] if mode == "both" else [mode]
 
 
 def environment() -> dict[str, str]:
@@ -64,6 +65,47 @@ def selection_builder(selection: Selection, device: str) -> Build:
     return lambda log: chosen.build(selection, device, log)
 
 
+def target_builder(spec: str) -> Build:
+    """How to build ``--target pkg.module:factory`` (the factory provider's build)."""
+    from graphbreak_doctor.targets.factory import PROVIDER
+
+    selection = Selection(PROVIDER.name, spec, {"spec": spec}, spec=spec)
+    return lambda log: PROVIDER.build(selection, "", log)
+
+
+def trace_mode(
+    build: Build,
+    mode: str,
+    *,
+    device: str = "sm120",
+    progress: Callable[[str], None] = lambda _msg: None,
+) -> Findings:
+    """Build the target inside the device and trace it in one mode."""
+    with UndoLog() as state:
+        state.keep_torch_state()
+        with device_context(device) as dev, UndoLog() as log:
+            progress("building the target")
+            target = build(log)
+            current: list[capture.BreakEvent] = []
+            dev.on_jit = _jit_hook(current)
+            try:
+                # The target's own prints go to stderr: stdout carries the summary.
+                with contextlib.redirect_stdout(sys.stderr):
+                    progress(f"tracing ({mode})")
+                    result = capture.run(target, mode, on_event=current.append)
+            finally:
+                dev.on_jit = None
+            jit = [JitRequest(name=r.name, action=r.action) for r in dev.jit_requests]
+            progress("analysing")
+            return build_findings(
+                [result],
+                target=target.info,
+                environment=environment(),
+                device=dev.describe(),
+                jit_requests=_dedupe(jit),
+            )
+
+
 def diagnose(
     build: Build,
     *,
@@ -71,31 +113,9 @@ def diagnose(
     device: str = "sm120",
     progress: Callable[[str], None] = lambda _msg: None,
 ) -> Findings:
-    """Trace the target ``build()`` returns (called inside the device) in each mode."""
-    with device_context(device) as dev, UndoLog() as log:
-        progress("building the target")
-        target = build(log)
-        results = []
-        current: list[capture.BreakEvent] = []
-        dev.on_jit = _jit_hook(current)
-        try:
-            # The target's own prints go to stderr: stdout carries the summary.
-            with contextlib.redirect_stdout(sys.stderr):
-                for m in modes_for(mode):
-                    progress(f"tracing ({m})")
-                    current.clear()
-                    results.append(capture.run(target, m, on_event=current.append))
-        finally:
-            dev.on_jit = None
-        jit = [JitRequest(name=r.name, action=r.action) for r in dev.jit_requests]
-        progress("analysing")
-        return build_findings(
-            results,
-            target=target.info,
-            environment=environment(),
-            device=dev.describe(),
-            jit_requests=_dedupe(jit),
-        )
+    """Trace the target ``build()`` returns (called inside the device) in each
+    mode, in this process."""
+    return merge_modes([trace_mode(build, m, device=device, progress=progress) for m in modes_for(mode)])
 
 
 def _jit_hook(current: list) -> Callable[[Any], None]:
@@ -116,11 +136,3 @@ def _dedupe(requests: list[JitRequest]) -> list[JitRequest]:
             seen.add((r.name, r.action))
             out.append(r)
     return out
-
-
-def target_builder(spec: str) -> Build:
-    """How to build ``--target pkg.module:factory`` (the factory provider's build)."""
-    from graphbreak_doctor.targets.factory import PROVIDER
-
-    selection = Selection(PROVIDER.name, spec, {"spec": spec})
-    return lambda log: PROVIDER.build(selection, "", log)

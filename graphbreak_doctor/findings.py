@@ -17,10 +17,19 @@ from typing import Any
 
 SCHEMA_VERSION = 1
 
-# Modes whose verdict is torch.compile(fullgraph=True)'s: plain, or split at
-# registered ops as SGLang's piecewise runner does (the other mode, explain,
-# finds every break).
+# How a target is traced: explain finds every break; fullgraph gives
+# torch.compile(fullgraph=True)'s verdict, plain or split at registered ops as
+# SGLang's piecewise runner does. --mode both is explain + fullgraph.
+MODE_CHOICES = ("explain", "fullgraph", "both", "piecewise")
 FULLGRAPH_MODES = ("fullgraph", "piecewise")
+
+# How a trace ended: traced to the end, or not.
+COMPLETE, CRASHED, TIMED_OUT, INTERRUPTED = "complete", "crashed", "timed out", "interrupted"
+
+
+def modes_for(mode: str) -> list[str]:
+    """The modes a --mode choice traces, in order."""
+    return ["explain", "fullgraph"] if mode == "both" else [mode]
 
 @dataclass(frozen=True)
 class Frame:
@@ -194,6 +203,10 @@ class Rung:
     detail: str = ""
 
 
+# The fix ladder's default step limit (--steps).
+DEFAULT_FIX_STEPS = 10
+
+
 @dataclass
 class FixOutcome:
     """Where the fix ladder ended (see graphbreak_doctor.fix)."""
@@ -228,9 +241,16 @@ class Findings:
     resume_code: list[DecompiledCode] = field(default_factory=list)
     # Added after schema 1 shipped; older JSON without it loads as [].
     unparsed_events: list[UnparsedEvent] = field(default_factory=list)
+    # How the trace ended (COMPLETE, or CRASHED / TIMED_OUT / INTERRUPTED when a
+    # worker did not finish: then ``fullgraph.error`` says why in one line).
+    outcome: str = COMPLETE
 
     def incomplete(self) -> str:
         """Why this diagnosis cannot be vouched for, as a sentence; "" when it is whole."""
+        if self.outcome in (TIMED_OUT, INTERRUPTED):
+            return f"the trace {self.outcome}: {self.fullgraph.error}"
+        if self.outcome == CRASHED:
+            return f"the trace crashed: {self.fullgraph.error}"
         if self.fullgraph.crashed:
             return f"the target crashed under Dynamo (not a graph break): {self.fullgraph.error}"
         if self.unparsed_events:

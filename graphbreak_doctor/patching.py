@@ -135,6 +135,29 @@ class UndoLog:
 
         self._steps.append(restore)
 
+    def keep_torch_state(self) -> None:
+        """Whatever a target does to torch's global settings -- default dtype
+        and device, grad mode, deterministic algorithms, anomaly detection --
+        is put back on undo."""
+        import torch
+
+        dtype = torch.get_default_dtype()
+        grad = torch.is_grad_enabled()
+        deterministic = torch.are_deterministic_algorithms_enabled()
+        warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+        anomaly = torch.is_anomaly_enabled()
+        anomaly_check_nan = torch.is_anomaly_check_nan_enabled()
+        device = torch.get_default_device()
+
+        def restore() -> None:
+            torch.set_default_dtype(dtype)
+            torch.set_grad_enabled(grad)
+            torch.use_deterministic_algorithms(deterministic, warn_only=warn_only)
+            torch.set_anomaly_enabled(anomaly, anomaly_check_nan)
+            torch.set_default_device(None if device == torch.device("cpu") else device)
+
+        self._steps.append(restore)
+
     def bytecode_hook(self, hook: Callable[..., Any]) -> None:
         """Register a Dynamo bytecode hook (sees each frame's generated code)."""
         import torch._dynamo.convert_frame

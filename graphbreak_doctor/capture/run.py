@@ -27,6 +27,7 @@ from graphbreak_doctor.capture.listener import GraphBreakListener
 from graphbreak_doctor.findings import FULLGRAPH_MODES, Frame, GraphInfo, UnparsedEvent
 from graphbreak_doctor.patching import UndoLog
 from graphbreak_doctor.targets import Target, TargetError
+from graphbreak_doctor.text import one_line
 
 _HERE = __file__.removesuffix("c")
 
@@ -219,7 +220,7 @@ def _check_eager(target: Target) -> None:
     try:
         _call(target.fn, target.args, target.kwargs)
     except Exception as e:
-        raise TargetError(f"the target raises without torch.compile: {type(e).__name__}: {e}") from e
+        raise TargetError(f"the target raises without torch.compile: {type(e).__name__}: {one_line(str(e))}") from e
 
 
 def run(target: Target, mode: str, *, decompile: bool = True, on_event: Callable[[BreakEvent], None] | None = None) -> ModeResult:
@@ -236,8 +237,10 @@ def run(target: Target, mode: str, *, decompile: bool = True, on_event: Callable
         caught = stack.enter_context(warnings.catch_warnings(record=True))
         warnings.simplefilter("always")
         stack.enter_context(listener)
-        compiled = torch.compile(target.fn, fullgraph=fullgraph, backend=_backend(result, split_ops))
         try:
+            # Inside the try: torch.compile reads the callable's attributes
+            # (functools.update_wrapper), which a target may make raise.
+            compiled = torch.compile(target.fn, fullgraph=fullgraph, backend=_backend(result, split_ops))
             _call(compiled, target.args, target.kwargs)
             result.ok = True
         except Exception as e:
@@ -248,7 +251,7 @@ def run(target: Target, mode: str, *, decompile: bool = True, on_event: Callable
             else:
                 _check_eager(target)
                 result.ok, result.crashed = False, True
-                result.error = scrub(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+                result.error = scrub(f"{type(e).__name__}: {one_line(str(e))}".rstrip(": "))
     if not fullgraph:
         # In fullgraph modes the verdict comes from the exception itself.
         result.events[:0] = listener.events

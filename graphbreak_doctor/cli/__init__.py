@@ -14,12 +14,15 @@ from graphbreak_doctor.cli import baseline, check, fix, report, trace
 from graphbreak_doctor.cli.common import (
     EXIT_CODES_HELP,
     EXIT_CRASH,
+    EXIT_SIGNAL_BASE,
     EXIT_USAGE,
     InternalError,
     Parser,
     UsageError,
 )
+from graphbreak_doctor.jobs import Interrupted
 from graphbreak_doctor.targets import TargetError
+from graphbreak_doctor.text import one_line
 
 COMMANDS = (trace, report, check, baseline, fix)
 
@@ -40,10 +43,10 @@ def build_parser() -> Parser:
     return parser
 
 
-def _fail(message: str, code: int, debug: bool) -> int:
+def _fail(message: str, code: int, debug: bool, what: str = "error") -> int:
     if debug:
         traceback.print_exc()
-    print(f"graphbreak-doctor: error: {message}", file=sys.stderr)
+    print(f"graphbreak-doctor: {what}: {message if debug else one_line(message)}", file=sys.stderr)
     return code
 
 
@@ -62,3 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(f"internal error: {e}", EXIT_CRASH, debug)
     except OSError as e:
         return _fail(f"{e.strerror or e}: {e.filename or ''}".rstrip(": "), EXIT_USAGE, debug)
+    except Interrupted as e:
+        return _fail(f"{e} received; stopped, nothing written", e.exit_code, debug, "interrupted")
+    except KeyboardInterrupt:
+        return _fail("Ctrl-C; stopped, nothing written", EXIT_SIGNAL_BASE + 2, debug, "interrupted")

@@ -6,11 +6,11 @@ import argparse
 import os
 import sys
 
-from graphbreak_doctor.cli.common import EXIT_CRASH, EXIT_OK, Progress, UsageError, add_subcommand
+from graphbreak_doctor.cli.common import EXIT_CRASH, EXIT_OK, Progress, UsageError, add_subcommand, run_exit_code
 from graphbreak_doctor.cli.outputs import write_file
 from graphbreak_doctor.cli.targets import add_target_options, run_diagnoses, selections
-from graphbreak_doctor.diagnose import environment
 from graphbreak_doctor.gate import baseline as baselines
+from graphbreak_doctor.text import one_line
 
 NAME = "baseline"
 
@@ -44,16 +44,15 @@ def run_write(args: argparse.Namespace) -> int:
     elif not os.path.isdir(os.path.dirname(args.output) or "."):
         raise UsageError(f"{args.output}: no such folder {os.path.dirname(args.output)}")
     results = run_diagnoses(args, selections(args), Progress())
-    crashed = [f for f in results if f.fullgraph.crashed or f.unparsed_events]
-    if crashed:
-        for f in crashed:
-            why = (f"the target crashed under Dynamo (not a graph break): {f.fullgraph.error}" if f.fullgraph.crashed
-                   else f"{len(f.unparsed_events)} break report(s) could not be parsed")
-            print(f"graphbreak-doctor: {f.target.spec}: {why}; no baseline written", file=sys.stderr)
-        return EXIT_CRASH
+    incomplete = [f for f in results if f.incomplete()]
+    if incomplete:
+        for f in incomplete:
+            print(f"graphbreak-doctor: {f.target.spec}: {one_line(f.incomplete())}; no baseline written",
+                  file=sys.stderr)
+        return run_exit_code(incomplete) or EXIT_CRASH
     written = [baselines.target_baseline(f, args.mode) for f in results]
     try:
-        updated = baselines.updated(previous, args.device, written, environment())
+        updated = baselines.updated(previous, args.device, written, results[0].environment if results else {})
     except baselines.BaselineError as e:
         raise UsageError(str(e)) from e
     try:

@@ -8,11 +8,20 @@ import os
 import sys
 
 from graphbreak_doctor.analysis.categories import CATEGORIES
-from graphbreak_doctor.cli.common import EXIT_CRASH, EXIT_GATE, EXIT_OK, Progress, UsageError, add_subcommand, int_at_least, names_list
+from graphbreak_doctor.cli.common import (
+    EXIT_CRASH,
+    EXIT_GATE,
+    EXIT_OK,
+    Progress,
+    UsageError,
+    add_subcommand,
+    int_at_least,
+    names_list,
+    run_exit_code,
+)
 from graphbreak_doctor.cli.outputs import OutputSet, add_output_options
 from graphbreak_doctor.cli.targets import add_target_options, run_diagnoses, selections, stem
-from graphbreak_doctor.diagnose import environment, modes_for
-from graphbreak_doctor.findings import FULLGRAPH_MODES, GateReport
+from graphbreak_doctor.findings import FULLGRAPH_MODES, GateReport, modes_for
 from graphbreak_doctor.gate import baseline as baselines
 from graphbreak_doctor.gate.policy import Policy, evaluate
 from graphbreak_doctor.render import FINDINGS, GATE, get
@@ -90,12 +99,12 @@ def run(args: argparse.Namespace) -> int:
     outputs = OutputSet.plan(args, (FINDINGS, GATE), stems)
     results = run_diagnoses(args, selected, Progress())
     report = GateReport(device=args.device, targets=[])
-    if accepted is not None:
-        report.notes.extend(baselines.version_notes(accepted, environment(), args.baseline))
+    if accepted is not None and results:
+        report.notes.extend(baselines.version_notes(accepted, results[0].environment, args.baseline))
     for findings in results:
         name = findings.target.spec
         per_target = None
-        if accepted is not None:
+        if accepted is not None and not findings.incomplete():
             per_target = accepted.for_target(name)
             if per_target is None:
                 have = ", ".join(t.target for t in accepted.targets) or "none"
@@ -107,5 +116,7 @@ def run(args: argparse.Namespace) -> int:
     if os.environ.get("GITHUB_ACTIONS") == "true":
         sys.stdout.write(get("github").render(report))
     if report.crashed:
-        return EXIT_CRASH
+        # A target that timed out or crashed (or has unparsed breaks) was not
+        # traced to the end: the gate cannot pass, whatever the checks say.
+        return run_exit_code(results) or EXIT_CRASH
     return EXIT_OK if report.passed else EXIT_GATE

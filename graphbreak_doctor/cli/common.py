@@ -5,14 +5,20 @@ from __future__ import annotations
 import argparse
 import sys
 
-EXIT_OK, EXIT_GATE, EXIT_USAGE, EXIT_CRASH = 0, 1, 2, 3
+EXIT_OK, EXIT_GATE, EXIT_USAGE, EXIT_CRASH, EXIT_TIMEOUT = 0, 1, 2, 3, 4
+# Interrupted by a signal: 128 + its number (130 for SIGINT / Ctrl-C, 143 for SIGTERM).
+EXIT_SIGNAL_BASE = 128
 
 EXIT_CODES_HELP = """exit codes:
-  0  it ran (trace, report, fix); the gate passed (check)
-  1  the gate failed (check)
-  2  usage or input error: bad target, option or file (one line on stderr)
-  3  the target crashed under Dynamo in a way that is not a graph break, a
-     break report could not be parsed (check), or an internal error
+  0    it ran (trace, report, fix); the gate passed (check): every target was
+       traced to the end and every check held
+  1    the gate failed (check)
+  2    usage or input error: bad target, option or file (one line on stderr)
+  3    crashed: the target crashed under Dynamo (not a graph break), or exited,
+       aborted, segfaulted or was killed; a break report could not be parsed
+       (check); or an internal error
+  4    timed out (--timeout): the worker was killed
+  130  interrupted (Ctrl-C / SIGINT; 143 for SIGTERM): nothing written
 """
 
 
@@ -39,6 +45,16 @@ class Progress:
     def __call__(self, message: str) -> None:
         if self.enabled:
             print(f"graphbreak-doctor: {message}...", file=sys.stderr, flush=True)
+
+
+def run_exit_code(results: list) -> int:
+    """EXIT_TIMEOUT if a target timed out, EXIT_CRASH if one crashed (in any
+    way), else EXIT_OK; ``results`` are findings."""
+    from graphbreak_doctor.findings import TIMED_OUT
+
+    if any(f.outcome == TIMED_OUT for f in results):
+        return EXIT_TIMEOUT
+    return EXIT_CRASH if any(f.fullgraph.crashed for f in results) else EXIT_OK
 
 
 def int_at_least(minimum: int):

@@ -5,12 +5,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from graphbreak_doctor.cli.common import EXIT_CRASH, EXIT_OK, Progress, UsageError, add_subcommand, int_at_least
+from graphbreak_doctor.cli.common import Progress, UsageError, add_subcommand, int_at_least, run_exit_code
 from graphbreak_doctor.cli.outputs import OutputSet, add_output_options
-from graphbreak_doctor.cli.targets import add_target_options, selections, stem
-from graphbreak_doctor.diagnose import selection_builder
+from graphbreak_doctor.cli.targets import add_target_options, run_fixes, selections, stem
+from graphbreak_doctor.findings import DEFAULT_FIX_STEPS as DEFAULT_STEPS
 from graphbreak_doctor.findings import FULLGRAPH_MODES
-from graphbreak_doctor.fix.ladder import DEFAULT_STEPS, fix
 from graphbreak_doctor.render import FINDINGS, get
 
 NAME = "fix"
@@ -30,15 +29,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.mode not in FULLGRAPH_MODES:
         raise UsageError(f"fix climbs fullgraph failures: --mode fullgraph or piecewise, not {args.mode}")
-    progress = Progress()
     selected = selections(args)
     stems = [stem(s, args, "fix") for s in selected]
     outputs = OutputSet.plan(args, (FINDINGS,), stems)
     # Every ladder first, then the files: a bad second target writes nothing.
-    results = [fix(selection_builder(s, args.device), mode=args.mode, device=args.device, max_steps=args.steps,
-                   progress=progress) for s in selected]
+    results = run_fixes(args, selected, Progress())
     ladder = get("ladder")
     for findings in results:
         sys.stdout.write(ladder.render(findings))
     outputs.write(dict(zip(stems, results)))
-    return EXIT_CRASH if any(f.fullgraph.crashed for f in results) else EXIT_OK
+    return run_exit_code(results)

@@ -1,18 +1,22 @@
 """The target options every tracing command shares: each provider's own
-options (targets/registry.py), --mode, --device; and turning them into
-selected targets and diagnoses."""
+options (targets/registry.py), --mode, --device, how to run (workers or this
+process); and turning them into selected targets and their findings."""
 
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any
 
-from graphbreak_doctor.cli.common import Progress, UsageError
-from graphbreak_doctor.diagnose import MODE_CHOICES, diagnose, selection_builder
+from graphbreak_doctor.cli.common import Progress, UsageError, int_at_least
 from graphbreak_doctor.emulation.presets import DEFAULT_DEVICE, PRESETS
-from graphbreak_doctor.findings import Findings
+from graphbreak_doctor.findings import MODE_CHOICES, Findings, modes_for
+from graphbreak_doctor.jobs import Job, Outcome, run_in_process, run_jobs
+from graphbreak_doctor.jobs.job import FIX, TRACE
 from graphbreak_doctor.targets.provider import Option, Selection, TargetProvider
 from graphbreak_doctor.targets.registry import PROVIDERS
+
+DEFAULT_TIMEOUT = 900
 
 
 def _argparse_type(option: Option):
@@ -26,6 +30,16 @@ def _argparse_type(option: Option):
             raise argparse.ArgumentTypeError(str(e)) from e
 
     return parse
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}")
+    return value
 
 
 def add_target_options(p: argparse.ArgumentParser, default_mode: str = "both") -> None:
@@ -42,7 +56,15 @@ def add_target_options(p: argparse.ArgumentParser, default_mode: str = "both") -
     p.add_argument("--device", choices=tuple(PRESETS), default=DEFAULT_DEVICE,
                    help=f"emulated GPU preset ({', '.join(emulated)}; default {DEFAULT_DEVICE}), "
                         "cuda for a real GPU, cpu for plain CPU tensors")
-    p.add_argument("--debug", action="store_true", help="show tracebacks of errors")
+    run = p.add_argument_group("how to run")
+    run.add_argument("--timeout", type=_seconds, default=DEFAULT_TIMEOUT, metavar="SECONDS",
+                     help=f"kill a trace that runs longer (default {DEFAULT_TIMEOUT}; exit 4)")
+    run.add_argument("--jobs", type=int_at_least(1), default=None, metavar="N",
+                     help="traces run at once, each (target, mode) in a worker process (default: the CPU count)")
+    run.add_argument("--in-process", action="store_true",
+                     help="trace in this process, one after the other (for debugging; no --timeout, and a "
+                          "target that exits or segfaults ends the doctor)")
+    p.add_argument("--debug", action="store_true", help="show tracebacks and whole error messages")
 
 
 def _values(args: argparse.Namespace, provider: TargetProvider) -> dict[str, Any]:
@@ -82,6 +104,29 @@ def stem(selection: Selection, args: argparse.Namespace, what: str | None = None
     return f"{selection.name}-{args.device}-{what or args.mode}"
 
 
+def run(args: argparse.Namespace, jobs: list[Job], progress: Progress) -> list[Outcome]:
+    """Every job's outcome, in order; a target that is bad input is a UsageError."""
+    if args.in_process:
+        outcomes = [run_in_process(job, progress) for job in jobs]
+    else:
+        outcomes = run_jobs(jobs, timeout=args.timeout, parallel=args.jobs or os.cpu_count() or 1)
+    usage = next((o for o in outcomes if o.usage), None)
+    if usage is not None:
+        raise UsageError(usage.message)
+    return outcomes
+
+
 def run_diagnoses(args: argparse.Namespace, selected: list[Selection], progress: Progress) -> list[Findings]:
-    return [diagnose(selection_builder(s, args.device), mode=args.mode, device=args.device, progress=progress)
-            for s in selected]
+    """One findings per selected target, its modes joined."""
+    from graphbreak_doctor.analysis.merge import merge_modes
+
+    modes = modes_for(args.mode)
+    jobs = [Job(TRACE, s, args.device, m, debug=args.debug) for s in selected for m in modes]
+    outcomes = run(args, jobs, progress)
+    per_target = [outcomes[i:i + len(modes)] for i in range(0, len(outcomes), len(modes))]
+    return [merge_modes([o.as_findings() for o in group]) for group in per_target]
+
+
+def run_fixes(args: argparse.Namespace, selected: list[Selection], progress: Progress) -> list[Findings]:
+    jobs = [Job(FIX, s, args.device, args.mode, steps=args.steps, debug=args.debug) for s in selected]
+    return [o.as_findings() for o in run(args, jobs, progress)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from graphbreak_doctor.cli.common import EXIT_CRASH, EXIT_OK, Progress, add_subcommand
+from graphbreak_doctor.cli.common import Progress, add_subcommand, run_exit_code
 from graphbreak_doctor.cli.outputs import OutputSet, add_output_options
 from graphbreak_doctor.cli.targets import add_target_options, run_diagnoses, selections, stem
 from graphbreak_doctor.render import FINDINGS, get
@@ -29,4 +29,4 @@ def run(args: argparse.Namespace) -> int:
     for findings in results:
         sys.stdout.write(summary.render(findings))
     outputs.write(dict(zip(stems, results)))
-    return EXIT_CRASH if any(f.fullgraph.crashed for f in results) else EXIT_OK
+    return run_exit_code(results)

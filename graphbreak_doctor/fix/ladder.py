@@ -23,12 +23,12 @@ from graphbreak_doctor import recipes
 from graphbreak_doctor.analysis import categories
 from graphbreak_doctor.analysis.build import build_findings
 from graphbreak_doctor.capture import run as capture
+from graphbreak_doctor.findings import DEFAULT_FIX_STEPS as DEFAULT_STEPS
 from graphbreak_doctor.findings import FULLGRAPH_MODES, Break, Findings, FixOutcome, FullgraphVerdict, Rung, TargetInfo
 from graphbreak_doctor.patching import PatchSet, UndoLog
 from graphbreak_doctor.recipes.common import break_site, has_fake_tensor
 from graphbreak_doctor.targets import Target, TargetError
 
-DEFAULT_STEPS = 10
 
 
 @dataclass
@@ -241,7 +241,8 @@ def fix(build: Callable[[UndoLog], Target], *, mode: str = "fullgraph", device: 
     ``ladder`` holds the rungs and ``fix`` the outcome."""
     from graphbreak_doctor.diagnose import device_context, environment
 
-    with device_context(device) as dev, UndoLog() as log:
+    with UndoLog() as state, device_context(device) as dev, UndoLog() as log:
+        state.keep_torch_state()
         progress("building the target")
         target = build(log)
         with FixSession(target, mode=mode, max_steps=max_steps, progress=progress) as session:

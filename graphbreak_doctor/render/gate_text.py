@@ -7,7 +7,7 @@ the same.
 
 from __future__ import annotations
 
-from graphbreak_doctor.findings import Break, GateReport, TargetResult
+from graphbreak_doctor.findings import COMPLETE, Break, GateReport, TargetResult
 from graphbreak_doctor.frames import short_path as _short
 from graphbreak_doctor.render.renderer import GATE, Renderer
 
@@ -33,10 +33,15 @@ def describe_break(b: Break, indent: str = "  ") -> list[str]:
     return lines
 
 
+def _stopped(t: TargetResult) -> str:
+    """CRASHED, TIMED OUT or INTERRUPTED: why a target's checks could not pass."""
+    return t.findings.outcome.upper() if t.findings.outcome != COMPLETE else "CRASHED"
+
+
 def target_result_lines(t: TargetResult, device: str) -> list[str]:
     lines = []
     for case in t.cases:
-        status = "CRASHED" if case.crashed else "passed" if case.passed else "FAILED"
+        status = _stopped(t) if case.crashed else "passed" if case.passed else "FAILED"
         lines.append(f"{t.name} [{case.mode}, {device}]: {status}")
         if case.crashed:
             lines.append(f"  {case.crashed}")
@@ -61,7 +66,8 @@ def render(report: GateReport) -> str:
     cases = [c for t in report.targets for c in t.cases]
     failed = [c for c in cases if not c.passed]
     if report.crashed:
-        lines.append(f"gate: CRASHED ({len(failed)} of {len(cases)} checks did not pass)")
+        stopped = sorted({_stopped(t) for t in report.targets if t.crashed})
+        lines.append(f"gate: {' and '.join(stopped)} ({len(failed)} of {len(cases)} checks did not pass)")
     elif failed:
         checks = sorted({f.check for c in failed for f in c.failures})
         lines.append(f"gate: FAILED ({len(failed)} of {len(cases)} target x mode checks failed: {', '.join(checks)})")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from graphbreak_doctor.findings import CaseResult, GateReport, TargetResult
+from graphbreak_doctor.findings import COMPLETE, CaseResult, GateReport, TargetResult
 from graphbreak_doctor.render.gate_text import describe_break
 from graphbreak_doctor.render.renderer import GATE, Renderer
 
@@ -21,7 +21,8 @@ SUITE = "graphbreak-doctor check"
 def _case(t: TargetResult, case: CaseResult, device: str) -> ET.Element:
     el = ET.Element("testcase", classname=t.name, name=f"{case.mode} ({device})")
     if case.crashed:
-        err = ET.SubElement(el, "error", message=case.crashed, type="crash")
+        kind = "crash" if t.findings.outcome == COMPLETE else t.findings.outcome.replace(" ", "-")
+        err = ET.SubElement(el, "error", message=case.crashed, type=kind)
         err.text = "The diagnosis of this target is not whole, so the gate cannot pass.\n" + case.crashed + "\n"
     elif case.failures:
         fail = ET.SubElement(

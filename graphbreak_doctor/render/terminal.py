@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from graphbreak_doctor.findings import Findings
+from graphbreak_doctor.findings import COMPLETE, Findings
 from graphbreak_doctor.frames import short_path as _short
 from graphbreak_doctor.render.renderer import FINDINGS, Renderer
 from graphbreak_doctor.text import counted as _n
@@ -35,7 +35,8 @@ def render(findings: Findings) -> str:
                      f"the breaks below are incomplete (first: {findings.unparsed_events[0].reason})")
     fg = findings.fullgraph
     if fg.crashed:
-        lines.append(f"CRASHED: the target crashed under Dynamo (not a graph break): {fg.error}")
+        lines.append(f"{findings.outcome.upper() if findings.outcome != COMPLETE else 'CRASHED'}: "
+                     f"{findings.incomplete()}")
     if fg.ran:
         first = findings.break_by_id(fg.break_id)
         if fg.ok:

@@ -19,6 +19,7 @@ from graphbreak_doctor.findings import TargetInfo
 from graphbreak_doctor.patching import UndoLog
 from graphbreak_doctor.targets import Target, TargetError
 from graphbreak_doctor.targets.provider import Option, Selection, TargetProvider
+from graphbreak_doctor.text import one_line
 
 
 def slug(text: str) -> str:
@@ -51,8 +52,12 @@ def load_factory(spec: str, log: UndoLog) -> Callable[[], Any]:
 
 
 def callable_name(fn: Any) -> str:
-    """A callable's qualified name, or its type's name when it has none."""
-    name = getattr(fn, "__qualname__", None)
+    """A callable's qualified name, or its type's name when it has none (or
+    when asking for it fails: a hostile ``__qualname__`` property)."""
+    try:
+        name = getattr(fn, "__qualname__", None)
+    except Exception:  # the target's own property raised: fall back to its type
+        name = None
     return name if isinstance(name, str) and name else type(fn).__name__
 
 
@@ -61,7 +66,7 @@ def call_factory(spec: str, factory: Callable[[], Any]) -> Target:
     try:
         made = factory()
     except Exception as e:
-        raise TargetError(f"target factory {spec} raised {type(e).__name__}: {e}") from e
+        raise TargetError(f"target factory {spec} raised {type(e).__name__}: {one_line(str(e))}") from e
     if isinstance(made, Target):
         made.info.spec = made.info.spec or spec
         made.info.provider = made.info.provider or PROVIDER.name
@@ -92,7 +97,7 @@ class FactoryProvider(TargetProvider):
 
     def select(self, options: Mapping[str, Any]) -> list[Selection]:
         spec = options["target"]
-        return [Selection(self.name, slug(spec.replace(":", ".")), {"spec": spec})]
+        return [Selection(self.name, slug(spec.replace(":", ".")), {"spec": spec}, spec=spec)]
 
     def build(self, selection: Selection, device: str, log: UndoLog) -> Target:
         spec = selection.options["spec"]

@@ -43,6 +43,9 @@ class Selection:
     provider: str
     name: str
     options: dict[str, Any] = field(default_factory=dict)
+    # The spec the built target will carry (TargetInfo.spec): names the target
+    # in baselines and reports even when it never got built.
+    spec: str = ""
 
 
 class TargetProvider:

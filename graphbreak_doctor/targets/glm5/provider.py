@@ -51,7 +51,8 @@ class Glm5Provider(TargetProvider):
             "tp": options.get("tp") or DEFAULT_TP,
             "all": layer == "all",
         }
-        return [Selection(self.name, f"glm5-{kind}", {"kind": kind, **common}) for kind in kinds]
+        return [Selection(self.name, f"glm5-{kind}", {"kind": kind, **common},
+                          spec=f"glm5:{kind}:{config.layer_indices(kind)[0]}") for kind in kinds]
 
     def build(self, selection: Selection, device: str, log: UndoLog) -> Target:
         from graphbreak_doctor.targets import glm5

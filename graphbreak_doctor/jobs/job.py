@@ -1,0 +1,81 @@
+"""What a worker is asked to do, and how it ended."""
+
+from __future__ import annotations
+
+import dataclasses
+import signal
+from dataclasses import dataclass, field
+from typing import Any
+
+from graphbreak_doctor.findings import (
+    COMPLETE,
+    CRASHED,
+    FULLGRAPH_MODES,
+    Findings,
+    FullgraphVerdict,
+    TargetInfo,
+)
+from graphbreak_doctor.targets.provider import Selection
+
+TRACE, FIX = "trace", "fix"
+
+
+@dataclass(frozen=True)
+class Job:
+    kind: str  # TRACE (one mode) or FIX (the fix ladder)
+    selection: Selection
+    device: str
+    mode: str
+    steps: int = 0  # FIX: the ladder's step limit
+    debug: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Job:
+        return cls(**{**data, "selection": Selection(**data["selection"])})
+
+    def describe(self) -> str:
+        return f"{self.selection.spec or self.selection.name} ({self.mode}, {self.device})"
+
+
+@dataclass
+class Outcome:
+    """How one job ended: findings (traced to the end, or crashed under Dynamo
+    with findings saying so), a usage error in the target, or no findings at
+    all (the worker crashed, timed out or was interrupted)."""
+
+    job: Job
+    findings: Findings | None = None
+    status: str = COMPLETE
+    message: str = ""  # one line: why there are no findings, or the usage error
+    usage: bool = False  # the target is bad input (exit 2)
+    details: list[str] = field(default_factory=list)  # --debug: the worker's traceback
+
+    def as_findings(self) -> Findings:
+        """The findings, or findings that record the outcome (for the gate,
+        JUnit, SARIF and JSON of a target that did not finish)."""
+        if self.findings is not None:
+            return self.findings
+        s = self.job.selection
+        return Findings(
+            target=TargetInfo(spec=s.spec or s.name, provider=s.provider, title=s.spec or s.name),
+            modes=[self.job.mode],
+            fullgraph=FullgraphVerdict(ran=self.job.mode in FULLGRAPH_MODES, ok=False, crashed=True,
+                                       error=self.message),
+            outcome=self.status if self.status != COMPLETE else CRASHED,
+        )
+
+
+class Interrupted(BaseException):
+    """The doctor got SIGINT or SIGTERM: everything started is stopped and
+    cleaned up, nothing is written, and the exit code is 128 + the signal."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
