@@ -87,13 +87,15 @@ def test_user_story_dense_sm120_shows_subprocess_and_filesystem_in_fp4_quantizat
 
 @pytest.mark.parametrize("layer,device", CASES)
 def test_findings_record_what_was_traced(cli, layer, device):
-    t = traced(cli, layer, device).target
-    assert t["layer_kind"] == layer
-    assert t["hidden_size"] == 6144 and t["tokens"] == 128 and t["tp"] == 1
-    assert t["weight_formats"] and t["flashinfer_version"] == FLASHINFER
-    assert t["split_ops"] == ["graphbreak_doctor::mla_attention"]
+    info = traced(cli, layer, device).target
+    shapes, facts = info.shapes, info.facts
+    assert info.provider == "glm5" and info.title.endswith(f"{layer} layer {0 if layer == 'dense' else 3}")
+    assert facts["layer_kind"] == layer
+    assert shapes["hidden_size"] == 6144 and shapes["tokens"] == 128 and shapes["tp"] == 1
+    assert facts["weight_formats"] and facts["flashinfer_version"] == FLASHINFER
+    assert info.split_ops == ["graphbreak_doctor::mla_attention"]
     if layer == "moe":
-        assert t["n_routed_experts"] == 256 and t["experts_per_tok"] == 8
+        assert shapes["n_routed_experts"] == 256 and shapes["experts_per_tok"] == 8
 
 
 @pytest.mark.parametrize("layer,device", CASES)
