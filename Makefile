@@ -48,6 +48,7 @@ test-fi063: $(VENV063)/.installed
 bench: $(VENV)/.installed $(VENV063)/.installed
 	$(VENV)/bin/python benchmarks/layers.py
 	$(VENV)/bin/python benchmarks/emulation_rss.py
+	$(VENV)/bin/python benchmarks/isolation.py
 
 clean:
 	rm -rf $(VENV) $(VENV063) reports/*.json reports/*.html
