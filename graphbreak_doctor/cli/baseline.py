@@ -6,10 +6,17 @@ import argparse
 import os
 import sys
 
-from graphbreak_doctor.cli.common import EXIT_CRASH, EXIT_OK, Progress, UsageError, add_subcommand, run_exit_code
+from graphbreak_doctor.cli.common import (
+    EXIT_CRASH,
+    EXIT_OK,
+    UsageError,
+    add_subcommand,
+    run_exit_code,
+)
 from graphbreak_doctor.cli.outputs import write_file
 from graphbreak_doctor.cli.targets import add_target_options, run_diagnoses, selections
 from graphbreak_doctor.gate import baseline as baselines
+from graphbreak_doctor.progress import Progress
 from graphbreak_doctor.text import one_line
 
 NAME = "baseline"

@@ -12,7 +12,6 @@ from graphbreak_doctor.cli.common import (
     EXIT_CRASH,
     EXIT_GATE,
     EXIT_OK,
-    Progress,
     UsageError,
     add_subcommand,
     int_at_least,
@@ -20,10 +19,16 @@ from graphbreak_doctor.cli.common import (
     run_exit_code,
 )
 from graphbreak_doctor.cli.outputs import OutputSet, add_output_options
-from graphbreak_doctor.cli.targets import add_target_options, run_diagnoses, selections, stem
+from graphbreak_doctor.cli.targets import (
+    add_target_options,
+    run_diagnoses,
+    selections,
+    stem,
+)
 from graphbreak_doctor.findings import FULLGRAPH_MODES, GateReport, modes_for
 from graphbreak_doctor.gate import baseline as baselines
 from graphbreak_doctor.gate.policy import Policy, evaluate
+from graphbreak_doctor.progress import Progress
 from graphbreak_doctor.render import FINDINGS, GATE, get
 
 NAME = "check"

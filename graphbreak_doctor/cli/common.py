@@ -1,9 +1,8 @@
-"""What every command shares: exit codes, the usage error, the parser class, progress lines."""
+"""What every command shares: exit codes, the usage error, the parser class."""
 
 from __future__ import annotations
 
 import argparse
-import sys
 
 EXIT_OK, EXIT_GATE, EXIT_USAGE, EXIT_CRASH, EXIT_TIMEOUT = 0, 1, 2, 3, 4
 # Interrupted by a signal: 128 + its number (130 for SIGINT / Ctrl-C, 143 for SIGTERM).
@@ -34,17 +33,6 @@ class InternalError(Exception):
 class Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, not usage + message
         raise UsageError(message)
-
-
-class Progress:
-    """Progress lines on stderr when it is a terminal; quiet in CI logs."""
-
-    def __init__(self, enabled: bool | None = None):
-        self.enabled = sys.stderr.isatty() if enabled is None else enabled
-
-    def __call__(self, message: str) -> None:
-        if self.enabled:
-            print(f"graphbreak-doctor: {message}...", file=sys.stderr, flush=True)
 
 
 def run_exit_code(results: list) -> int:

@@ -5,11 +5,22 @@ from __future__ import annotations
 import argparse
 import sys
 
-from graphbreak_doctor.cli.common import Progress, UsageError, add_subcommand, int_at_least, run_exit_code
+from graphbreak_doctor.cli.common import (
+    UsageError,
+    add_subcommand,
+    int_at_least,
+    run_exit_code,
+)
 from graphbreak_doctor.cli.outputs import OutputSet, add_output_options
-from graphbreak_doctor.cli.targets import add_target_options, run_fixes, selections, stem
+from graphbreak_doctor.cli.targets import (
+    add_target_options,
+    run_fixes,
+    selections,
+    stem,
+)
 from graphbreak_doctor.findings import DEFAULT_FIX_STEPS as DEFAULT_STEPS
 from graphbreak_doctor.findings import FULLGRAPH_MODES
+from graphbreak_doctor.progress import Progress
 from graphbreak_doctor.render import FINDINGS, get
 
 NAME = "fix"

@@ -8,11 +8,12 @@ import argparse
 import os
 from typing import Any
 
-from graphbreak_doctor.cli.common import Progress, UsageError, int_at_least
+from graphbreak_doctor.cli.common import UsageError, int_at_least
 from graphbreak_doctor.emulation.presets import DEFAULT_DEVICE, PRESETS
 from graphbreak_doctor.findings import MODE_CHOICES, Findings, modes_for
 from graphbreak_doctor.jobs import Job, Outcome, run_in_process, run_jobs
 from graphbreak_doctor.jobs.job import FIX, TRACE
+from graphbreak_doctor.progress import Progress
 from graphbreak_doctor.targets.provider import Option, Selection, TargetProvider
 from graphbreak_doctor.targets.registry import PROVIDERS
 

@@ -5,9 +5,15 @@ from __future__ import annotations
 import argparse
 import sys
 
-from graphbreak_doctor.cli.common import Progress, add_subcommand, run_exit_code
+from graphbreak_doctor.cli.common import add_subcommand, run_exit_code
 from graphbreak_doctor.cli.outputs import OutputSet, add_output_options
-from graphbreak_doctor.cli.targets import add_target_options, run_diagnoses, selections, stem
+from graphbreak_doctor.cli.targets import (
+    add_target_options,
+    run_diagnoses,
+    selections,
+    stem,
+)
+from graphbreak_doctor.progress import Progress
 from graphbreak_doctor.render import FINDINGS, get
 
 NAME = "trace"

@@ -9,7 +9,7 @@ as JSON; the parent joins the modes of a target, gates, renders and writes.
 """
 
 from graphbreak_doctor.jobs.job import Interrupted, Job, Outcome
-from graphbreak_doctor.jobs.pool import run_jobs
 from graphbreak_doctor.jobs.local import run_in_process
+from graphbreak_doctor.jobs.pool import run_jobs
 
 __all__ = ["Interrupted", "Job", "Outcome", "run_in_process", "run_jobs"]

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import graphbreak_doctor
 from graphbreak_doctor.findings import CRASHED, TIMED_OUT, Findings
 from graphbreak_doctor.jobs.job import Interrupted, Job, Outcome
 from graphbreak_doctor.patching import UndoLog
@@ -48,6 +49,10 @@ def _start(job: Job, index: int, run_dir: Path, timeout: float) -> _Running:
     # Everything the target or the emulation puts in the temporary folder lands
     # in the worker's own folder, removed with it.
     env = {**os.environ, "TMPDIR": str(folder / "tmp")}
+    # The worker imports this very graphbreak_doctor (a checkout or an install),
+    # whatever the current folder is.
+    home = str(Path(graphbreak_doctor.__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join([home, *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))])
     process = subprocess.Popen(
         [sys.executable, "-m", "graphbreak_doctor.jobs.worker", str(folder / "job.json"), str(folder / "result.json")],
         env=env, stdin=subprocess.DEVNULL, start_new_session=True,

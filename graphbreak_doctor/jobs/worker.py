@@ -34,9 +34,9 @@ def main(argv: list[str]) -> int:
     for entry in reversed(data.pop("sys_path")):
         if entry not in sys.path:
             sys.path.insert(0, entry)
-    from graphbreak_doctor.cli.common import Progress
     from graphbreak_doctor.jobs.job import Job
     from graphbreak_doctor.jobs.local import run_in_process
+    from graphbreak_doctor.progress import Progress
 
     job = Job.from_dict(data)
     outcome = run_in_process(job, Progress(), interrupts_are_ours=False)
