@@ -15,10 +15,22 @@ Nothing here is ever called directly from traced code except the
 torch_surface.py).
 """
 
-from graphbreak_doctor.emulation.device import EmulatedDevice
-from graphbreak_doctor.emulation.flashinfer_dry import JitRecord
 from graphbreak_doctor.emulation.preset import DevicePreset
 from graphbreak_doctor.emulation.presets import DEFAULT_DEVICE, PRESETS, resolve_device
+
+
+def __getattr__(name: str):
+    # The emulation itself imports torch and FlashInfer; the device presets do
+    # not, so the command line can offer --device without importing torch.
+    if name == "EmulatedDevice":
+        from graphbreak_doctor.emulation.device import EmulatedDevice
+
+        return EmulatedDevice
+    if name == "JitRecord":
+        from graphbreak_doctor.emulation.flashinfer_dry import JitRecord
+
+        return JitRecord
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "DEFAULT_DEVICE",

@@ -22,7 +22,6 @@ from collections import defaultdict
 from pathlib import Path
 
 from graphbreak_doctor import __version__
-from graphbreak_doctor import recipes
 from graphbreak_doctor.analysis import categories
 from graphbreak_doctor.analysis.categories import CATEGORIES
 from graphbreak_doctor.analysis.registry import doc_url
@@ -41,6 +40,10 @@ def _generic(text: str) -> str:
 
 
 def _rule(category: str) -> dict:
+    # Imported here: the recipes import torch, which the command line only
+    # needs when SARIF is written.
+    from graphbreak_doctor import recipes
+
     record = categories.get(category if category in CATEGORIES else categories.FALLBACK)
     why = record.why
     recipe = recipes.get(record.advice).advice

@@ -55,7 +55,7 @@ class Glm5Provider(TargetProvider):
                           spec=f"glm5:{kind}:{config.layer_indices(kind)[0]}") for kind in kinds]
 
     def build(self, selection: Selection, device: str, log: UndoLog) -> Target:
-        from graphbreak_doctor.targets import glm5
+        from graphbreak_doctor.targets.glm5 import builder as glm5
 
         o = selection.options
         try:
