@@ -1,0 +1,63 @@
+"""Read what a real run left behind and diagnose it like a live trace.
+
+    findings = ingest(["/tmp/tt"])                 # a TORCH_TRACE folder (all ranks)
+    findings = ingest(["server.log.gz"], "text")   # a server log, a pasted traceback
+
+Inputs: TORCH_TRACE files (``torch_trace.py``) and plain-text logs
+(``text_log.py``), possibly compressed (``source.py``). Dynamo's texts become
+the capture's raw events (``dynamo_text.py``) and the findings are built by
+the same analysis as a live trace (``collection.py``). The findings say that
+they were ingested (``target["ingested"]``: files, format, ranks, per-frame
+compile statistics) and list what could not be parsed
+(``unparsed_events``).
+"""
+
+from __future__ import annotations
+
+from graphbreak_doctor.findings import Findings
+from graphbreak_doctor.ingest import source
+from graphbreak_doctor.ingest.collection import Collection
+from graphbreak_doctor.ingest.source import IngestError
+from graphbreak_doctor.ingest.text_log import read_text
+from graphbreak_doctor.ingest.torch_trace import TraceReader, looks_like_trace
+
+FORMATS = ("auto", "torch-trace", "text")
+
+__all__ = ["FORMATS", "IngestError", "ingest", "ingest_collection"]
+
+
+def _format_of(file: source.InputFile, requested: str) -> str:
+    if requested != "auto":
+        return requested
+    if file.path.name.startswith(source.TRACE_PREFIX):
+        return "torch-trace"
+    return "torch-trace" if looks_like_trace(source.peek(file, 1)) else "text"
+
+
+def ingest_collection(paths: list[str], fmt: str = "auto") -> Collection:
+    """Read every file; an IngestError when an input cannot be read at all."""
+    if fmt not in FORMATS:
+        raise IngestError(f"unknown format {fmt!r} (choose from {', '.join(FORMATS)})")
+    if not paths:
+        raise IngestError("no input: give a TORCH_TRACE folder or file, or a log")
+    collection = Collection()
+    for file in source.expand(paths):
+        kind = _format_of(file, fmt)
+        record = collection.file(file.name, kind, file.compression, file.rank_from_name())
+        lines = source.lines(file)
+        if kind == "torch-trace":
+            TraceReader(collection, record).read(lines)
+        else:
+            read_text(collection, record, lines)
+    return collection
+
+
+def ingest(paths: list[str], fmt: str = "auto") -> Findings:
+    """Findings from the given files and folders (see the module docstring)."""
+    collection = ingest_collection(paths, fmt)
+    return collection.findings(paths, _overall_format(collection))
+
+
+def _overall_format(collection: Collection) -> str:
+    kinds = sorted({f.format for f in collection.files})
+    return kinds[0] if len(kinds) == 1 else "mixed"
