@@ -220,6 +220,8 @@ def build_parser() -> argparse.ArgumentParser:
     from graphbreak_doctor.fix.command import add_parser as add_fix_parser
 
     add_fix_parser(sub, add_target_options, _positive, EXIT_CODES_HELP)
+    from graphbreak_doctor.cli_ingest import add_parsers as add_ingest_parsers  # ingest, diff
+    add_ingest_parsers(sub)
     return parser
 
 

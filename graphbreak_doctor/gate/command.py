@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 
 from graphbreak_doctor import cli
 from graphbreak_doctor.analysis.classify import CATEGORIES
@@ -51,6 +52,7 @@ def add_check_parser(sub: argparse._SubParsersAction) -> None:
                                    "and a baseline.",
                        epilog=CHECK_HELP + cli.EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     cli.add_target_options(p)
+    add_from_option(p)
     gate = p.add_argument_group("checks")
     gate.add_argument("--require-fullgraph", action="store_true",
                       help="fail when torch.compile(fullgraph=True) cannot capture the target (needs a fullgraph mode)")
@@ -81,9 +83,30 @@ def add_baseline_parser(sub: argparse._SubParsersAction) -> None:
                                            "existing file keeps its other targets.",
                                epilog=cli.EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     cli.add_target_options(write)
+    add_from_option(write)
     write.add_argument("-o", "--output", required=True, metavar="FILE", help="the baseline file to write or update")
     write.set_defaults(func=cmd_baseline_write)
     p.set_defaults(func=_baseline_without_action)
+
+
+def add_from_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--from", dest="from_path", metavar="PATH",
+                   help="gate on what a run left behind (a TORCH_TRACE, a log, findings JSON) instead of tracing")
+
+
+def _findings(args: argparse.Namespace) -> list[tuple[str, Findings]]:
+    """The selected targets traced now, or the findings --from reads."""
+    if not args.from_path:
+        return cli.run_diagnoses(args, cli.Progress())
+    from graphbreak_doctor.cli_ingest import findings_from
+
+    if args.target or args.layer:
+        raise cli.UsageError("--from reads a run instead of tracing: leave out --target/--layer")
+    findings = findings_from(args.from_path)
+    if getattr(args, "require_fullgraph", False) and not any(m in FULLGRAPH_MODES for m in findings.modes):
+        raise cli.UsageError(f"--require-fullgraph: {args.from_path} shows no fullgraph=True failure, so no verdict; "
+                             "gate with --max-breaks 0 instead")
+    return [(cli.slug(Path(args.from_path).name), findings)]
 
 
 def _baseline_without_action(args: argparse.Namespace) -> int:
@@ -97,14 +120,15 @@ def _baseline(args: argparse.Namespace) -> baselines.Baseline | None:
         loaded = baselines.load(args.baseline)
     except baselines.BaselineError as e:
         raise cli.UsageError(str(e)) from e
-    if loaded.device != args.device:
+    # A run read with --from is compared with any device's baseline (real GPU vs emulated).
+    if loaded.device != args.device and not args.from_path:
         raise cli.UsageError(f"baseline {args.baseline} was written for device {loaded.device!r}, "
                              f"this check runs on {args.device!r}")
     return loaded
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    if args.require_fullgraph and not any(m in FULLGRAPH_MODES for m in modes_for(args.mode)):
+    if args.require_fullgraph and not args.from_path and not any(m in FULLGRAPH_MODES for m in modes_for(args.mode)):
         raise cli.UsageError(f"--require-fullgraph needs a fullgraph mode, not --mode {args.mode}")
     policy = Policy(
         require_fullgraph=args.require_fullgraph,
@@ -114,8 +138,9 @@ def cmd_check(args: argparse.Namespace) -> int:
         ignore_packages=args.ignore_packages,
     )
     accepted = _baseline(args)
-    results = cli.run_diagnoses(args, cli.Progress())
-    report = GateReport(device=args.device, targets=[])
+    results = _findings(args)
+    device = results[0][1].device.get("name", "?") if args.from_path else args.device
+    report = GateReport(device=device, targets=[])
     if accepted is not None:
         report.notes.extend(baselines.version_notes(accepted, environment(), args.baseline))
     for stem, findings in results:
@@ -123,6 +148,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         per_target = None
         if accepted is not None:
             per_target = accepted.for_target(name)
+            if per_target is None and args.from_path and len(accepted.targets) == 1:
+                per_target = accepted.targets[0]
             if per_target is None:
                 have = ", ".join(t.target for t in accepted.targets) or "none"
                 raise cli.UsageError(f"baseline {args.baseline} has no entry for target {name} (it has: {have}); "
@@ -134,7 +161,10 @@ def cmd_check(args: argparse.Namespace) -> int:
         from graphbreak_doctor.render import github
 
         sys.stdout.write(github.render(report))
-    if report.crashed:
+    unparsed = sum(len(f.unparsed_events) for _, f in results)
+    if unparsed:
+        print(f"graphbreak-doctor: {unparsed} report(s) of breaks could not be parsed: the gate cannot vouch for them")
+    if report.crashed or unparsed:
         return cli.EXIT_CRASH
     return cli.EXIT_OK if report.passed else cli.EXIT_GATE
 
@@ -167,14 +197,14 @@ def cmd_baseline_write(args: argparse.Namespace) -> int:
         if previous.device != args.device:
             raise cli.UsageError(f"baseline {args.output} holds device {previous.device!r}, not {args.device!r}: "
                                  "write a separate file per device")
-    results = cli.run_diagnoses(args, cli.Progress())
+    results = _findings(args)
     crashed = [(stem, f) for stem, f in results if f.fullgraph.crashed]
     if crashed:
         for stem, f in crashed:
             print(f"graphbreak-doctor: {f.target.get('spec') or stem}: the target crashed under Dynamo "
                   f"(not a graph break): {f.fullgraph.error}; no baseline written", file=sys.stderr)
         return cli.EXIT_CRASH
-    written = [baselines.target_baseline(f, args.mode) for _, f in results]
+    written = [baselines.target_baseline(f, "+".join(f.modes) if args.from_path else args.mode) for _, f in results]
     try:
         updated = baselines.updated(previous, args.device, written, environment())
     except baselines.BaselineError as e:
