@@ -10,8 +10,9 @@ root causes and fixes are not done twice.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from graphbreak_doctor.analysis.build import build_findings
 from graphbreak_doctor.capture.events import BreakEvent
@@ -166,8 +167,8 @@ class Collection:
         return findings
 
     def _results(self) -> list[ModeResult]:
-        explain = [e for e, n in self.events["explain"].values() for _ in range(n)]
-        fullgraph = [e for e, n in self.events["fullgraph"].values() for _ in range(n)]
+        explain = _repeated(self.events["explain"].values())
+        fullgraph = _repeated(self.events["fullgraph"].values())
         results: list[ModeResult] = []
         graph_mode = "fullgraph" if fullgraph and not explain else "explain"
         graphs = [GraphInfo(index=i, mode=graph_mode, ops=ops) for i, ops in enumerate(self.graph_ops)]
@@ -201,6 +202,20 @@ class Collection:
                 "unparsed": self.unparsed_total,
             },
         }
+
+
+def _repeated(slots: Iterable[list]) -> list[BreakEvent]:
+    """Each distinct event, then its repeats in Dynamo's own form for a repeated
+    break: the site only (``duplicate``). The analysis files a repeat under the
+    break it just made for that site, so counts are exact and the break is
+    analysed once, however often a long log repeats it."""
+    out: list[BreakEvent] = []
+    for event, times in slots:
+        out.append(event)
+        if times > 1:
+            again = dataclasses.replace(event, duplicate=True) if event.site is not None else event
+            out.extend([again] * (times - 1))
+    return out
 
 
 def _device_name(devices: set[str]) -> str:
