@@ -11,13 +11,13 @@
 # break keys (category, package, function, gb_type) that both runs report.
 # A target that cannot run on this GPU (NVFP4 needs Blackwell) is reported
 # as such and left out of the rate. Findings and diffs stay in OUT_DIR
-# (default reports/fidelity).
+# (default reports/fidelity; a relative OUT_DIR is taken from the repository root).
 set -uo pipefail
 
 PY=${PYTHON:-python}
+cd "$(dirname "$0")/.." || exit 2
 OUT=${1:-reports/fidelity}
 mkdir -p "$OUT"
-cd "$(dirname "$0")/.." || exit 2
 
 cap=$("$PY" -c '
 import sys, torch

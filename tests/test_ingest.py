@@ -208,6 +208,15 @@ def test_gzip_and_zstd_inputs(server_log, tmp_path, recorded):
     assert shape(ingest([str(zst)])) == shape(ingest([str(server_log)]))
 
 
+def test_compressed_file_that_breaks_off_keeps_what_came_before(server_log, tmp_path, live):
+    packed = gzip.compress(server_log.read_bytes())
+    cut = tmp_path / "server.log.gz"
+    cut.write_bytes(packed[: len(packed) * 2 // 3])
+    findings = ingest([str(cut)])
+    assert shape(findings) == [shape(live[n], modes=("fullgraph",))[0] for n in ("subprocess_call", "logging_calls")]
+    assert [u.reason.split(" (")[0] for u in findings.unparsed_events] == ["the file ends early"]
+
+
 def test_ranks_are_recorded_per_file(recorded, tmp_path):
     src = next((recorded["subprocess_call"] / "trace").iterdir())
     folder = tmp_path / "tt"
@@ -240,7 +249,7 @@ def test_truncated_trace_reports_what_it_could_not_parse(recorded, tmp_path):
     assert len(findings.breaks) == 1 and findings.breaks[0].category == "logging"
     assert len(findings.unparsed_events) == 1
     u = findings.unparsed_events[0]
-    assert "cut short" in u.reason and u.source == f"{cut}:{second + 2}"
+    assert "cut short" in u.reason and u.source == f"{cut}:{second + 1}"
     assert u.excerpt.splitlines()[0].startswith("Graph break in user code at")
     # A record cut in the middle of its JSON.
     cut.write_text("".join(lines[:second]) + lines[second][: lines[second].index("dynamo_graph_break_reason") + 40] + "\n")

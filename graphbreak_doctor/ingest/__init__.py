@@ -44,7 +44,7 @@ def ingest_collection(paths: list[str], fmt: str = "auto") -> Collection:
     for file in source.expand(paths):
         kind = _format_of(file, fmt)
         record = collection.file(file.name, kind, file.compression, file.rank_from_name())
-        lines = source.lines(file)
+        lines = source.lines(file, on_cut=lambda why, r=record: collection.cut(r, why))
         if kind == "torch-trace":
             TraceReader(collection, record).read(lines)
         else:

@@ -35,6 +35,8 @@ class FileRecord:
     lines: int = 0
     reports: int = 0
     unparsed: int = 0
+    # Why the file broke off before its end (a compressed file copied while written).
+    cut: str = ""
     # Ranks named in the file's lines ("[rank3]:" prefixes, TORCH_TRACE metadata).
     ranks: set[int] = field(default_factory=set)
     # (gb_type, site) of the events read from this file, first-seen order.
@@ -134,6 +136,10 @@ class Collection:
         if len(self.unparsed) < MAX_UNPARSED_SHOWN:
             excerpt = "\n".join(line[:240] for line in lines[:6])
             self.unparsed.append(UnparsedEvent(source=source, reason=reason, excerpt=excerpt))
+
+    def cut(self, record: FileRecord, why: str) -> None:
+        record.cut = why
+        self.unparsed_block(record, record.path, f"the file ends early ({why}); what came before was read", [])
 
     def frame(self, function: str, file: str, line: int) -> FrameStats:
         key = (function, file, line)

@@ -149,8 +149,6 @@ class ReportScanner:
             else:
                 self._end()
                 self._take(*held)
-                if self.held is not None:  # the held line started a block and is held again
-                    return self.feed(number, line)
         self._take(number, line)
         done, self.done = self.done, []
         return done

@@ -16,7 +16,7 @@ import gzip
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Callable, Iterator
 
 CHUNK = 1 << 20
 MAX_LINE = 1 << 20
@@ -95,15 +95,24 @@ def _binary_stream(file: InputFile) -> BinaryIO:
     return raw
 
 
-def lines(file: InputFile) -> Iterator[str]:
-    """The file's lines without line endings; an IngestError if it is not text."""
+def lines(file: InputFile, on_cut: Callable[[str], None] | None = None) -> Iterator[str]:
+    """The file's lines without line endings; an IngestError if it is not text.
+
+    A compressed file that breaks off after some lines (copied while it was
+    written) keeps those lines: ``on_cut`` is told why it ended early."""
     stream = _binary_stream(file)
+    read = 0
     try:
-        yield from _split(file, stream)
+        for line in _split(file, stream):
+            read += 1
+            yield line
     except (OSError, EOFError, ValueError) as e:
-        # gzip.BadGzipFile and zstandard.ZstdError are OSError/ValueError subclasses;
-        # a truncated gzip stream ends in EOFError.
-        raise IngestError(f"{file.path}: cannot decompress ({file.compression}): {e}") from e
+        # gzip.BadGzipFile and zstandard.ZstdError are OSError/ValueError
+        # subclasses; a gzip stream that breaks off ends in EOFError.
+        why = f"cannot decompress ({file.compression}): {e or type(e).__name__}"
+        if not read or on_cut is None:
+            raise IngestError(f"{file.path}: {why}") from e
+        on_cut(why)
     finally:
         stream.close()
 
@@ -113,8 +122,10 @@ def _split(file: InputFile, stream: BinaryIO) -> Iterator[str]:
     rest = ""
     skipping = False  # inside an over-long line: drop until its end
     first = True
+    # read1: what the decompressor has so far, so a file that breaks off keeps its lines.
+    read = getattr(stream, "read1", stream.read)
     while True:
-        chunk = stream.read(CHUNK)
+        chunk = read(CHUNK)
         if first:
             first = False
             if b"\x00" in chunk[:8192]:

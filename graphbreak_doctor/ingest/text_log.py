@@ -25,7 +25,13 @@ def read_text(collection: Collection, record: FileRecord, lines: Iterable[str]) 
             record.ranks.add(line.rank)
         for block in scanner.feed(number, line):
             _report(collection, record, block)
-    for block in scanner.close():
+    last = scanner.close()
+    if last and record.cut:
+        # The report open when the file broke off is incomplete.
+        cut = last.pop()
+        collection.unparsed_block(record, f"{record.path}:{cut.start}", "a report cut off where the file ends early",
+                                  cut.lines)
+    for block in last:
         _report(collection, record, block)
     record.lines = number
 

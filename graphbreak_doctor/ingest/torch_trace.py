@@ -27,6 +27,7 @@ Kinds read here (every other record is skipped without decoding it):
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import dataclass, field
@@ -142,6 +143,14 @@ class TraceReader:
             return
         (kind, meta, number), payload = self.current, self.payload or []
         self.current, self.payload = None, None
+        # Each payload carries its md5 (torch/_logging/_internal.py, trace_structured):
+        # a record cut short, or cut off where the file ends, does not match it.
+        digest = meta.get("has_payload")
+        if kind in ("break", "error") and digest and hashlib.md5("\n".join(payload).encode()).hexdigest() != digest:
+            self.collection.unparsed_block(self.record, self._source(number),
+                                           "a TORCH_TRACE record whose payload is cut short (its md5 does not match)",
+                                           payload)
+            return
         cid = (meta.get("frame_id"), meta.get("frame_compile_id"), meta.get("compiled_autograd_id"))
         getattr(self, f"_on_{kind}")(cid, meta, payload, number)
 
