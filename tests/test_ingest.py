@@ -17,6 +17,7 @@ import random
 import shutil
 import subprocess
 import sys
+import sysconfig
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -102,6 +103,19 @@ def test_fullgraph_exception_text_round_trip(recorded, live, name):
         assert ingested.fullgraph.break_id == live[name].fullgraph.break_id
     else:
         assert ingested.breaks == [] and ingested.modes == []
+
+
+@pytest.mark.parametrize("name", ["subprocess_call", "filesystem_pathstat", "logging_calls", "builtin_namespace"])
+def test_log_from_another_machine(recorded, live, tmp_path, name):
+    """A log copied off a server names that machine's Python and project paths."""
+    stdlib = os.path.realpath(sysconfig.get_paths()["stdlib"])
+    text = (recorded[name] / "stderr.txt").read_text()
+    moved = tmp_path / "server.txt"
+    moved.write_text(text.replace(stdlib + "/", "/usr/lib/python3.10/").replace(str(ROOT) + "/", "/srv/app/"))
+    ingested = ingest([str(moved)])
+    assert "/srv/app/fixtures/breaks/" in ingested.breaks[0].actionable_frame.file
+    want = [(b.category, b.gb_type, b.actionable_frame.function) for b in live[name].breaks if "fullgraph" in b.modes]
+    assert [(b.category, b.gb_type, b.actionable_frame.function) for b in ingested.breaks] == want
 
 
 def test_graph_breaks_log_round_trip(tmp_path, live):
@@ -234,6 +248,30 @@ def test_ranks_are_recorded_per_file(recorded, tmp_path):
     text.write_text("".join(f"[rank3]:{line}\n" for line in (recorded["logging_calls"] / "stderr.txt").read_text().splitlines()))
     findings = ingest([str(text)])
     assert findings.target["ingested"]["ranks"] == [3] and len(findings.breaks) == 1
+
+
+_PEAK_RSS = """
+import resource, sys
+from graphbreak_doctor.ingest import ingest
+findings = ingest([sys.argv[1]])
+print(len(findings.breaks), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+
+
+@pytest.mark.slow
+def test_memory_does_not_grow_with_the_trace(recorded, tmp_path):
+    src = next((recorded["hostile_text"] / "trace").iterdir()).read_bytes()
+    peaks = []
+    for name, megabytes in (("small", 8), ("big", 160)):
+        path = tmp_path / f"dedicated_log_torch_trace_{name}.log"
+        path.write_bytes(src * (megabytes * 1_000_000 // len(src) + 1))
+        done = subprocess.run([sys.executable, "-c", _PEAK_RSS, str(path)], cwd=ROOT, capture_output=True, text=True,
+                              timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+        breaks, kilobytes = map(int, done.stdout.split())
+        assert breaks == 2
+        peaks.append(kilobytes)
+    assert peaks[1] - peaks[0] < 40 * 1024, peaks
 
 
 # ------------------------------------------------------------ bad input

@@ -15,7 +15,7 @@ import re
 import sys
 from dataclasses import dataclass
 
-from graphbreak_doctor.analysis.frames import _stdlib_dirs, package_of
+from graphbreak_doctor.analysis.frames import package_of, stdlib_relpath
 from graphbreak_doctor.findings import Frame
 
 CATEGORIES = (
@@ -138,15 +138,8 @@ def stdlib_module(frame: Frame) -> str:
     """Dotted stdlib module of a frame ('subprocess', 'logging'), or ''."""
     if frame.file.startswith("<frozen "):
         return frame.file[len("<frozen "):-1]
-    real = os.path.realpath(frame.file)
-    for base in _stdlib_dirs():
-        if real.startswith(base):
-            rel = real[len(base):]
-            if rel.startswith(("site-packages", "dist-packages")):
-                return ""
-            mod = rel.removesuffix(".py").replace(os.sep, ".")
-            return mod.removesuffix(".__init__")
-    return ""
+    rel = stdlib_relpath(frame.file)
+    return rel.removesuffix(".py").replace(os.sep, ".").removesuffix(".__init__") if rel else ""
 
 
 def _culprit_is_stdlib(culprit: str) -> bool:
