@@ -41,9 +41,10 @@ def findings_from(path: str, fmt: str = "auto") -> Findings:
 
 
 def _looks_like_json(path: Path) -> bool:
+    """Findings JSON starts with its schema version (a JSON-lines log does not)."""
     with open(path, "rb") as f:
-        head = f.read(64).lstrip()
-    return head.startswith(b"{")
+        head = f.read(256).lstrip()
+    return head.startswith(b"{") and b'"schema_version"' in head
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:

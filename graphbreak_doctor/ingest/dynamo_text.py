@@ -61,7 +61,6 @@ _MESSAGE_LINES = (REASON, "*** While handling this graph break", "Stack variable
 TRACEBACK = "Traceback (most recent call last):"
 # A block that runs longer than this is cut and parsed as it is.
 MAX_BLOCK_LINES = 5000
-EXCERPT_LINES = 6
 _UNKNOWN = "<unknown>"
 
 
@@ -112,9 +111,6 @@ class Block:
     start: int
     lines: list[str] = field(default_factory=list)
     rank: int | None = None
-
-    def excerpt(self) -> str:
-        return "\n".join(line[:240] for line in self.lines[:EXCERPT_LINES])
 
 
 def _indented(text: str) -> bool:

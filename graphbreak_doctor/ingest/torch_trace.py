@@ -235,6 +235,8 @@ class TraceReader:
         try:
             version = json.loads("\n".join(payload)).get("pytorch_version")
         except (ValueError, AttributeError):
+            # Not a version record after all: the version then comes from
+            # compilation_metrics, or stays unknown (shown as such).
             version = None
         if version and not self.collection.environment.get("torch"):
             self.collection.environment["torch"] = str(version)
