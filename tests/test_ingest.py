@@ -334,6 +334,17 @@ def test_bad_input_is_one_line_and_exit_2(cli, tmp_path, case):
     assert not out.exists()
 
 
+def test_a_binary_file_in_a_trace_folder_is_skipped_and_said(recorded, tmp_path):
+    folder = tmp_path / "tt"
+    shutil.copytree(recorded["subprocess_call"] / "trace", folder)
+    (folder / "core.bin").write_bytes(b"\x7fELF\x00\x00" * 100)
+    findings = ingest([str(folder)])
+    assert [b.category for b in findings.breaks] == ["subprocess"]
+    assert [u.source for u in findings.unparsed_events] == [str(folder / "core.bin")]
+    assert "binary file" in findings.unparsed_events[0].reason
+    assert findings.target["ingested"]["format"] == "torch-trace"
+
+
 def test_noise_without_newlines_is_a_finding_less_report(cli, tmp_path):
     noise = tmp_path / "noise.txt"
     rng = random.Random(3)

@@ -42,14 +42,25 @@ def ingest_collection(paths: list[str], fmt: str = "auto") -> Collection:
         raise IngestError("no input: give a TORCH_TRACE folder or file, or a log")
     collection = Collection()
     for file in source.expand(paths):
-        kind = _format_of(file, fmt)
-        record = collection.file(file.name, kind, file.compression, file.rank_from_name())
-        lines = source.lines(file, on_cut=lambda why, r=record: collection.cut(r, why))
-        if kind == "torch-trace":
-            TraceReader(collection, record).read(lines)
-        else:
-            read_text(collection, record, lines)
+        try:
+            _read(collection, file, fmt)
+        except IngestError as e:
+            if not file.in_folder:
+                raise
+            # Something else in a TORCH_TRACE or log folder (a binary, a broken archive).
+            record = collection.file(file.name, "skipped", file.compression, None)
+            collection.unparsed_block(record, file.name, f"skipped: {e}", [])
     return collection
+
+
+def _read(collection: Collection, file: source.InputFile, fmt: str) -> None:
+    kind = _format_of(file, fmt)
+    record = collection.file(file.name, kind, file.compression, file.rank_from_name())
+    lines = source.lines(file, on_cut=lambda why: collection.cut(record, why))
+    if kind == "torch-trace":
+        TraceReader(collection, record).read(lines)
+    else:
+        read_text(collection, record, lines)
 
 
 def ingest(paths: list[str], fmt: str = "auto") -> Findings:
@@ -59,5 +70,5 @@ def ingest(paths: list[str], fmt: str = "auto") -> Findings:
 
 
 def _overall_format(collection: Collection) -> str:
-    kinds = sorted({f.format for f in collection.files})
+    kinds = sorted({f.format for f in collection.files if f.format != "skipped"}) or ["none"]
     return kinds[0] if len(kinds) == 1 else "mixed"

@@ -36,6 +36,8 @@ class InputFile:
     path: Path
     # gzip, zstd or "" (plain)
     compression: str
+    # Found in a folder rather than named: one that cannot be read is skipped, not fatal.
+    in_folder: bool = False
 
     @property
     def name(self) -> str:
@@ -57,7 +59,7 @@ def expand(paths: list[str]) -> list[InputFile]:
             found = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
             if not found:
                 raise IngestError(f"{raw}: the folder holds no files (expected a TORCH_TRACE folder or logs)")
-            files.extend(_opened(p) for p in found)
+            files.extend(_opened(p, in_folder=True) for p in found)
         elif path.exists():
             files.append(_opened(path))
         else:
@@ -65,17 +67,17 @@ def expand(paths: list[str]) -> list[InputFile]:
     return files
 
 
-def _opened(path: Path) -> InputFile:
+def _opened(path: Path, in_folder: bool = False) -> InputFile:
     try:
         with open(path, "rb") as f:
             head = f.read(4)
     except OSError as e:
         raise IngestError(f"{path}: cannot read: {e.strerror or e}") from e
     if head.startswith(_GZIP_MAGIC):
-        return InputFile(path, "gzip")
+        return InputFile(path, "gzip", in_folder)
     if head == _ZSTD_MAGIC:
-        return InputFile(path, "zstd")
-    return InputFile(path, "")
+        return InputFile(path, "zstd", in_folder)
+    return InputFile(path, "", in_folder)
 
 
 def _binary_stream(file: InputFile) -> BinaryIO:
