@@ -142,7 +142,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     device = results[0][1].device.get("name", "?") if args.from_path else args.device
     report = GateReport(device=device, targets=[])
     if accepted is not None:
-        report.notes.extend(baselines.version_notes(accepted, environment(), args.baseline))
+        current = results[0][1].environment if args.from_path else environment()
+        report.notes.extend(baselines.version_notes(accepted, current, args.baseline))
     for stem, findings in results:
         name = findings.target.get("spec") or stem
         per_target = None
