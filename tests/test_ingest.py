@@ -33,7 +33,8 @@ FLASHINFER = importlib.metadata.version("flashinfer-python")
 HAS_OP = not FLASHINFER.startswith("0.6.")
 
 
-def record(spec: str, out: Path, *, mode: str = "both", emulate: str | None = None, logs: bool = False) -> Path:
+def record(spec: str, out: Path, *, mode: str = "both", emulate: str | None = None, logs: bool = False,
+           extra: tuple[str, ...] = ()) -> Path:
     """Run ``spec`` under plain torch.compile in a child process; TORCH_TRACE goes
     to ``out/trace`` (or TORCH_LOGS=graph_breaks to ``out/graph_breaks.log``),
     its stderr -- the fullgraph exception -- to ``out/stderr.txt``."""
@@ -47,6 +48,7 @@ def record(spec: str, out: Path, *, mode: str = "both", emulate: str | None = No
     argv = [sys.executable, "-m", "fixtures.plain_compile", spec, "--mode", mode]
     if emulate:
         argv += ["--emulate", emulate]
+    argv += extra
     done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "graphbreak_doctor.capture" not in done.stderr
@@ -198,6 +200,17 @@ def test_server_log_with_three_failures_finds_exactly_three(server_log, live):
     assert shape(findings) == want
     assert findings.unparsed_events == []
     assert findings.target["ingested"]["format"] == "text"
+
+
+def test_sglang_server_log_counts_the_failure_once(tmp_path, live):
+    """SGLang re-raises the Unsupported inside a new exception whose message
+    repeats it, and logs the whole chain: one failure, one break."""
+    out = record("fixtures.breaks.filesystem_pathstat:target", tmp_path, mode="fullgraph", extra=("--as-sglang",))
+    text = (out / "stderr.txt").read_text()
+    assert "Capture cuda graph failed: Attempted to call function marked as skipped" in text
+    findings = ingest([str(out / "stderr.txt")])
+    assert shape(findings) == shape(live["filesystem_pathstat"], modes=("fullgraph",))
+    assert findings.breaks[0].count == 1 and findings.unparsed_events == []
 
 
 def test_gzip_and_zstd_inputs(server_log, tmp_path, recorded):
