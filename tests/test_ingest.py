@@ -34,13 +34,15 @@ HAS_OP = not FLASHINFER.startswith("0.6.")
 
 
 def record(spec: str, out: Path, *, mode: str = "both", emulate: str | None = None, logs: bool = False,
-           extra: tuple[str, ...] = ()) -> Path:
+           extra: tuple[str, ...] = (), verbose: bool = False) -> Path:
     """Run ``spec`` under plain torch.compile in a child process; TORCH_TRACE goes
     to ``out/trace`` (or TORCH_LOGS=graph_breaks to ``out/graph_breaks.log``),
     its stderr -- the fullgraph exception -- to ``out/stderr.txt``."""
     out.mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if k not in ("TORCH_TRACE", "TORCH_LOGS")}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    if verbose:
+        env["TORCHDYNAMO_VERBOSE"] = "1"
     if logs:
         env["TORCH_LOGS"] = "graph_breaks"
     else:
@@ -126,6 +128,18 @@ def test_graph_breaks_log_round_trip(tmp_path, live):
     ingested = ingest([str(out / "graph_breaks.log")])
     assert shape(ingested) == shape(live["logging_calls"], modes=("explain",))
     assert ingested.modes == ["explain"]
+
+
+def test_verbose_output_round_trip(tmp_path, live):
+    """TORCHDYNAMO_VERBOSE=1 adds Dynamo's own stack, the frames above the
+    compiled function and the last bytecodes traced to each report."""
+    spec = "fixtures.breaks.logging_calls:target"
+    logs = record(spec, tmp_path / "logs", mode="explain", logs=True, verbose=True) / "graph_breaks.log"
+    assert "most recent `torch.compile` tracing attempt started here" in logs.read_text()
+    assert shape(ingest([str(logs)])) == shape(live["logging_calls"], modes=("explain",))
+    out = record(spec, tmp_path / "trace", verbose=True)
+    assert shape(ingest([str(out / "trace")])) == shape(live["logging_calls"])
+    assert shape(ingest([str(out / "stderr.txt")])) == shape(live["logging_calls"], modes=("fullgraph",))
 
 
 def test_repeated_breaks_are_counted_like_a_live_trace(tmp_path):

@@ -248,14 +248,32 @@ class ReportScanner:
             self._take(number, line)
 
 
+# TORCHDYNAMO_VERBOSE=1 splits the user stack: the frames above Dynamo, this
+# line, then the frames of the traced function (symbolic_convert.py, log_graph_break).
+_VERBOSE_SPLIT = "========== most recent `torch.compile` tracing attempt started here"
+# Without TORCHDYNAMO_VERBOSE, Dynamo shows a resume function as the function it
+# resumes (symbolic_convert.py, collapse_resume_frames); verbose output does not.
+_RESUME_FRAME = re.compile(r"(, in )torch_dynamo_resume_in_(\w+?)_at_\d+$")
+
+
 def _frames_after(lines: list[str], start: int) -> list[str]:
     out = []
-    for text in lines[start:]:
+    rest = lines[start:]
+    split = False  # just past the verbose split line: blank lines before its frames
+    for i, text in enumerate(rest):
         if text.strip() in FRAME_MARKERS:
             continue
-        if not text.strip() or not _indented(text):
+        if text.startswith(_VERBOSE_SPLIT):
+            split = True
+            continue
+        if not text.strip():
+            if split or next((t for t in rest[i + 1:] if t.strip()), "").startswith(_VERBOSE_SPLIT):
+                continue
             break
-        out.append(text)
+        if not _indented(text):
+            break
+        split = False
+        out.append(_RESUME_FRAME.sub(r"\1\2", text))
     return out
 
 
