@@ -207,7 +207,8 @@ def cmd_baseline_write(args: argparse.Namespace) -> int:
         return cli.EXIT_CRASH
     written = [baselines.target_baseline(f, "+".join(f.modes) if args.from_path else args.mode) for _, f in results]
     try:
-        updated = baselines.updated(previous, args.device, written, environment())
+        env = results[0][1].environment if args.from_path else environment()
+        updated = baselines.updated(previous, args.device, written, env)
     except baselines.BaselineError as e:
         raise cli.UsageError(str(e)) from e
     write_atomic(args.output, updated.to_json())
