@@ -153,15 +153,11 @@ def test_repeated_breaks_are_counted_like_a_live_trace(tmp_path):
     assert [(s, b.count) for s, b in zip(shape(logged), logged.breaks)] == want
 
 
-def trace_in_a_fresh_process(spec: str, device: str, out: Path) -> Findings:
+def trace_in_a_fresh_process(cli, spec: str, device: str, out: Path) -> Findings:
     """`graphbreak-doctor trace` in a process of its own: FlashInfer keeps state
     between calls (its AutoTuner singleton breaks on a lock only when it is
     created), so both sides start from a fresh process."""
-    env = {k: v for k, v in os.environ.items() if k not in ("TORCH_TRACE", "TORCH_LOGS")}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    done = subprocess.run([sys.executable, "-m", "graphbreak_doctor", "trace", "--target", spec, "--device", device,
-                           "--json", str(out), "--no-html"], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=600)
+    done = cli("trace", "--target", spec, "--device", device, "--json", str(out), "--no-html")
     # 3: Dynamo crashed after the breaks (FlashInfer 0.6.3's AutoTuner in explain mode).
     assert done.returncode in (0, 3), done.stderr[-3000:]
     return Findings.from_json(out.read_text())
@@ -180,11 +176,11 @@ FLASHINFER_TARGETS = [
 
 @pytest.mark.flashinfer
 @pytest.mark.parametrize("factory,device", FLASHINFER_TARGETS)
-def test_flashinfer_round_trip_on_emulated_devices(tmp_path, factory, device):
+def test_flashinfer_round_trip_on_emulated_devices(cli, tmp_path, factory, device):
     if factory == "fp4_quantize_op" and not HAS_OP:
         pytest.skip("torch.ops.flashinfer.fp4_quantize exists from flashinfer 0.7")
     spec = f"fixtures.flashinfer_targets:{factory}"
-    traced = trace_in_a_fresh_process(spec, device, tmp_path / "traced.json")
+    traced = trace_in_a_fresh_process(cli, spec, device, tmp_path / "traced.json")
     out = record(spec, tmp_path / "run", emulate=device)
     ingested = ingest([str(out / "trace")])
     assert shape(ingested) == shape(traced)
