@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import functools
 import os
+import re
 import sys
 import sysconfig
 from pathlib import Path
@@ -28,6 +29,25 @@ def _stdlib_dirs() -> tuple[str, ...]:
     return tuple(sorted(os.path.realpath(d) + os.sep for d in dirs))
 
 
+# The standard library of another machine's Python, as a log copied off a
+# server names it: ".../lib/python3.10/subprocess.py", "...\\Lib\\subprocess.py".
+_OTHER_STDLIB = re.compile(r"[/\\](?:lib[/\\]python3\.\d+t?|Lib)[/\\](?P<rel>.+\.py)$")
+
+
+def stdlib_relpath(filename: str) -> str:
+    """A standard-library file's path inside its library folder ('subprocess.py',
+    'json/decoder.py'), of this interpreter or another one; '' for anything else."""
+    real = os.path.realpath(filename)
+    for base in _stdlib_dirs():
+        if real.startswith(base):
+            rel = real[len(base):]
+            return "" if rel.startswith(_SITE_MARKERS) else rel
+    m = _OTHER_STDLIB.search(filename)
+    if m is None or any(marker in m.group("rel") for marker in _SITE_MARKERS):
+        return ""
+    return m.group("rel").replace("\\", "/").replace("/", os.sep)
+
+
 def package_of(filename: str) -> str:
     """The owner of a source file: 'stdlib', 'torch', a distribution's top-level
     package ('flashinfer', 'sglang'), or the top-level module of user code."""
@@ -41,7 +61,7 @@ def package_of(filename: str) -> str:
             if idx + 1 < len(parts):
                 top = parts[idx + 1]
                 return top[:-3] if top.endswith(".py") else top
-    if real.startswith(_stdlib_dirs()):
+    if stdlib_relpath(filename):
         return "stdlib"
     return _user_top_level(real)
 
@@ -69,15 +89,8 @@ def stdlib_module(frame: Frame) -> str:
     """Dotted stdlib module of a frame ('subprocess', 'logging'), or ''."""
     if frame.file.startswith("<frozen "):
         return frame.file[len("<frozen "):-1]
-    real = os.path.realpath(frame.file)
-    for base in _stdlib_dirs():
-        if real.startswith(base):
-            rel = real[len(base):]
-            if rel.startswith(("site-packages", "dist-packages")):
-                return ""
-            mod = rel.removesuffix(".py").replace(os.sep, ".")
-            return mod.removesuffix(".__init__")
-    return ""
+    rel = stdlib_relpath(frame.file)
+    return rel.removesuffix(".py").replace(os.sep, ".").removesuffix(".__init__") if rel else ""
 
 
 def short_path(path: str, *, portable: bool = False) -> str:

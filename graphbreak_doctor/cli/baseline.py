@@ -13,6 +13,7 @@ from graphbreak_doctor.cli.common import (
     add_subcommand,
     run_exit_code,
 )
+from graphbreak_doctor.cli.ingest import add_from_option, read_run
 from graphbreak_doctor.cli.outputs import write_file
 from graphbreak_doctor.cli.targets import add_target_options, run_diagnoses, selections
 from graphbreak_doctor.gate import baseline as baselines
@@ -29,6 +30,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                            description="Trace the selected targets and record their breaks as accepted. An "
                                        "existing file keeps its other targets.")
     add_target_options(write)
+    add_from_option(write)
     write.add_argument("-o", "--output", required=True, metavar="FILE", help="the baseline file to write or update")
     write.set_defaults(func=run_write)
     p.set_defaults(func=_without_action)
@@ -50,14 +52,17 @@ def run_write(args: argparse.Namespace) -> int:
                              "write a separate file per device")
     elif not os.path.isdir(os.path.dirname(args.output) or "."):
         raise UsageError(f"{args.output}: no such folder {os.path.dirname(args.output)}")
-    results = run_diagnoses(args, selections(args), Progress())
+    if args.from_path:
+        results = [read_run(args)[1]]
+    else:
+        results = run_diagnoses(args, selections(args), Progress())
     incomplete = [f for f in results if f.incomplete()]
     if incomplete:
         for f in incomplete:
             print(f"graphbreak-doctor: {f.target.spec}: {one_line(f.incomplete())}; no baseline written",
                   file=sys.stderr)
         return run_exit_code(incomplete) or EXIT_CRASH
-    written = [baselines.target_baseline(f, args.mode) for f in results]
+    written = [baselines.target_baseline(f, "+".join(f.modes) if args.from_path else args.mode) for f in results]
     try:
         updated = baselines.updated(previous, args.device, written, results[0].environment if results else {})
     except baselines.BaselineError as e:

@@ -18,6 +18,7 @@ from graphbreak_doctor.cli.common import (
     names_list,
     run_exit_code,
 )
+from graphbreak_doctor.cli.ingest import add_from_option, read_run
 from graphbreak_doctor.cli.outputs import OutputSet, add_output_options
 from graphbreak_doctor.cli.targets import (
     add_target_options,
@@ -71,6 +72,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        help="do not count breaks whose actionable frame is in these packages")
     gate.add_argument("--baseline", metavar="FILE",
                       help="fail only on breaks missing from this baseline; report the ones that disappeared")
+    add_from_option(p)
     add_output_options(p, FINDINGS, GATE)
     p.set_defaults(func=run)
 
@@ -82,14 +84,15 @@ def _baseline(args: argparse.Namespace) -> baselines.Baseline | None:
         loaded = baselines.load(args.baseline)
     except baselines.BaselineError as e:
         raise UsageError(str(e)) from e
-    if loaded.device != args.device:
+    # A run read with --from is compared with any device's baseline (real GPU vs emulated).
+    if loaded.device != args.device and not args.from_path:
         raise UsageError(f"baseline {args.baseline} was written for device {loaded.device!r}, "
                          f"this check runs on {args.device!r}")
     return loaded
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.require_fullgraph and not any(m in FULLGRAPH_MODES for m in modes_for(args.mode)):
+    if args.require_fullgraph and not args.from_path and not any(m in FULLGRAPH_MODES for m in modes_for(args.mode)):
         raise UsageError(f"--require-fullgraph needs a fullgraph mode, not --mode {args.mode}")
     policy = Policy(
         require_fullgraph=args.require_fullgraph,
@@ -99,11 +102,22 @@ def run(args: argparse.Namespace) -> int:
         ignore_packages=args.ignore_packages,
     )
     accepted = _baseline(args)
-    selected = selections(args)
-    stems = [stem(s, args) for s in selected]
-    outputs = OutputSet.plan(args, (FINDINGS, GATE), stems)
-    results = run_diagnoses(args, selected, Progress())
-    report = GateReport(device=args.device, targets=[])
+    if args.from_path:
+        name, read = read_run(args)
+        if args.require_fullgraph and not any(m in FULLGRAPH_MODES for m in read.modes):
+            raise UsageError(f"--require-fullgraph: {args.from_path} shows no fullgraph=True failure, so no "
+                             "verdict; gate with --max-breaks 0 instead")
+        stems = [name]
+        outputs = OutputSet.plan(args, (FINDINGS, GATE), stems)
+        results = [read]
+        device = read.device.get("name", "?")
+    else:
+        selected = selections(args)
+        stems = [stem(s, args) for s in selected]
+        outputs = OutputSet.plan(args, (FINDINGS, GATE), stems)
+        results = run_diagnoses(args, selected, Progress())
+        device = args.device
+    report = GateReport(device=device, targets=[])
     if accepted is not None and results:
         report.notes.extend(baselines.version_notes(accepted, results[0].environment, args.baseline))
     for findings in results:
@@ -111,6 +125,8 @@ def run(args: argparse.Namespace) -> int:
         per_target = None
         if accepted is not None and not findings.incomplete():
             per_target = accepted.for_target(name)
+            if per_target is None and args.from_path and len(accepted.targets) == 1:
+                per_target = accepted.targets[0]  # a run read --from is named after its input
             if per_target is None:
                 have = ", ".join(t.target for t in accepted.targets) or "none"
                 raise UsageError(f"baseline {args.baseline} has no entry for target {name} (it has: {have}); "

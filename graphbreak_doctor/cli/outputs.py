@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from graphbreak_doctor.cli.common import InternalError, UsageError
-from graphbreak_doctor.render import Renderer, file_renderers
+from graphbreak_doctor.render import GATE, Renderer, file_renderers
 
 REPORTS = Path("reports")
 AUTO = "auto"
@@ -28,14 +28,14 @@ def option_dest(renderer: Renderer) -> str:
 
 
 def add_output_options(p: argparse.ArgumentParser, *kinds: str, default_on: tuple[str, ...] = (),
-                       what: str = "<mode>") -> None:
+                       what: str = "<mode>", stem: str = "<target>-<device>-") -> None:
     """One option per file renderer of these kinds; renderers named in
     ``default_on`` write by default (and get a --no-X to turn them off)."""
     group = p.add_argument_group("outputs")
     for r in file_renderers(*kinds):
         dest = option_dest(r)
-        per_target = r.renders == "findings"
-        where = f"default path: reports/<target>-<device>-{what}{r.suffix}" if per_target else "PATH required"
+        per_target = _per_subject(r)
+        where = f"default path: reports/{stem}{what}{r.suffix}" if per_target else "PATH required"
         if r.name in default_on:
             group.add_argument(r.option, dest=dest, nargs="?", const=AUTO, default=AUTO, metavar="PATH",
                                help=f"write {r.help} (on by default; {where})")
@@ -46,6 +46,11 @@ def add_output_options(p: argparse.ArgumentParser, *kinds: str, default_on: tupl
                                help=f"write {r.help} ({where})")
         else:
             group.add_argument(r.option, dest=dest, metavar="PATH", help=f"write {r.help}")
+
+
+def _per_subject(r: Renderer) -> bool:
+    """One file per traced target (or per diff); the gate's files are one per run."""
+    return r.renders != GATE
 
 
 def output_path(option: str, stem: str, count: int, suffix: str) -> Path:
@@ -77,7 +82,7 @@ class OutputSet:
             option = getattr(args, option_dest(r), None)
             if not option:
                 continue
-            if r.renders == "findings":
+            if _per_subject(r):
                 for stem in stems:
                     out.planned.append(_Planned(output_path(option, stem, len(stems), r.suffix), r, stem,
                                                 option == AUTO))

@@ -1,7 +1,7 @@
 """Renderers: one module per output format, registered here.
 
-Each renderer is a function of one report object only -- findings, or the
-gate's report -- and returns text; none re-derives analysis. A module
+Each renderer is a function of one report object only -- findings, the
+gate's report, or a diff of two findings -- and returns text; none re-derives analysis. A module
 defines ``RENDERER = Renderer(...)``; a new format is that module plus one
 line in ``REGISTRY``. Commands offer every file renderer of the kinds they
 produce as an option (``--json``, ``--html``, ``--junit``, ``--sarif``).
@@ -9,8 +9,20 @@ produce as an option (``--json``, ``--html``, ``--junit``, ``--sarif``).
 
 from __future__ import annotations
 
-from graphbreak_doctor.render import gate_text, github, html, json, junit, ladder_text, sarif, terminal
-from graphbreak_doctor.render.renderer import FINDINGS, GATE, Renderer
+from graphbreak_doctor.render import (
+    diff_html,
+    diff_json,
+    diff_terminal,
+    gate_text,
+    github,
+    html,
+    json,
+    junit,
+    ladder_text,
+    sarif,
+    terminal,
+)
+from graphbreak_doctor.render.renderer import DIFF, FINDINGS, GATE, Renderer
 
 REGISTRY: tuple[Renderer, ...] = (
     terminal.RENDERER,
@@ -21,6 +33,9 @@ REGISTRY: tuple[Renderer, ...] = (
     html.RENDERER,
     junit.RENDERER,
     sarif.RENDERER,
+    diff_terminal.RENDERER,
+    diff_json.RENDERER,
+    diff_html.RENDERER,
 )
 
 _BY_NAME = {r.name: r for r in REGISTRY}
@@ -38,4 +53,4 @@ def file_renderers(*kinds: str) -> tuple[Renderer, ...]:
     return tuple(r for r in REGISTRY if r.renders in kinds and r.option)
 
 
-__all__ = ["FINDINGS", "GATE", "REGISTRY", "Renderer", "file_renderers", "get"]
+__all__ = ["DIFF", "FINDINGS", "GATE", "REGISTRY", "Renderer", "file_renderers", "get"]

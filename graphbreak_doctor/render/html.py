@@ -95,7 +95,7 @@ def _meta_rows(target: TargetInfo) -> list[tuple[str, Any]]:
     return [(k, v) for k, v in target.facts.items() if v not in (None, "", [], {})]
 
 
-def _environment():
+def template_environment():
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES),
         autoescape=True,
@@ -110,7 +110,7 @@ def _environment():
     return env
 
 
-def _static(name: str, closing: str) -> str:
+def inline_static(name: str, closing: str) -> str:
     """CSS/JS inlined verbatim (not escaped: they are ours, not data)."""
     text = (TEMPLATES / name).read_text(encoding="utf-8")
     if closing in text.lower():
@@ -146,9 +146,9 @@ def _facets(breaks: list[Break], attribute: str) -> list[tuple[str, int]]:
 
 def render(findings: Findings) -> str:
     """The report as one HTML document."""
-    env = _environment()
-    script = _static("report.js", "</script")
-    style = _static("report.css", "</style")
+    env = template_environment()
+    script = inline_static("report.js", "</script")
+    style = inline_static("report.css", "</style")
     causes = {node_id(c.frame): f"#cause-{i}" for i, c in enumerate(findings.root_causes, 1)}
     picture = svg.layout(call_graph(findings.breaks), causes=causes)
     hits = sum(b.count for b in findings.breaks)

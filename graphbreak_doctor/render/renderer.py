@@ -5,10 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-# What a renderer takes: findings (graphbreak_doctor.findings.Findings) or the
-# gate's report (graphbreak_doctor.findings.GateReport).
+# What a renderer takes: findings (graphbreak_doctor.findings.Findings), the
+# gate's report (graphbreak_doctor.findings.GateReport), or a diff.
 FINDINGS = "findings"
 GATE = "gate"
+# A comparison of two findings (graphbreak_doctor.gate.diff.FindingsDiff).
+DIFF = "diff"
 
 
 @dataclass(frozen=True)

@@ -79,6 +79,11 @@ def render(findings: Findings) -> str:
         if kind == "lru_cache":
             first = "Dynamo ignores the lru_cache wrapper and traces the wrapped function"
         lines.append(f"hazard [{kind}] x{len(hazards)}: {first[:160]}" + (f" ({shown})" if shown else ""))
+    if findings.unparsed_events:
+        lines.append(f"NOT PARSED: {_n(len(findings.unparsed_events), 'item')} the doctor could not read as a break:")
+        for u in findings.unparsed_events:
+            lines.append(f"  {u.source}: {u.reason}")
+            lines.extend(f"      | {line[:160]}" for line in u.excerpt.splitlines()[:3])
     return "\n".join(lines) + "\n"
 
 

@@ -1,0 +1,117 @@
+"""`graphbreak-doctor ingest`: diagnose what a real run left behind (a
+TORCH_TRACE folder, a server log, a pasted traceback). Reading is
+graphbreak_doctor.ingest; analysis and output are the same as `trace`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from graphbreak_doctor.cli.common import EXIT_CRASH, EXIT_OK, UsageError, add_subcommand
+from graphbreak_doctor.cli.outputs import OutputSet, add_output_options
+from graphbreak_doctor.cli.report import load_findings
+from graphbreak_doctor.findings import Findings
+from graphbreak_doctor.render import FINDINGS, get
+from graphbreak_doctor.targets.factory import slug
+
+NAME = "ingest"
+
+HELP = """Reads TORCH_TRACE folders or files (every rank), plain-text logs (a server log,
+a pasted torch._dynamo.exc.Unsupported traceback, TORCH_LOGS=graph_breaks output),
+gzip- or zstd-compressed, and diagnoses the graph breaks they report like `trace`
+does. Reports the doctor cannot parse are counted and shown, never dropped.
+
+"""
+
+
+def _formats() -> tuple[str, ...]:
+    from graphbreak_doctor.ingest import FORMATS
+
+    return FORMATS
+
+
+def add_format_option(p: argparse.ArgumentParser, help: str) -> None:
+    p.add_argument("--format", choices=_formats(), default="auto", help=help)
+
+
+def findings_from(path: str, fmt: str = "auto") -> Findings:
+    """Saved findings (a JSON file), or the diagnosis of anything `ingest` reads."""
+    from graphbreak_doctor.ingest import IngestError, ingest
+
+    p = Path(path)
+    if p.is_file() and _looks_like_json(p):
+        return load_findings(path)
+    try:
+        return ingest([path], fmt)
+    except IngestError as e:
+        raise UsageError(str(e)) from e
+
+
+def _looks_like_json(path: Path) -> bool:
+    """Findings JSON starts with its schema version (a JSON-lines log does not)."""
+    with open(path, "rb") as f:
+        head = f.read(256).lstrip()
+    return head.startswith(b"{") and b'"schema_version"' in head
+
+
+def add_from_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--from", dest="from_path", metavar="PATH",
+                   help="gate on what a run left behind (a TORCH_TRACE, a log, findings JSON) instead of tracing")
+
+
+def read_run(args: argparse.Namespace) -> tuple[str, Findings]:
+    """(stem, findings) of ``--from PATH``; the target options must be left out."""
+    from graphbreak_doctor.targets.registry import PROVIDERS
+
+    given = [o.flag for p in PROVIDERS for o in p.options if getattr(args, o.name, None) is not None]
+    if given:
+        raise UsageError(f"--from reads a run instead of tracing: leave out {', '.join(given)}")
+    findings = findings_from(args.from_path)
+    return input_stem([args.from_path]), findings
+
+
+def input_stem(paths: list[str]) -> str:
+    name = Path(paths[0].rstrip("/\\")).name or "input"
+    return slug(f"{name}-and-{len(paths) - 1}-more" if len(paths) > 1 else name)
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = add_subcommand(sub, NAME, "diagnose a TORCH_TRACE folder, a server log or a pasted traceback",
+                       description=HELP.strip())
+    p.add_argument("paths", nargs="+", metavar="PATH", help="TORCH_TRACE folders or files, logs (.gz/.zst too)")
+    add_format_option(p, "torch-trace or text; auto looks at each file's first line (default)")
+    add_output_options(p, FINDINGS, default_on=("html",), stem="ingest-", what="<input name>")
+    p.add_argument("--debug", action="store_true", help="show tracebacks of errors")
+    p.set_defaults(func=run)
+
+
+def summary(findings: Findings) -> str:
+    """What was read, and what could not be parsed, below the usual summary."""
+    info = findings.target.facts.get("ingested", {})
+    files = info.get("files", [])
+    lines = [f"read: {len(files)} file(s) ({info.get('format', '?')})"
+             + (f", ranks {', '.join(map(str, info['ranks']))}" if info.get("ranks") else "")
+             + (f", {info['restarts']} restart(s)" if info.get("restarts") else "")]
+    compiled = [fr for fr in info.get("frames", []) if fr.get("compiles")]
+    if compiled:
+        graphs = sum(fr["graphs"] for fr in compiled)
+        lines.append(f"compiled: {len(compiled)} frame(s), {graphs} graph(s)")
+    if not findings.breaks and not findings.fullgraph.crashed and not compiled and not findings.unparsed_events:
+        lines.append("nothing found: no graph break, Dynamo error or compilation in the input")
+    return "\n".join(lines) + "\n"
+
+
+def run(args: argparse.Namespace) -> int:
+    from graphbreak_doctor.ingest import IngestError, ingest
+
+    stem = f"ingest-{input_stem(args.paths)}"
+    outputs = OutputSet.plan(args, (FINDINGS,), [stem])
+    try:
+        findings = ingest(args.paths, args.format)
+    except IngestError as e:
+        raise UsageError(str(e)) from e
+    sys.stdout.write(get("terminal").render(findings))
+    sys.stdout.write(summary(findings))
+    outputs.write({stem: findings})
+    return EXIT_CRASH if findings.fullgraph.crashed else EXIT_OK

@@ -1,0 +1,134 @@
+"""Two diagnoses side by side: the breaks only one of them has, the breaks both
+have, and what else differs (the fullgraph verdict, library versions, device).
+
+Breaks are matched as baselines match them (``Break.key()``: category,
+package, actionable qualname, gb_type; never line numbers), and grouped per
+key the same way (``gate.baseline.entries_from``), so "new in B" here means
+exactly what a baseline written from A would fail on. Typical pairs: before
+and after a change, FlashInfer 0.6.3 and 0.7.4, an emulated GPU and the real
+one (the match rate then says how well the emulation predicts the GPU).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from graphbreak_doctor.findings import Findings
+from graphbreak_doctor.findings import BaselineEntry
+from graphbreak_doctor.gate.baseline import entries_from
+
+DIFF_SCHEMA_VERSION = 1
+KIND = "graphbreak-doctor diff"
+_DEVICE_KEYS = ("name", "emulated", "gpu", "capability")
+
+
+@dataclass
+class Side:
+    """One of the two diagnoses, in a few words."""
+
+    label: str
+    target: str
+    verdict: str
+    error: str
+    environment: dict[str, str]
+    device: dict[str, Any]
+    breaks: int
+
+
+@dataclass
+class Pair:
+    """A key both sides have, with each side's entry."""
+
+    a: BaselineEntry
+    b: BaselineEntry
+
+
+@dataclass
+class Change:
+    what: str
+    a: str
+    b: str
+
+
+@dataclass
+class FindingsDiff:
+    a: Side
+    b: Side
+    only_a: list[BaselineEntry] = field(default_factory=list)
+    only_b: list[BaselineEntry] = field(default_factory=list)
+    both: list[Pair] = field(default_factory=list)
+    verdict: Change | None = None
+    versions: list[Change] = field(default_factory=list)
+    device: list[Change] = field(default_factory=list)
+    schema_version: int = DIFF_SCHEMA_VERSION
+    kind: str = KIND
+
+    @property
+    def match_rate(self) -> float:
+        """Keys both sides have, of all keys (1.0 when neither has a break)."""
+        total = len(self.only_a) + len(self.only_b) + len(self.both)
+        return len(self.both) / total if total else 1.0
+
+    @property
+    def identical(self) -> bool:
+        return not (self.only_a or self.only_b or self.verdict)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["match_rate"] = round(self.match_rate, 4)
+        return {"schema_version": data.pop("schema_version"), "kind": data.pop("kind"), **data}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, ensure_ascii=False) + "\n"
+
+
+def verdict_of(findings: Findings) -> str:
+    """'ok', 'failed', 'crashed' or 'not run' (no fullgraph mode was traced)."""
+    fg = findings.fullgraph
+    if fg.crashed:
+        return "crashed"
+    if not fg.ran:
+        return "not run"
+    return "ok" if fg.ok else "failed"
+
+
+def _side(label: str, findings: Findings) -> Side:
+    return Side(
+        label=label,
+        target=findings.target.spec,
+        verdict=verdict_of(findings),
+        error=findings.fullgraph.error,
+        environment=dict(findings.environment),
+        device={k: findings.device[k] for k in _DEVICE_KEYS if k in findings.device},
+        breaks=len(findings.breaks),
+    )
+
+
+def _changes(a: dict[str, Any], b: dict[str, Any], keys: list[str]) -> list[Change]:
+    return [Change(k, _text(a.get(k)), _text(b.get(k))) for k in keys if _text(a.get(k)) != _text(b.get(k))]
+
+
+def _text(value: Any) -> str:
+    if value is None or value == "":
+        return ""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+def diff(a: Findings, b: Findings, label_a: str = "A", label_b: str = "B") -> FindingsDiff:
+    """What changed from ``a`` to ``b``."""
+    entries_a = {e.key(): e for e in entries_from(a.breaks)}
+    entries_b = {e.key(): e for e in entries_from(b.breaks)}
+    result = FindingsDiff(a=_side(label_a, a), b=_side(label_b, b))
+    result.only_a = [entries_a[k] for k in sorted(entries_a.keys() - entries_b.keys())]
+    result.only_b = [entries_b[k] for k in sorted(entries_b.keys() - entries_a.keys())]
+    result.both = [Pair(entries_a[k], entries_b[k]) for k in sorted(entries_a.keys() & entries_b.keys())]
+    if result.a.verdict != result.b.verdict:
+        result.verdict = Change("fullgraph", result.a.verdict, result.b.verdict)
+    env_keys = sorted(set(a.environment) | set(b.environment))
+    result.versions = _changes(a.environment, b.environment, env_keys)
+    result.device = _changes(a.device, b.device, [k for k in _DEVICE_KEYS if k in a.device or k in b.device])
+    return result

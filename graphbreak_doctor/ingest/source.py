@@ -1,0 +1,174 @@
+"""Input files as streams of text lines, whatever they were saved as.
+
+A path is a file or a folder (every regular file under it, sorted; a
+TORCH_TRACE folder holds one ``dedicated_log_torch_trace_*.log`` per rank and
+process). Files may be gzip- or zstd-compressed (recognised by their magic
+bytes, not their names), have Windows line endings or ANSI colours. Reading
+is streaming: fixed-size chunks are decompressed, decoded and split, so memory
+does not grow with the file; a "line" longer than :data:`MAX_LINE` characters
+(a file of noise without newlines) is cut there and its rest skipped.
+"""
+
+from __future__ import annotations
+
+import codecs
+import gzip
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO, Callable, Iterator
+
+# What --format accepts: auto looks at each file's first line.
+FORMATS = ("auto", "torch-trace", "text")
+
+CHUNK = 1 << 20
+MAX_LINE = 1 << 20
+_GZIP_MAGIC = b"\x1f\x8b"
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+TRACE_PREFIX = "dedicated_log_torch_trace_"
+_RANK_IN_NAME = re.compile(re.escape(TRACE_PREFIX) + r"rank_(\d+)_")
+
+
+class IngestError(Exception):
+    """Input that cannot be read at all: one line for the user, exit code 2."""
+
+
+@dataclass(frozen=True)
+class InputFile:
+    path: Path
+    # gzip, zstd or "" (plain)
+    compression: str
+    # Found in a folder rather than named: one that cannot be read is skipped, not fatal.
+    in_folder: bool = False
+
+    @property
+    def name(self) -> str:
+        return str(self.path)
+
+    def rank_from_name(self) -> int | None:
+        """torch/_logging/_internal.py names a distributed rank's trace
+        ``dedicated_log_torch_trace_rank_<N>_<random>.log``."""
+        m = _RANK_IN_NAME.match(self.path.name)
+        return int(m.group(1)) if m else None
+
+
+def expand(paths: list[str]) -> list[InputFile]:
+    """The files to read, in a stable order; an IngestError for anything missing or empty."""
+    files: list[InputFile] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            found = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
+            if not found:
+                raise IngestError(f"{raw}: the folder holds no files (expected a TORCH_TRACE folder or logs)")
+            files.extend(_opened(p, in_folder=True) for p in found)
+        elif path.exists():
+            files.append(_opened(path))
+        else:
+            raise IngestError(f"{raw}: no such file or folder")
+    return files
+
+
+def _opened(path: Path, in_folder: bool = False) -> InputFile:
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+    except OSError as e:
+        raise IngestError(f"{path}: cannot read: {e.strerror or e}") from e
+    if head.startswith(_GZIP_MAGIC):
+        return InputFile(path, "gzip", in_folder)
+    if head == _ZSTD_MAGIC:
+        return InputFile(path, "zstd", in_folder)
+    return InputFile(path, "", in_folder)
+
+
+def _binary_stream(file: InputFile) -> BinaryIO:
+    raw = open(file.path, "rb")
+    if file.compression == "gzip":
+        return gzip.GzipFile(fileobj=raw)  # type: ignore[return-value]
+    if file.compression == "zstd":
+        try:
+            import zstandard
+        except ImportError:
+            raw.close()
+            raise IngestError(
+                f"{file.path}: is zstd-compressed; reading it needs the 'zstandard' package "
+                "(pip install zstandard), or decompress it first (zstd -d)"
+            ) from None
+        return zstandard.ZstdDecompressor().stream_reader(raw, closefd=True)  # type: ignore[return-value]
+    return raw
+
+
+def lines(file: InputFile, on_cut: Callable[[str], None] | None = None) -> Iterator[str]:
+    """The file's lines without line endings; an IngestError if it is not text.
+
+    A compressed file that breaks off after some lines (copied while it was
+    written) keeps those lines: ``on_cut`` is told why it ended early."""
+    stream = _binary_stream(file)
+    read = 0
+    try:
+        for line in _split(file, stream):
+            read += 1
+            yield line
+    except (OSError, EOFError, ValueError) as e:
+        # gzip.BadGzipFile and zstandard.ZstdError are OSError/ValueError
+        # subclasses; a gzip stream that breaks off ends in EOFError.
+        why = f"cannot decompress ({file.compression}): {e or type(e).__name__}"
+        if not read or on_cut is None:
+            raise IngestError(f"{file.path}: {why}") from e
+        on_cut(why)
+    finally:
+        stream.close()
+
+
+def _split(file: InputFile, stream: BinaryIO) -> Iterator[str]:
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    rest = ""
+    skipping = False  # inside an over-long line: drop until its end
+    first = True
+    # read1: what the decompressor has so far, so a file that breaks off keeps its lines.
+    read = getattr(stream, "read1", stream.read)
+    while True:
+        chunk = read(CHUNK)
+        if first:
+            first = False
+            if b"\x00" in chunk[:8192]:
+                raise IngestError(f"{file.path}: a binary file, not a log or a TORCH_TRACE (it holds NUL bytes)")
+        if not chunk:
+            break
+        parts = (rest + decoder.decode(chunk)).split("\n")
+        rest = parts.pop()
+        for part in parts:
+            if skipping:
+                skipping = False
+                continue
+            yield part[:-1] if part.endswith("\r") else part
+        if len(rest) > MAX_LINE:
+            if not skipping:
+                yield rest[:MAX_LINE]
+            skipping, rest = True, ""
+    rest += decoder.decode(b"", final=True)
+    if rest and not skipping:
+        yield rest[:-1] if rest.endswith("\r") else rest
+
+
+def strip_ansi(text: str) -> str:
+    return _ANSI.sub("", text) if "\x1b" in text else text
+
+
+def peek(file: InputFile, count: int = 20, budget: int = 4 * MAX_LINE) -> list[str]:
+    """The first non-empty lines of a file, reading at most ``budget`` characters."""
+    out: list[str] = []
+    seen = 0
+    stream = lines(file)
+    try:
+        for line in stream:
+            seen += len(line) + 1
+            if line.strip():
+                out.append(line)
+            if len(out) >= count or seen > budget:
+                break
+    finally:
+        stream.close()
+    return out
