@@ -70,7 +70,7 @@ class FrameStats:
 def _event_key(e: BreakEvent) -> tuple:
     m = e.message
     return (e.mode, e.gb_type, m.explanation, m.context, tuple(m.hints), m.doc_id,
-            tuple(e.stack), e.site, e.duplicate, e.skipped_frame)
+            tuple(e.stack), e.site, e.duplicate)
 
 
 def _site(e: BreakEvent) -> tuple[str, str]:

@@ -336,7 +336,7 @@ def parse_report(lines: list[str], mode: str) -> BreakEvent | Crash | Unparsed:
             return Unparsed("a skipped frame without its user code (cut short?)")
         stack = parse_stack("\n".join(_frames_after(body, marker)))
         parsed = parse_unsupported("\n".join(message), gb_type)
-        return BreakEvent("explain", parsed.gb_type, parsed, stack, stack[-1] if stack else None, skipped_frame=True)
+        return BreakEvent("explain", parsed.gb_type, parsed, stack, stack[-1] if stack else None)
     if reason_at is None:
         return Unparsed("a graph break without its 'Graph Break Reason' (cut short?)")
     marker = _marker(body, reason_at)
