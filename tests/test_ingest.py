@@ -319,7 +319,10 @@ print(len(findings.breaks), peak.split()[1])
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads the peak RSS from Linux's /proc")
 def test_memory_does_not_grow_with_the_trace(recorded, tmp_path):
-    src = next((recorded["hostile_text"] / "trace").iterdir()).read_bytes()
+    first = sorted((recorded["hostile_text"] / "trace").iterdir())[0]
+    src = first.read_bytes()
+    distinct = len(ingest([str(first)]).breaks)
+    assert distinct >= 1
     peaks = []
     for name, megabytes in (("small", 8), ("big", 160)):
         path = tmp_path / f"dedicated_log_torch_trace_{name}.log"
@@ -328,7 +331,7 @@ def test_memory_does_not_grow_with_the_trace(recorded, tmp_path):
                               timeout=600)
         assert done.returncode == 0, done.stderr[-2000:]
         breaks, kilobytes = map(int, done.stdout.split())
-        assert breaks == 2
+        assert breaks == distinct
         peaks.append(kilobytes)
     assert peaks[1] - peaks[0] < 40 * 1024, peaks
 
