@@ -22,6 +22,7 @@ import torch
 from graphbreak_doctor import recipes
 from graphbreak_doctor.analysis import categories
 from graphbreak_doctor.analysis.build import build_findings
+from graphbreak_doctor.analysis.fixes import attach_verified
 from graphbreak_doctor.capture import run as capture
 from graphbreak_doctor.findings import DEFAULT_FIX_STEPS as DEFAULT_STEPS
 from graphbreak_doctor.findings import FULLGRAPH_MODES, Break, Findings, FixOutcome, FullgraphVerdict, Rung, TargetInfo
@@ -259,6 +260,8 @@ def fix(build: Callable[[UndoLog], Target], *, mode: str = "fullgraph", device: 
     findings.graphs = list(final.graphs) if final else []
     findings.graph_count = len(findings.graphs)
     findings.ladder = outcome.rungs
+    # The changes the ladder kept are the fixes of the breaks they removed.
+    attach_verified(findings.breaks, outcome.rungs)
     findings.fix = FixOutcome(ok=outcome.ok, stopped=outcome.stopped, recipes=outcome.recipes,
                               steps=len(outcome.rungs), max_steps=max_steps,
                               outputs_equal_eager=outcome.outputs_equal)
