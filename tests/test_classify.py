@@ -81,3 +81,12 @@ def test_capture_failures_are_classified_by_exception_type(exceptions, advice):
 def test_a_crash_type_is_not_a_capture_failure():
     category, rule = match("", "", [frame("/home/u/model.py")], ["torch._dynamo.exc.TorchRuntimeError"])
     assert (category.name, rule) == ("other", None)
+
+
+def test_rules_name_registry_ids_that_exist():
+    """Rules are keyed on Dynamo's registry ids: each one must be in this torch's registry."""
+    from graphbreak_doctor.analysis.classify import _REFUSED_CALL
+    from graphbreak_doctor.analysis.registry import _registry
+
+    ids = {gb_id for c in REGISTRY for r in c.rules for gb_id in r.gb_ids} | _REFUSED_CALL
+    assert ids and ids <= set(_registry())

@@ -17,14 +17,13 @@
 from __future__ import annotations
 
 import dataclasses
-import linecache
 from collections import defaultdict
 
 from graphbreak_doctor import recipes
 from graphbreak_doctor.analysis import categories
 from graphbreak_doctor.findings import Break, Fix, Frame, Rung
 from graphbreak_doctor.frames import INFRASTRUCTURE, package_of, short_path
-from graphbreak_doctor.recipes.common import library_entry
+from graphbreak_doctor.recipes.common import library_entry, source_of
 from graphbreak_doctor.recipes.custom_op import signature_patch
 from graphbreak_doctor.recipes.recipe import Names, Recipe
 from graphbreak_doctor.recipes.registered_op import RECIPE as REGISTERED_OP
@@ -42,14 +41,6 @@ def where(frame: Frame | None) -> str:
     return f"{short_path(frame.file)}:{frame.line}, in {frame.qualname or frame.function}"
 
 
-def _source(frame: Frame | None) -> str:
-    """The frame's line as in its file, indentation kept (else the line the findings kept)."""
-    if frame is None:
-        return ""
-    line = linecache.getline(frame.file, frame.line).rstrip("\r\n") if frame.file else ""
-    return line if line.strip() else frame.code
-
-
 def names_for(brk: Break) -> Names:
     act = brk.actionable_frame
     caller = None
@@ -61,11 +52,11 @@ def names_for(brk: Break) -> Names:
         entry=brk.via,
         function=(act.qualname or act.function).rsplit(".", 1)[-1] if act else "",
         where=where(act or brk.site),
-        line=_source(act or brk.site),
-        site_line=_source(brk.site),
+        line=source_of(act or brk.site),
+        site_line=source_of(brk.site),
         caller=(caller.qualname or caller.function) if caller else "",
         caller_where=where(caller),
-        caller_line=_source(caller),
+        caller_line=source_of(caller),
         why=categories.get(brk.category).why if brk.category in categories.CATEGORIES else "",
     )
 
@@ -97,7 +88,7 @@ def _boundary(brk: Break, names: Names) -> Fix | None:
     package = package_of(frame.file)
     call = f"{package}.{frame.function}"
     boundary = dataclasses.replace(names, culprit=call, entry=call, function=caller.function, where=where(caller),
-                                   line=_source(caller), caller="", caller_where="", caller_line="",
+                                   line=source_of(caller), caller="", caller_where="", caller_line="",
                                    package=package, op=frame.function)
     op = registered_op_for(brk.stack)
     if op is not None and op == (package, frame.function):

@@ -23,6 +23,7 @@ from graphbreak_doctor.recipes.common import (
     library_entry,
     qualified,
     replace_call,
+    source_of,
     warm_calls,
     where_of,
 )
@@ -107,7 +108,7 @@ def op_patch(caller: Frame, package: str, fn_name: str, params: list[str], passe
              fake_src: list[str], fake_helper: list[str], note: str = "") -> str:
     """The change that makes ``package.fn_name`` one custom op where ``caller``
     calls it: the op, its fake, and the caller's line calling the op."""
-    call = caller.code or f"{fn_name}(...)"
+    call = source_of(caller, f"    {fn_name}(...)")
     return (
         f"--- {short_path(caller.file)} ({caller.qualname})\n"
         + (f"# {note}\n" if note else "")
@@ -116,8 +117,8 @@ def op_patch(caller: Frame, package: str, fn_name: str, params: list[str], passe
         f"+    return {package}.{fn_name}({', '.join(f'{n}={n}' for n in passed)})\n"
         f"+\n+@{fn_name}_op.register_fake\n+def _({', '.join(passed)}):\n"
         + "".join(f"+    {line}\n" for line in fake_src)
-        + f"-    {call}\n"
-        f"+    {replace_call(call, fn_name, fn_name + '_op')}\n"
+        + f"-{call}\n"
+        f"+{replace_call(call, fn_name, fn_name + '_op')}\n"
         + "".join(f"+{line}\n" for line in fake_helper)
     )
 

@@ -13,7 +13,7 @@ from graphbreak_doctor.findings import Break, Frame
 from graphbreak_doctor.frames import package_of, short_path
 from graphbreak_doctor.patching import PatchSet
 from graphbreak_doctor.recipes import adapters, catalogue
-from graphbreak_doctor.recipes.common import library_entry, qualified, where_of
+from graphbreak_doctor.recipes.common import library_entry, qualified, source_of, where_of
 from graphbreak_doctor.recipes.recipe import Advice, FixContext, NotApplicable, Plan, Recipe
 
 
@@ -88,13 +88,13 @@ def op_call_patch(caller: Frame, package: str, op_name: str, wrapper: Any, accep
     dropped = [p for p in (sig.parameters if sig else {}) if p not in op_args]
     if accepted is None:
         accepted = catalogue.REGISTERED_OP_EQUIVALENTS.get((package, op_name), {})
-    call = caller.code or f"{package}.{op_name}(...)"
+    call = source_of(caller, f"    {package}.{op_name}(...)")
     new = call.replace(f"{package}.{op_name}(", f"torch.ops.{package}.{op_name}(", 1) if f"{package}.{op_name}(" in call \
         else re.sub(rf"\b[\w.]*\b{op_name}\(", f"torch.ops.{package}.{op_name}(", call, count=1)
     return (
         f"--- {short_path(caller.file)} ({caller.qualname})\n"
-        f"-    {call}\n"
-        f"+    {new}\n"
+        f"-{call}\n"
+        f"+{new}\n"
         f"# torch.ops.{package}.{op_name}{str(schema)[str(schema).index('('):]}\n"
         + (f"# not in the op: {', '.join(dropped)} -- keep their defaults"
            + (f" (equivalent: {accepted})" if accepted else "") + "\n" if dropped else "")
