@@ -158,3 +158,22 @@ def test_a_file_without_a_ladder_is_a_usage_error(cli, tmp_path):
                  "--no-html")
     assert result.returncode == 2
     assert "holds no fix ladder" in result.stderr
+
+
+def test_findings_written_before_these_fields_still_load():
+    """Schema 1 stays 1: JSON without the fields added here loads with their defaults."""
+    from graphbreak_doctor.findings import Findings
+
+    findings = trace("fixtures.breaks.dynamic_size:target", mode="both")
+    data = json.loads(findings.to_json())
+    data.pop("message_fallbacks")
+    data["fullgraph"].pop("site")
+    for b in data["breaks"]:
+        for key in ("exceptions", "fallbacks"):
+            b.pop(key)
+        for key in ("where", "secondary", "verified", "verification"):
+            b["fix"].pop(key)
+    old = Findings.from_dict(data)
+    assert old.message_fallbacks == {} and old.fullgraph.site is None
+    assert old.breaks[0].fallbacks == [] and old.breaks[0].fix.secondary is None and not old.breaks[0].fix.verified
+    assert Findings.from_json(findings.to_json()).to_json() == findings.to_json()
