@@ -218,6 +218,9 @@ class Rung:
     # break is gone but the re-trace crashed).
     result: str
     detail: str = ""
+    # Added after schema 1 shipped: "module.function" the change is about (the
+    # library function made an op, the function run once before capture).
+    culprit: str = ""
 
 
 # The fix ladder's default step limit (--steps).

@@ -112,6 +112,14 @@ def verified(brk: Break, rung: Rung, source: str = "") -> Fix:
     """The change a fix-ladder rung applied to ``brk``, as its fix."""
     recipe = recipes.get(rung.recipe)
     names = names_for(brk)
+    # The rung changed ``where``: the body of its culprit (a function run once
+    # before capture), or the call of its culprit there (a library function
+    # made an op).
+    function = rung.where.rsplit(":", 1)[-1].rsplit(".", 1)[-1]
+    if function and rung.culprit and function != rung.culprit.rsplit(".", 1)[-1]:
+        names = dataclasses.replace(names, culprit=rung.culprit, entry=rung.culprit, function=function)
+    elif function:
+        names = dataclasses.replace(names, function=function)
     op = registered_op_for(brk.stack) if rung.recipe == REGISTERED_OP.name else None
     if op is not None:
         names = dataclasses.replace(names, package=op[0], op=op[1])

@@ -149,7 +149,8 @@ class FixSession:
                 step = len(out.rungs) + 1
                 self.progress(f"rung {step}: {plan.recipe} for the [{brk.category}] break; re-tracing")
                 rung = Rung(step=step, break_id=brk.id, category=brk.category, gb_type=brk.gb_type, site=break_site(brk),
-                            recipe=plan.recipe, patch=plan.patch, where=plan.where, result="", detail=applied)
+                            recipe=plan.recipe, patch=plan.patch, where=plan.where, result="", detail=applied,
+                            culprit=plan.culprit)
                 out.rungs.append(rung)
                 try:
                     new, new_brk = self._trace()
