@@ -29,7 +29,7 @@ _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 _FRAME_LINE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fn>.+)$')
 _GB_LINK = re.compile(r"/gb/(gb\d+)\.html")
 # Dynamo appends the message of a follow-up break to the message of the break
-# it was raised from (torch/_dynamo/exc.py, ``unimplemented(from_exc=...)``).
+# it was raised from (docs/design.md, "What Dynamo's exception objects hold").
 NESTED = "*** While handling this graph break, another graph break occurred: ***"
 # A capture failure that is not an Unsupported prints the user frames in its
 # message (ConstraintViolationError: "User stack:").

@@ -242,9 +242,9 @@ def run(target: Target, mode: str, *, decompile: bool = True, on_event: Callable
         stack.enter_context(_fresh_dynamo())
         stack.enter_context(_quiet_torch_logs())
         if fullgraph:
-            # Dynamo strips the traceback of the error it raises unless verbose
-            # (torch/_dynamo/eval_frame.py); the traceback's frames hold the
-            # object Dynamo refused (capture/exceptions.py).
+            # Dynamo strips the traceback of the error it raises unless verbose;
+            # the traceback's frames hold the object Dynamo refused
+            # (docs/design.md, "What Dynamo's exception objects hold").
             stack.enter_context(UndoLog()).set_option(torch._dynamo.config, "verbose", True)
         caught = stack.enter_context(warnings.catch_warnings(record=True))
         warnings.simplefilter("always")
