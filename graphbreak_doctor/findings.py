@@ -53,6 +53,16 @@ class Fix:
     summary: str
     detail: str
     snippet: str
+    # Added after schema 1 shipped (older JSON loads with the defaults):
+    # where the change goes ("layer.py:42 (MLP.forward)").
+    where: str = ""
+    # For a break inside a third-party package the fix above is made where
+    # the user's code calls into the package; this is the change inside it.
+    secondary: Fix | None = None
+    # The fix ladder applied this change and traced again (graphbreak_doctor.fix).
+    verified: bool = False
+    # How: "fix ladder step 2: fullgraph ok" (and the saved ladder it came from).
+    verification: str = ""
 
 
 @dataclass
@@ -115,6 +125,11 @@ class Break:
     jit: list[JitRequest] = field(default_factory=list)
     # Id of the earlier break this one follows from (Dynamo could not resume).
     caused_by: str = ""
+    # Added after schema 1 shipped: Dynamo's exception types on the failure's
+    # chain, outermost first, and the facts that had to be read from Dynamo's
+    # message text because its objects did not say ("culprit", "gb_type", ...).
+    exceptions: list[str] = field(default_factory=list)
+    fallbacks: list[str] = field(default_factory=list)
 
     def key(self) -> tuple[str, str, str, str]:
         """Identity that survives line shifts: used by baselines."""
@@ -150,6 +165,8 @@ class FullgraphVerdict:
     error: str = ""
     break_id: str = ""
     crashed: bool = False
+    # Where a crash happened in the user's code (a failure names its break).
+    site: Frame | None = None
 
 
 @dataclass
@@ -201,6 +218,9 @@ class Rung:
     # break is gone but the re-trace crashed).
     result: str
     detail: str = ""
+    # Added after schema 1 shipped: "module.function" the change is about (the
+    # library function made an op, the function run once before capture).
+    culprit: str = ""
 
 
 # The fix ladder's default step limit (--steps).
@@ -244,6 +264,9 @@ class Findings:
     # How the trace ended (COMPLETE, or CRASHED / TIMED_OUT / INTERRUPTED when a
     # worker did not finish: then ``fullgraph.error`` says why in one line).
     outcome: str = COMPLETE
+    # Added after schema 1 shipped: distinct breaks per fact read from
+    # Dynamo's message text, not from its objects ({"culprit": 2}).
+    message_fallbacks: dict[str, int] = field(default_factory=dict)
 
     def incomplete(self) -> str:
         """Why this diagnosis cannot be vouched for, as a sentence; "" when it is whole."""
@@ -261,6 +284,14 @@ class Findings:
 
     def break_by_id(self, break_id: str) -> Break | None:
         return next((b for b in self.breaks if b.id == break_id), None)
+
+    def count_fallbacks(self) -> None:
+        """Fill ``message_fallbacks`` from the breaks."""
+        counts: dict[str, int] = {}
+        for b in self.breaks:
+            for fact in b.fallbacks:
+                counts[fact] = counts.get(fact, 0) + 1
+        self.message_fallbacks = dict(sorted(counts.items()))
 
     def categories(self) -> dict[str, int]:
         counts: dict[str, int] = {}

@@ -60,6 +60,14 @@ class UndoLog:
         self._steps.append(restore)
         self.patched.append((owner, name))
 
+    def set_option(self, config: Any, name: str, value: Any) -> None:
+        """An option of a torch config module (``torch._dynamo.config``): its
+        values live behind the module's own attribute access, not in vars()."""
+        old = getattr(config, name)
+        setattr(config, name, value)
+        self._steps.append(lambda: setattr(config, name, old))
+        self.patched.append((config, name))
+
     def setitem(self, mapping: Any, key: Any, value: Any) -> None:
         old = mapping.get(key, _MISSING)
 

@@ -121,6 +121,7 @@ def test_every_recipe_is_reachable_and_advises():
     from graphbreak_doctor.analysis import categories
 
     used = {c.advice for c in categories.REGISTRY} | {n for c in categories.REGISTRY for n in c.ladder}
+    used |= {r.advice for c in categories.REGISTRY for r in c.rules if r.advice}
     used.add("use-registered-op")  # the refinement every category gets (analysis/fixes.py)
     assert set(recipes.REGISTRY) == used
     for r in recipes.REGISTRY.values():
@@ -133,7 +134,7 @@ def test_a_new_category_is_one_record_and_one_line(monkeypatch):
     from graphbreak_doctor.analysis import categories, classify
     from graphbreak_doctor.analysis.categories import Category, Rule
     from graphbreak_doctor.analysis.fixes import suggest
-    from graphbreak_doctor.findings import Frame
+    from graphbreak_doctor.findings import Break, Fix, Frame
 
     random = Category(name="randomness", why="the traced code draws random numbers outside torch",
                       evidence="`random.random`", rules=(Rule(culprits=("random.",)),),
@@ -141,8 +142,11 @@ def test_a_new_category_is_one_record_and_one_line(monkeypatch):
     monkeypatch.setattr(categories, "REGISTRY", categories.REGISTRY + (random,))
     monkeypatch.setattr(categories, "_BY_NAME", {c.name: c for c in categories.REGISTRY})
     stack = [Frame("/home/u/model.py", 3, "forward", "forward")]
-    assert classify.classify("Attempted to call function marked as skipped", "random.random", stack) == "randomness"
-    fix = suggest("randomness", entry_call="", culprit="random.random", actionable=stack[0], stack=stack)
+    assert classify.classify("GB0007", "random.random", stack) == "randomness"
+    brk = Break(id="x", category="randomness", gb_id="GB0007", gb_type="", explanation="", hints=[],
+                culprit="random.random", via="", site=stack[0], actionable_frame=stack[0], package="model",
+                stack=stack, count=1, modes=["explain"], fix=Fix("", "", "", ""))
+    fix = suggest(brk, "precompute-builtin")
     assert fix.recipe == "precompute-builtin" and "`random.random`" in fix.summary
 
 

@@ -5,7 +5,8 @@ import subprocess
 import pytest
 
 from graphbreak_doctor.analysis.categories import CATEGORIES, REGISTRY
-from graphbreak_doctor.analysis.classify import classify, culprit_of
+from graphbreak_doctor.analysis.classify import classify, culprit_of, match
+from graphbreak_doctor.analysis.registry import gb_id_for
 from graphbreak_doctor.findings import Frame
 
 SUBPROCESS_PY = subprocess.__file__
@@ -36,9 +37,56 @@ def frame(file, fn="f", line=1):
 ])
 def test_rules(gb_type, explanation, context, stack, category):
     culprit = culprit_of(explanation, context)
-    assert classify(gb_type, culprit, stack) == category
+    assert classify(gb_id_for(gb_type), culprit, stack) == category
 
 
 def test_every_rule_names_a_known_category_and_other_is_the_fallback():
     assert [c.name for c in REGISTRY] == list(CATEGORIES)
-    assert classify("Something new", "", [frame("/x/y.py")]) == "other"
+    assert classify("", "", [frame("/x/y.py")]) == "other"
+
+
+# File objects entered as context managers: Dynamo's object names (capture reads
+# them from its variable tracker) and the bare names of its message text.
+@pytest.mark.parametrize("culprit", ["_io.TextIOWrapper", "_io.BufferedReader", "_io.FileIO", "mmap.mmap",
+                                     "tempfile._TemporaryFileWrapper", "posix.ScandirIterator", "TextIOWrapper",
+                                     "BufferedReader", "FileIO", "ScandirIterator", "SpooledTemporaryFile"])
+def test_file_objects_are_filesystem(culprit):
+    stack = [frame("/home/u/model.py", "forward")]
+    assert classify(gb_id_for("Unsupported context manager"), culprit, stack) == "filesystem"
+
+
+def test_locks_and_memory_pools_are_context_managers_to_enter_outside():
+    stack = [frame("/x/flashinfer/autotuner/autotuner.py")]
+    for culprit in ("_thread.RLock", "_thread.lock", "contextlib._GeneratorContextManager"):
+        category, rule = match(gb_id_for("Unsupported context manager"), culprit, stack)
+        assert (category.name, rule.advice) == ("unsupported-builtin", "enter-outside")
+    # A BytesIO is memory, not the file system.
+    category, _ = match(gb_id_for("Unsupported context manager"), "_io.BytesIO", stack)
+    assert category.name == "unsupported-builtin"
+
+
+@pytest.mark.parametrize("exceptions,advice", [
+    (["torch._dynamo.exc.UserError", "torch._dynamo.exc.UserErrorType.ANTI_PATTERN",
+      "torch.fx.experimental.symbolic_shapes.GuardOnDataDependentSymNode"], "static-control-flow"),
+    (["torch.fx.experimental.symbolic_shapes.ConstraintViolationError"], "keep-size-dynamic"),
+    (["torch._dynamo.exc.UserError", "torch._dynamo.exc.UserErrorType.CONSTRAINT_VIOLATION"], "static-control-flow"),
+])
+def test_capture_failures_are_classified_by_exception_type(exceptions, advice):
+    """No registry id: the exception types are the evidence, never the message."""
+    category, rule = match("", "", [frame("/home/u/model.py", "forward")], exceptions)
+    assert category.name == "data-dependent"
+    assert (rule.advice or category.advice) == advice
+
+
+def test_a_crash_type_is_not_a_capture_failure():
+    category, rule = match("", "", [frame("/home/u/model.py")], ["torch._dynamo.exc.TorchRuntimeError"])
+    assert (category.name, rule) == ("other", None)
+
+
+def test_rules_name_registry_ids_that_exist():
+    """Rules are keyed on Dynamo's registry ids: each one must be in this torch's registry."""
+    from graphbreak_doctor.analysis.classify import _REFUSED_CALL
+    from graphbreak_doctor.analysis.registry import _registry
+
+    ids = {gb_id for c in REGISTRY for r in c.rules for gb_id in r.gb_ids} | _REFUSED_CALL
+    assert ids and ids <= set(_registry())

@@ -52,7 +52,13 @@ def test_registered_op_has_no_quantization_break():
 
 
 @pytest.mark.skipif(HAS_OP, reason="flashinfer 0.6 has no registered op to point to")
-def test_063_fixes_hoist_the_probes(wrapper):
-    recipes = {b.category: b.fix.recipe for b in wrapper.breaks}
-    assert recipes["subprocess"] == "hoist-subprocess"
-    assert recipes["filesystem"] == "hoist-filesystem"
+def test_063_fixes_wrap_the_call_and_hoist_the_probes_inside(wrapper):
+    """No registered op: the call the target makes becomes a custom op (the
+    change in the user's code); hoisting FlashInfer's probes is the change
+    inside the library."""
+    by_category = {b.category: b.fix for b in wrapper.breaks}
+    for category, inside in (("subprocess", "hoist-subprocess"), ("filesystem", "hoist-filesystem")):
+        fix = by_category[category]
+        assert fix.recipe == "wrap-custom-op" and "`flashinfer.fp4_quantize`" in fix.summary
+        assert fix.where.startswith("fixtures/flashinfer_targets.py:")
+        assert fix.secondary.recipe == inside and fix.secondary.where.startswith("flashinfer/jit/")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import hashlib
 
-from graphbreak_doctor.analysis.classify import classify, culprit_of
+from graphbreak_doctor.analysis import consequences
+from graphbreak_doctor.analysis.classify import advice_for, culprit_of, match
 from graphbreak_doctor.analysis.fixes import suggest
 from graphbreak_doctor.frames import actionable_frame, make_frame, package_of, stdlib_module
 from graphbreak_doctor.analysis.group import root_causes
@@ -14,6 +15,7 @@ from graphbreak_doctor.capture.run import ModeResult
 from graphbreak_doctor.findings import (
     Break,
     DecompiledCode,
+    Fix,
     Findings,
     FullgraphVerdict,
     Hazard,
@@ -21,27 +23,31 @@ from graphbreak_doctor.findings import (
     TargetInfo,
 )
 
-# Dynamo reports these when it cannot resume after an earlier break; they
-# belong to that break (the hint says so), not to a cause of their own.
-_FOLLOW_UP = frozenset({"Reconstruction failure", "graph break in loop"})
-
-
 def _break_id(gb_type: str, site: str, culprit: str, actionable: str) -> str:
     return hashlib.sha1(f"{gb_type}|{site}|{culprit}|{actionable}".encode()).hexdigest()[:10]
 
 
 def _new_break(event: BreakEvent) -> Break:
     msg = event.message
-    culprit = culprit_of(msg.explanation, msg.context)
+    fallbacks = list(event.fallbacks)
+    culprit = event.culprit
+    if not culprit:
+        culprit = culprit_of(msg.explanation, msg.context)
+        if culprit:
+            fallbacks.append("culprit")
+    gb_id = gb_id_for(event.gb_type)
+    if not gb_id and msg.doc_id:
+        gb_id = msg.doc_id
+        fallbacks.append("gb_id")
     stack = event.stack or ([event.site] if event.site else [])
-    category = classify(event.gb_type, culprit, stack)
+    category, rule = match(gb_id, culprit, stack, event.exceptions)
     actionable = actionable_frame(stack)
     site = event.site or make_frame("<unknown>", 0, "<unknown>")
     via = _via(stack, actionable) or culprit
-    return Break(
+    brk = Break(
         id=_break_id(event.gb_type, site.location(), culprit, actionable.location() if actionable else ""),
-        category=category,
-        gb_id=gb_id_for(event.gb_type, msg.doc_id),
+        category=category.name,
+        gb_id=gb_id,
         gb_type=event.gb_type,
         explanation=msg.explanation,
         hints=msg.hints,
@@ -53,9 +59,13 @@ def _new_break(event: BreakEvent) -> Break:
         stack=stack,
         count=0,
         modes=[],
-        fix=suggest(category, entry_call=via, culprit=culprit, actionable=actionable, stack=stack),
+        fix=Fix("", "", "", ""),
         reason=msg.context,
+        exceptions=list(event.exceptions),
+        fallbacks=sorted(set(fallbacks)),
     )
+    brk.fix = suggest(brk, advice_for(category, rule))
+    return brk
 
 
 def _via(stack: list, actionable) -> str:
@@ -70,20 +80,13 @@ def _via(stack: list, actionable) -> str:
     return f"{module}.{callee.qualname}"
 
 
-def _caused_by(event: BreakEvent, earlier: list[Break]) -> Break | None:
-    """The earlier break whose stack runs through this follow-up's site."""
-    if event.gb_type not in _FOLLOW_UP or event.site is None:
-        return None
-    for b in reversed(earlier):
-        if any(f.file == event.site.file and f.line == event.site.line for f in b.stack):
-            return b
-    return None
-
-
 def merge_events(results: list[ModeResult]) -> list[Break]:
-    """Distinct breaks in first-seen order; repeats are counted, not lost."""
+    """Distinct breaks in first-seen order; repeats are counted, not lost.
+    A follow-up break is linked to the break Dynamo raised it from, else to
+    an earlier break in its frame (analysis/consequences.py)."""
     breaks: dict[str, Break] = {}
     by_site: dict[tuple[str, str], Break] = {}
+    of_event: dict[int, Break] = {}
     for result in results:
         for event in result.events:
             b = by_site.get((event.gb_type, event.site.location())) if event.duplicate and event.site else None
@@ -91,11 +94,12 @@ def merge_events(results: list[ModeResult]) -> list[Break]:
                 candidate = _new_break(event)
                 b = breaks.get(candidate.id)
                 if b is None:
-                    parent = _caused_by(event, list(breaks.values()))
-                    if parent is not None:
-                        candidate.category, candidate.fix, candidate.caused_by = parent.category, parent.fix, parent.id
                     b = breaks[candidate.id] = candidate
+                    parent = of_event.get(id(event.cause)) if event.cause is not None else None
+                    if parent is not None and parent is not b:
+                        consequences.follow(b, parent)
                 by_site[(b.gb_type, b.site.location())] = b
+            of_event[id(event)] = b
             b.count += 1
             if result.mode not in b.modes:
                 b.modes.append(result.mode)
@@ -104,7 +108,9 @@ def merge_events(results: list[ModeResult]) -> list[Break]:
             for name, action in event.jit:
                 if not any(j.name == name and j.action == action for j in owner.jit):
                     owner.jit.append(JitRequest(name=name, action=action, break_id=owner.id))
-    return list(breaks.values())
+    out = list(breaks.values())
+    consequences.link(out)
+    return out
 
 
 def build_findings(
@@ -120,7 +126,8 @@ def build_findings(
     for result in results:
         if result.mode in ("fullgraph", "piecewise"):
             first = _new_break(result.events[0]).id if result.events else ""
-            findings.fullgraph = FullgraphVerdict(ran=True, ok=bool(result.ok), error=result.error, break_id=first, crashed=result.crashed)
+            findings.fullgraph = FullgraphVerdict(ran=True, ok=bool(result.ok), error=result.error, break_id=first,
+                                                  crashed=result.crashed, site=result.crash_site)
         findings.graphs.extend(result.graphs)
     # A crash in any mode (explain may crash after the break fullgraph stops at)
     # makes the whole diagnosis a crash: the gate reports it as such (exit 3).
@@ -128,6 +135,7 @@ def build_findings(
     if crashed:
         findings.fullgraph.crashed = True
         findings.fullgraph.error = f"{crashed[0].error} (in {crashed[0].mode} mode)"
+        findings.fullgraph.site = crashed[0].crash_site
     findings.graph_count = sum(1 for g in findings.graphs if g.mode == "explain") or len(findings.graphs)
     findings.breaks = breaks
     findings.hazards = _hazards(results)
@@ -135,6 +143,7 @@ def build_findings(
     findings.jit_requests = jit_requests or []
     findings.resume_code = _decompiled(results)
     findings.unparsed_events = [u for r in results for u in r.unparsed]
+    findings.count_fallbacks()
     return findings
 
 

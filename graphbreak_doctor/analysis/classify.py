@@ -5,8 +5,10 @@ What a break looks like is not what it is (docs/design.md, "What a break
 looks like is not what it is"):
 ``subprocess.check_output`` surfaces as a skipped ``_thread.allocate_lock``
 inside ``subprocess.py``, ``Path.exists()`` as a skipped ``posix.stat``. So
-the rules look at the stack the break was reached through and at the
-callable Dynamo refused (the culprit), not only at the message.
+the rules look at Dynamo's registry id, the exception types, the stack the
+break was reached through and the callable Dynamo refused (the culprit, read
+from Dynamo's own objects by capture; :func:`culprit_of` reads it from the
+message text only when they did not say, and the findings count that).
 """
 
 from __future__ import annotations
@@ -15,20 +17,18 @@ import builtins
 import re
 import sys
 
+from collections.abc import Sequence
+
 from graphbreak_doctor.analysis import categories
-from graphbreak_doctor.analysis.categories import Rule
+from graphbreak_doctor.analysis.categories import Category, Rule
 from graphbreak_doctor.findings import Frame
 from graphbreak_doctor.frames import stdlib_module
 
-# Dynamo's names for calls it refuses to trace (torch/_dynamo/graph_break_registry.json).
-_REFUSED_CALL = frozenset({
-    "Attempted to call function marked as skipped",
-    "Unsupported function call",
-    "Unsupported method call",
-    "Failed to trace builtin operator",
-    "Unsupported context manager",
-    "Attempted to inline function marked as skipped",
-})
+# Registry ids of the calls Dynamo refuses to trace: function marked as
+# skipped (GB0007), unsupported function / method call (GB0147, GB0156),
+# builtin operator (GB0059), context manager (GB0142), inlining a skipped
+# function (GB0008).
+_REFUSED_CALL = frozenset({"GB0007", "GB0147", "GB0156", "GB0059", "GB0142", "GB0008"})
 
 
 _CULPRIT_PATTERNS = (
@@ -77,14 +77,16 @@ def _culprit_is_extension(culprit: str) -> bool:
     return "." in culprit
 
 
-def _matches(rule: Rule, gb_type: str, culprit: str, modules: list[str]) -> bool:
-    if gb_type in rule.gb_types:
+def _matches(rule: Rule, gb_id: str, culprit: str, modules: list[str], exceptions: Sequence[str]) -> bool:
+    if gb_id and gb_id in rule.gb_ids:
+        return True
+    if rule.exceptions and any(e in rule.exceptions for e in exceptions):
         return True
     if rule.through and any(m == t or m.startswith(t + ".") for m in modules for t in rule.through):
         return True
     if rule.culprits and culprit.startswith(rule.culprits):
         return True
-    refused = gb_type in _REFUSED_CALL
+    refused = gb_id in _REFUSED_CALL
     if rule.extension_culprit and refused and _culprit_is_extension(culprit):
         return True
     if rule.stdlib_culprit and refused and _culprit_is_stdlib(culprit):
@@ -92,10 +94,22 @@ def _matches(rule: Rule, gb_type: str, culprit: str, modules: list[str]) -> bool
     return False
 
 
-def classify(gb_type: str, culprit: str, stack: list[Frame]) -> str:
-    """The category of one break: the first (by priority) whose rules match."""
+def match(gb_id: str, culprit: str, stack: list[Frame], exceptions: Sequence[str] = ()) -> tuple[Category, Rule | None]:
+    """The category of one break -- the first (by priority) with a matching
+    rule -- and that rule (None for the fallback category)."""
     modules = [m for m in (stdlib_module(f) for f in stack) if m]
     for category in categories.by_priority():
-        if any(_matches(rule, gb_type, culprit, modules) for rule in category.rules):
-            return category.name
-    return categories.FALLBACK
+        for rule in category.rules:
+            if _matches(rule, gb_id, culprit, modules, exceptions):
+                return category, rule
+    return categories.get(categories.FALLBACK), None
+
+
+def classify(gb_id: str, culprit: str, stack: list[Frame], exceptions: Sequence[str] = ()) -> str:
+    """The name of :func:`match`'s category."""
+    return match(gb_id, culprit, stack, exceptions)[0].name
+
+
+def advice_for(category: Category, rule: Rule | None) -> str:
+    """The recipe whose text is the suggested fix: the rule's, else the category's."""
+    return (rule.advice if rule is not None else "") or category.advice

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from graphbreak_doctor.analysis import consequences
 from graphbreak_doctor.analysis.group import root_causes
 from graphbreak_doctor.findings import COMPLETE, FULLGRAPH_MODES, Break, Findings, Hazard
 
@@ -30,6 +31,8 @@ def merge_modes(parts: list[Findings]) -> Findings:
             have.modes += [m for m in b.modes if m not in have.modes]
             have.jit += [j for j in b.jit if (j.name, j.action) not in {(k.name, k.action) for k in have.jit}]
     out.breaks = list(breaks.values())
+    # A follow-up in one mode may have its cause only in another.
+    consequences.link(out.breaks)
     for part in parts:
         if any(m in FULLGRAPH_MODES for m in part.modes):
             out.fullgraph = dataclasses.replace(part.fullgraph)
@@ -45,8 +48,10 @@ def merge_modes(parts: list[Findings]) -> Findings:
     failed = next((p for p in parts if p.outcome != COMPLETE or p.fullgraph.crashed), None)
     if failed is not None:
         out.outcome = failed.outcome
-        out.fullgraph = dataclasses.replace(out.fullgraph, crashed=True, error=failed.fullgraph.error)
+        out.fullgraph = dataclasses.replace(out.fullgraph, crashed=True, error=failed.fullgraph.error,
+                                            site=failed.fullgraph.site)
     out.root_causes = root_causes(out.breaks)
+    out.count_fallbacks()
     return out
 
 

@@ -1,4 +1,5 @@
-"""gb ids from Dynamo's graph-break registry (torch/_dynamo/graph_break_registry.json)."""
+"""gb ids from Dynamo's graph-break registry (torch/_dynamo/graph_break_registry.json)
+and the hint constants Dynamo attaches to breaks (torch/_dynamo/graph_break_hints.py)."""
 
 from __future__ import annotations
 
@@ -10,15 +11,20 @@ DOC_URL = "https://meta-pytorch.github.io/compile-graph-break-site/gb/{id}.html"
 
 
 @functools.cache
-def _by_type() -> dict[str, str]:
+def _registry() -> dict[str, list[dict]]:
     import torch._dynamo
 
     path = Path(torch._dynamo.__file__).with_name("graph_break_registry.json")
     try:
-        data = json.loads(path.read_text())
+        return json.loads(path.read_text())
     except (OSError, ValueError):
         return {}
+
+
+@functools.cache
+def _by_type() -> dict[str, str]:
     out: dict[str, str] = {}
+    data = _registry()
     for gb_id in sorted(data):
         for entry in data[gb_id]:
             out.setdefault(entry.get("Gb_type", "").strip(), gb_id)
@@ -32,3 +38,21 @@ def gb_id_for(gb_type: str, fallback: str = "") -> str:
 
 def doc_url(gb_id: str) -> str:
     return DOC_URL.format(id=gb_id.lower()) if gb_id else ""
+
+
+@functools.cache
+def caused_by_earlier_hint() -> str:
+    """Dynamo's hint on a break that may follow from an earlier one."""
+    from torch._dynamo import graph_break_hints
+
+    return graph_break_hints.CAUSED_BY_EARLIER_GRAPH_BREAK[0]
+
+
+@functools.cache
+def consequential_ids() -> frozenset[str]:
+    """Registry ids whose hints say the break may follow from an earlier one
+    (graph break in loop GB7000, reconstruction failures, a break under a
+    generic context manager)."""
+    hint = caused_by_earlier_hint()
+    return frozenset(gb_id for gb_id, entries in _registry().items()
+                     if any(hint in entry.get("Hints", []) for entry in entries))

@@ -10,7 +10,9 @@ torch/_dynamo/exc.py, ``unimplemented``)::
      For more details about this graph break, please visit: .../gbNNNN.html
 
 and user stacks are printed in ``traceback.format_list`` form. This module
-turns both into plain data.
+turns both into plain data, preferring what the exception object itself says
+(capture/exceptions.py) and recording each fact that had to be read from the
+text instead (``BreakEvent.fallbacks``).
 """
 
 from __future__ import annotations
@@ -19,12 +21,19 @@ import re
 import traceback
 from dataclasses import dataclass, field
 
+from graphbreak_doctor.capture import exceptions
 from graphbreak_doctor.frames import make_frame
 from graphbreak_doctor.findings import Frame
 
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 _FRAME_LINE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fn>.+)$')
 _GB_LINK = re.compile(r"/gb/(gb\d+)\.html")
+# Dynamo appends the message of a follow-up break to the message of the break
+# it was raised from (docs/design.md, "What Dynamo's exception objects hold").
+NESTED = "*** While handling this graph break, another graph break occurred: ***"
+# A capture failure that is not an Unsupported prints the user frames in its
+# message (ConstraintViolationError: "User stack:").
+_USER_STACK = "User stack:"
 
 
 def scrub(text: str) -> str:
@@ -41,9 +50,16 @@ class ParsedMessage:
     doc_id: str
 
 
+def split_nested(msg: str) -> list[str]:
+    """The messages of the breaks in one message, earliest first (one, unless
+    Dynamo raised a follow-up break from an earlier one)."""
+    return [part.strip("\n") for part in msg.split(NESTED)]
+
+
 def parse_unsupported(msg: str, gb_type: str = "") -> ParsedMessage:
-    """Split an ``Unsupported`` message into its fields."""
-    lines = msg.splitlines()
+    """Split an ``Unsupported`` message into its fields (the last break's,
+    when the message nests an earlier one)."""
+    lines = split_nested(msg)[-1].splitlines()
     explanation, context, doc_id = "", "", ""
     hints: list[str] = []
     head = ""
@@ -88,6 +104,10 @@ def frames_from_summary(summary: traceback.StackSummary) -> list[Frame]:
     return [make_frame(f.filename, f.lineno or 0, f.name, (f.line or "").strip()) for f in summary]
 
 
+def first_paragraph(msg: str) -> str:
+    return scrub(" ".join(msg.strip().split("\n\n", 1)[0].split()))
+
+
 @dataclass
 class BreakEvent:
     """One report of a graph break by Dynamo (explain) or the fullgraph error."""
@@ -101,3 +121,50 @@ class BreakEvent:
     duplicate: bool = False
     seq: int = 0
     jit: list[tuple[str, str]] = field(default_factory=list)
+    # The object Dynamo refused, read from its variable tracker ("" if unknown).
+    culprit: str = ""
+    # Qualified exception types along the chain (capture/exceptions.py).
+    exceptions: list[str] = field(default_factory=list)
+    # Facts read from the message text because the exception did not say
+    # ("gb_type", "cause", "stack"); analysis adds its own ("culprit").
+    fallbacks: list[str] = field(default_factory=list)
+    # The break this one was raised from, when Dynamo says (a follow-up such
+    # as "graph break in loop" carries the break inside the loop).
+    cause: BreakEvent | None = None
+
+
+def event_for(mode: str, exc: BaseException | None, text: str, stack: list[Frame], site: Frame | None,
+              *, duplicate: bool = False) -> BreakEvent:
+    """The event for one break (or capture failure) ``exc``, reported with
+    ``text`` (Dynamo's message or log line) at ``stack``."""
+    fallbacks: list[str] = []
+    kind = exceptions.failure_kind(exc) if exc is not None else exceptions.BREAK
+    msg = getattr(exc, "msg", None)
+    if not isinstance(msg, str):
+        msg = text
+    if kind == exceptions.CAPTURE and exc is not None:
+        name = exceptions.label(exc)
+        parsed = ParsedMessage(name, first_paragraph(str(exc)), [], "", "")
+    else:
+        name = exceptions.gb_type(exc)
+        if not name:
+            fallbacks.append("gb_type")
+        parsed = parse_unsupported(msg, name)
+    event = BreakEvent(mode, parsed.gb_type, parsed, stack, site, duplicate=duplicate,
+                       culprit=exceptions.refused(exc), exceptions=exceptions.type_names(exc), fallbacks=fallbacks)
+    cause = exceptions.cause_of(exc)
+    nested = split_nested(msg)
+    if cause is not None:
+        # Dynamo raises the follow-up with the cause's own user frames.
+        event.cause = event_for(mode, cause, getattr(cause, "msg", "") or str(cause), stack, site,
+                                duplicate=duplicate)
+    elif len(nested) > 1:
+        event.cause = event_for(mode, None, nested[-2], stack, site, duplicate=duplicate)
+        event.fallbacks.append("cause")
+    return event
+
+
+def stack_in_message(exc: BaseException) -> list[Frame]:
+    """User frames printed in a capture failure's message ("User stack:")."""
+    text = str(exc)
+    return parse_stack(text.split(_USER_STACK, 1)[1]) if _USER_STACK in text else []

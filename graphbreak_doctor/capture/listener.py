@@ -5,20 +5,20 @@ Dynamo logs every break it handles on three artifact loggers (docs/design.md,
 "Where Dynamo reports breaks"). A handler on them sees each break as it is handled, and --
 because the loggers are called inside the ``except`` block that caught the
 ``Unsupported`` -- ``sys.exc_info()`` holds the exception itself, with its
-structured ``gb_type`` and message.
+structured ``gb_type`` and message (capture/exceptions.py reads it).
 """
 
 from __future__ import annotations
 
 import logging
 import re
-import sys
 from typing import Callable
 
 import torch._dynamo.utils
 
 from graphbreak_doctor.frames import make_frame
-from graphbreak_doctor.capture.events import BreakEvent, parse_stack, parse_unsupported
+from graphbreak_doctor.capture import exceptions
+from graphbreak_doctor.capture.events import BreakEvent, event_for, parse_stack
 from graphbreak_doctor.findings import UnparsedEvent
 from graphbreak_doctor.patching import UndoLog
 
@@ -30,6 +30,14 @@ LOGGERS = (
 
 _AT = re.compile(r"in user code at (?P<file>.+):(?P<line>\d+)\s*$", re.M)
 _REASON = re.compile(r"Graph Break Reason: (?P<reason>.*)", re.S)
+
+
+def with_causes(event: BreakEvent) -> list[BreakEvent]:
+    """The event's causes, earliest first, then the event."""
+    out = [event]
+    while out[0].cause is not None:
+        out.insert(0, out[0].cause)
+    return out
 
 
 class GraphBreakListener(logging.Handler):
@@ -70,10 +78,13 @@ class GraphBreakListener(logging.Handler):
         if event is None:
             self._unparsed(record, "a repeated break without its location")
         else:
-            event.seq = len(self.events)
-            self.events.append(event)
-            if self.on_event is not None:
-                self.on_event(event)
+            # A follow-up's cause first: Dynamo may never report it on its own
+            # (a break inside a loop skips the whole frame).
+            for e in with_causes(event):
+                e.seq = len(self.events)
+                self.events.append(e)
+                if self.on_event is not None:
+                    self.on_event(e)
         # Dynamo prints a repeated (gb_type, location) without its user stack
         # (symbolic_convert.py: graph_break_dup_warning_checker). Two different
         # callers reaching the same stdlib line would then be indistinguishable,
@@ -93,23 +104,15 @@ class GraphBreakListener(logging.Handler):
 
     def _event(self, record: logging.LogRecord) -> BreakEvent | None:
         text = record.getMessage()
-        exc = record.exc_info[1] if record.exc_info else sys.exc_info()[1]
-        gb_type = getattr(exc, "gb_type", None) or ""
-        msg = getattr(exc, "msg", None)
-        if not isinstance(gb_type, str):
-            gb_type = getattr(gb_type, "__name__", str(gb_type))
-        if msg is None:
-            m = _REASON.search(text)
-            msg = m.group("reason") if m else text
-        parsed = parse_unsupported(msg, gb_type)
-        duplicate = "user stack suppressed due to duplicate graph break" in text
-        skipped = text.startswith("Graph break: torch.compile cannot properly resume")
-        if duplicate:
+        exc = exceptions.in_flight(record)
+        m = _REASON.search(text)
+        reason = m.group("reason") if m else text
+        if "user stack suppressed due to duplicate graph break" in text:
             m = _AT.search(text)
             if m is None:
                 return None
             site = make_frame(m.group("file"), int(m.group("line")), "")
-            return BreakEvent(self.mode, parsed.gb_type, parsed, [], site, duplicate=True)
+            return event_for(self.mode, exc, reason, [], site, duplicate=True)
+        skipped = text.startswith("Graph break: torch.compile cannot properly resume")
         stack = self.trim(parse_stack(text.split("User code traceback:", 1)[-1] if not skipped else text))
-        site = stack[-1] if stack else None
-        return BreakEvent(self.mode, parsed.gb_type, parsed, stack, site)
+        return event_for(self.mode, exc, reason, stack, stack[-1] if stack else None)

@@ -4,8 +4,11 @@ Explain mode compiles with ``fullgraph=False`` and a recording backend (the
 same bookkeeping as ``torch._dynamo.explain``: graphs and ops per graph) while
 :class:`GraphBreakListener` hears every break, including those in frames that
 produce no graph. Fullgraph mode compiles with ``fullgraph=True``, as SGLang
-does, and turns the ``Unsupported`` it raises into the verdict. Dynamo is
-reset before and after each run so that one run never leaks into the next.
+does, and turns the ``Unsupported`` it raises into the verdict -- or the
+capture failure of another Dynamo type (a guard on a data-dependent
+expression, a constraint violation): that is a finding too, not a crash
+(capture/exceptions.py tells them apart). Dynamo is reset before and after
+each run so that one run never leaks into the next.
 """
 
 from __future__ import annotations
@@ -22,9 +25,11 @@ from typing import Any, Callable
 import torch
 import torch._dynamo
 
-from graphbreak_doctor.capture.events import BreakEvent, frames_from_summary, parse_stack, parse_unsupported, scrub
-from graphbreak_doctor.capture.listener import GraphBreakListener
+from graphbreak_doctor.capture import exceptions
+from graphbreak_doctor.capture.events import BreakEvent, event_for, frames_from_summary, parse_stack, scrub, stack_in_message
+from graphbreak_doctor.capture.listener import GraphBreakListener, with_causes
 from graphbreak_doctor.findings import FULLGRAPH_MODES, Frame, GraphInfo, UnparsedEvent
+from graphbreak_doctor.frames import actionable_frame
 from graphbreak_doctor.patching import UndoLog
 from graphbreak_doctor.targets import Target, TargetError
 from graphbreak_doctor.text import one_line
@@ -52,6 +57,8 @@ class ModeResult:
     ok: bool | None = None
     error: str = ""
     crashed: bool = False
+    # Where a crash happened in the user's code (None when nothing says).
+    crash_site: Frame | None = None
 
 
 def _trim_harness(frames: list[Frame]) -> list[Frame]:
@@ -234,6 +241,11 @@ def run(target: Target, mode: str, *, decompile: bool = True, on_event: Callable
             stack.enter_context(UndoLog()).bytecode_hook(_bytecode_hook(result))
         stack.enter_context(_fresh_dynamo())
         stack.enter_context(_quiet_torch_logs())
+        if fullgraph:
+            # Dynamo strips the traceback of the error it raises unless verbose;
+            # the traceback's frames hold the object Dynamo refused
+            # (docs/design.md, "What Dynamo's exception objects hold").
+            stack.enter_context(UndoLog()).set_option(torch._dynamo.config, "verbose", True)
         caught = stack.enter_context(warnings.catch_warnings(record=True))
         warnings.simplefilter("always")
         stack.enter_context(listener)
@@ -244,14 +256,16 @@ def run(target: Target, mode: str, *, decompile: bool = True, on_event: Callable
             _call(compiled, target.args, target.kwargs)
             result.ok = True
         except Exception as e:
-            if fullgraph and isinstance(e, torch._dynamo.exc.Unsupported):
+            kind = exceptions.failure_kind(e)
+            if kind == exceptions.CAPTURE or (fullgraph and kind == exceptions.BREAK):
                 result.ok = False
-                result.events.append(_fullgraph_event(mode, e))
-                result.error = result.events[-1].gb_type
+                result.events.extend(with_causes(_failure_event(mode, e)))
+                result.error = result.events[0].gb_type
             else:
                 _check_eager(target)
                 result.ok, result.crashed = False, True
                 result.error = scrub(f"{type(e).__name__}: {one_line(str(e))}".rstrip(": "))
+                result.crash_site = _crash_site(e)
     if not fullgraph:
         # In fullgraph modes the verdict comes from the exception itself.
         result.events[:0] = listener.events
@@ -260,8 +274,24 @@ def run(target: Target, mode: str, *, decompile: bool = True, on_event: Callable
     return result
 
 
-def _fullgraph_event(mode: str, e: Exception) -> BreakEvent:
-    gb_type = getattr(e, "gb_type", "") or type(e).__name__
-    parsed = parse_unsupported(getattr(e, "msg", str(e)), gb_type)
-    stack = _trim_harness(frames_from_summary(getattr(e, "real_stack", None) or []))
-    return BreakEvent(mode, parsed.gb_type, parsed, stack, stack[-1] if stack else None)
+def _failure_event(mode: str, e: Exception) -> BreakEvent:
+    """The event for the error that stopped a trace: a break under fullgraph,
+    or a capture failure in any mode."""
+    frames = exceptions.user_frames(e)
+    stack = _trim_harness(frames_from_summary(frames)) if frames else _trim_harness(stack_in_message(e))
+    event = event_for(mode, e, getattr(e, "msg", None) or str(e), stack, stack[-1] if stack else None)
+    if stack and not frames:
+        event.fallbacks.append("stack")
+    return event
+
+
+def _crash_site(e: BaseException) -> Frame | None:
+    """The innermost user frame of a crash: Dynamo's record of the frames it
+    traced, else the traceback's frames below the call into the target."""
+    frames = exceptions.user_frames(e)
+    if frames:
+        stack = _trim_harness(frames_from_summary(frames))
+        return stack[-1] if stack else None
+    raised = frames_from_summary(exceptions.traceback_frames(e))
+    below = _trim_harness(raised)
+    return actionable_frame(below) if len(below) < len(raised) else None

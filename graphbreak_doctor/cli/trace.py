@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from graphbreak_doctor.cli.common import add_subcommand, run_exit_code
+from graphbreak_doctor.cli.common import UsageError, add_subcommand, run_exit_code
+from graphbreak_doctor.cli.report import load_findings
 from graphbreak_doctor.cli.outputs import OutputSet, add_output_options
 from graphbreak_doctor.cli.targets import (
     add_target_options,
@@ -13,6 +14,7 @@ from graphbreak_doctor.cli.targets import (
     selections,
     stem,
 )
+from graphbreak_doctor.findings import Findings
 from graphbreak_doctor.progress import Progress
 from graphbreak_doctor.render import FINDINGS, get
 
@@ -22,15 +24,33 @@ NAME = "trace"
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = add_subcommand(sub, NAME, "trace a target and explain every graph break")
     add_target_options(p)
+    p.add_argument("--ladder", metavar="FIX.json",
+                   help="findings written by `fix --json` for this target: the changes its ladder verified "
+                        "become the fixes of the breaks they removed, marked verified")
     add_output_options(p, FINDINGS, default_on=("html",))
     p.set_defaults(func=run)
+
+
+def _saved_ladder(path: str) -> Findings:
+    saved = load_findings(path)
+    if not saved.ladder:
+        raise UsageError(f"{path}: holds no fix ladder (write one with `graphbreak-doctor fix --json`)")
+    return saved
 
 
 def run(args: argparse.Namespace) -> int:
     selected = selections(args)
     stems = [stem(s, args) for s in selected]
     outputs = OutputSet.plan(args, (FINDINGS,), stems)
+    saved = _saved_ladder(args.ladder) if args.ladder else None
     results = run_diagnoses(args, selected, Progress())
+    if saved is not None:
+        # Imported here: the fixes import torch, which the command line does
+        # not load until it traces.
+        from graphbreak_doctor.analysis.fixes import attach_verified
+
+        for findings in results:
+            attach_verified(findings.breaks, saved.ladder, source=f"saved ladder {args.ladder}")
     summary = get("terminal")
     for findings in results:
         sys.stdout.write(summary.render(findings))

@@ -22,6 +22,7 @@ import torch
 from graphbreak_doctor import recipes
 from graphbreak_doctor.analysis import categories
 from graphbreak_doctor.analysis.build import build_findings
+from graphbreak_doctor.analysis.fixes import attach_verified
 from graphbreak_doctor.capture import run as capture
 from graphbreak_doctor.findings import DEFAULT_FIX_STEPS as DEFAULT_STEPS
 from graphbreak_doctor.findings import FULLGRAPH_MODES, Break, Findings, FixOutcome, FullgraphVerdict, Rung, TargetInfo
@@ -148,7 +149,8 @@ class FixSession:
                 step = len(out.rungs) + 1
                 self.progress(f"rung {step}: {plan.recipe} for the [{brk.category}] break; re-tracing")
                 rung = Rung(step=step, break_id=brk.id, category=brk.category, gb_type=brk.gb_type, site=break_site(brk),
-                            recipe=plan.recipe, patch=plan.patch, where=plan.where, result="", detail=applied)
+                            recipe=plan.recipe, patch=plan.patch, where=plan.where, result="", detail=applied,
+                            culprit=plan.culprit)
                 out.rungs.append(rung)
                 try:
                     new, new_brk = self._trace()
@@ -259,6 +261,8 @@ def fix(build: Callable[[UndoLog], Target], *, mode: str = "fullgraph", device: 
     findings.graphs = list(final.graphs) if final else []
     findings.graph_count = len(findings.graphs)
     findings.ladder = outcome.rungs
+    # The changes the ladder kept are the fixes of the breaks they removed.
+    attach_verified(findings.breaks, outcome.rungs)
     findings.fix = FixOutcome(ok=outcome.ok, stopped=outcome.stopped, recipes=outcome.recipes,
                               steps=len(outcome.rungs), max_steps=max_steps,
                               outputs_equal_eager=outcome.outputs_equal)

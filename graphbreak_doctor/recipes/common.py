@@ -4,6 +4,7 @@ running the target once to see how it is called, and writing call text."""
 from __future__ import annotations
 
 import inspect
+import linecache
 import os
 import re
 import sys
@@ -21,6 +22,17 @@ from graphbreak_doctor.recipes.recipe import FixContext, NotApplicable
 
 def where_of(frame: Frame) -> str:
     return f"{short_path(frame.file)}:{frame.qualname or frame.function}"
+
+
+def source_of(frame: Frame | None, fallback: str = "") -> str:
+    """The frame's line as in its file, indentation kept; else the line the
+    findings kept (indented as a function body), else ``fallback``."""
+    if frame is None:
+        return fallback
+    line = linecache.getline(frame.file, frame.line).rstrip("\r\n") if frame.file else ""
+    if line.strip():
+        return line
+    return f"    {frame.code}" if frame.code else fallback
 
 
 def module_of_file(path: str) -> types.ModuleType | None:

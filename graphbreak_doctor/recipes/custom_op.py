@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import inspect
 import re
+import typing
 from typing import Any, Callable
 
 import torch
 
-from graphbreak_doctor.findings import Break
+from graphbreak_doctor.findings import Break, Frame
 from graphbreak_doctor.frames import package_of, short_path
 from graphbreak_doctor.patching import OP_NAMESPACE, PatchSet
 from graphbreak_doctor.recipes import adapters, catalogue
@@ -22,6 +23,7 @@ from graphbreak_doctor.recipes.common import (
     library_entry,
     qualified,
     replace_call,
+    source_of,
     warm_calls,
     where_of,
 )
@@ -81,19 +83,9 @@ def plan(brk: Break, ctx: FixContext, *, recipe: str = "wrap-custom-op") -> Plan
     schema = f"({', '.join(schema_args)}) -> {returns}"
     impl = _impl(inner, passed)
     accepted = {k: v for k, v in fixed.items()}
-    call = caller.code or f"{fn_name}(...)"
     fake_src, fake_helper = _fake_source(known, calls, sig)
-    patch = (
-        f"--- {short_path(caller.file)} ({caller.qualname})\n"
-        f"+@torch.library.custom_op(\"mylib::{fn_name}\", mutates_args=())\n"
-        f"+def {fn_name}_op({', '.join(_py_param(a) for a in schema_args)}) -> {_py_returns(returns)}:\n"
-        f"+    return {package}.{fn_name}({', '.join(f'{n}={n}' for n in passed)})\n"
-        f"+\n+@{fn_name}_op.register_fake\n+def _({', '.join(passed)}):\n"
-        + "".join(f"+    {line}\n" for line in fake_src)
-        + f"-    {call}\n"
-        f"+    {replace_call(call, fn_name, fn_name + '_op')}\n"
-        + "".join(f"+{line}\n" for line in fake_helper)
-    )
+    patch = op_patch(caller, package, fn_name, [_py_param(a) for a in schema_args], passed, _py_returns(returns),
+                     fake_src, fake_helper)
 
     def apply(ps: PatchSet) -> str:
         op = ps.custom_op(op_name, impl, schema=schema, fake=fake)
@@ -110,6 +102,73 @@ def plan(brk: Break, ctx: FixContext, *, recipe: str = "wrap-custom-op") -> Plan
 
     return Plan(recipe, culprit, where_of(caller), patch, apply)
 
+
+
+def op_patch(caller: Frame, package: str, fn_name: str, params: list[str], passed: list[str], returns: str,
+             fake_src: list[str], fake_helper: list[str], note: str = "") -> str:
+    """The change that makes ``package.fn_name`` one custom op where ``caller``
+    calls it: the op, its fake, and the caller's line calling the op."""
+    call = source_of(caller, f"    {fn_name}(...)")
+    return (
+        f"--- {short_path(caller.file)} ({caller.qualname})\n"
+        + (f"# {note}\n" if note else "")
+        + f"+@torch.library.custom_op(\"mylib::{fn_name}\", mutates_args=())\n"
+        f"+def {fn_name}_op({', '.join(params)}) -> {returns}:\n"
+        f"+    return {package}.{fn_name}({', '.join(f'{n}={n}' for n in passed)})\n"
+        f"+\n+@{fn_name}_op.register_fake\n+def _({', '.join(passed)}):\n"
+        + "".join(f"+    {line}\n" for line in fake_src)
+        + f"-{call}\n"
+        f"+{replace_call(call, fn_name, fn_name + '_op')}\n"
+        + "".join(f"+{line}\n" for line in fake_helper)
+    )
+
+
+def signature_patch(caller: Frame, package: str, fn_name: str, fn: Callable) -> str:
+    """:func:`op_patch` for advice, without a warm-up run: the op's parameters
+    and types are ``fn``'s own signature and annotations; parameters a schema
+    cannot carry keep their defaults. "" when the signature cannot be read."""
+    sig = adapters.signature(fn)
+    if sig is None:
+        return ""
+    hints = adapters.type_hints(fn)
+    known = catalogue.known(package, fn_name)
+    fixed = dict(known.fixed) if known else {}
+    params, passed, left = [], [], []
+    for p in sig.parameters.values():
+        default = [] if p.default is inspect.Parameter.empty else [p.default]
+        t = None if p.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD) or p.name in fixed \
+            else adapters.schema_type(hints.get(p.name, inspect.Parameter.empty), default)
+        if t is None:
+            left.append(p.name)
+            continue
+        params.append(_py_param(f"{t} {p.name}") + (f" = {_py_default(p.default)}" if default else ""))
+        passed.append(p.name)
+    returns = _annotated_returns(hints.get("return"), known)
+    if known is not None:
+        fake_src, fake_helper = _fake_source(known, [], sig)
+    else:
+        first = next((n for n, q in zip(passed, params) if "torch.Tensor" in q), "")
+        fake_src = [f"return torch.empty_like({first})   # the shape and dtype {fn_name} returns" if first
+                    else f"...   # return empty tensors of the shapes and dtypes {fn_name} returns"]
+        fake_helper = []
+    note = f"{package}.{fn_name} as one opaque op, with {fn_name}'s own signature" + (
+        f"; not in the op (they keep their defaults): {', '.join(left)}" if left else "")
+    return op_patch(caller, package, fn_name, params, passed, returns, fake_src, fake_helper, note)
+
+
+def _py_default(value: Any) -> str:
+    return repr(value) if not isinstance(value, torch.dtype) else str(value)
+
+
+def _annotated_returns(annotation: Any, known: catalogue.KnownFunction | None) -> str:
+    if known is not None:
+        return _py_returns(known.returns)
+    if annotation is torch.Tensor:
+        return "torch.Tensor"
+    args = typing.get_args(annotation)
+    if typing.get_origin(annotation) is tuple and args and all(a is torch.Tensor for a in args):
+        return f"tuple[{', '.join(['torch.Tensor'] * len(args))}]"
+    return "torch.Tensor"
 
 
 def _impl(fn: Callable, passed: list[str]) -> Callable:
@@ -259,10 +318,10 @@ RECIPES = (
     Recipe(
         "wrap-custom-op",
         Advice(
-            "Wrap {call} in {function} as a torch.library.custom_op with register_fake",
-            "Dynamo cannot see inside a C++/pybind/tvm-ffi/ctypes function. Register it as a custom op "
-            "whose fake implementation returns outputs of the right shape and dtype; the graph then keeps "
-            "it as a single node.",
+            "Make {call} one opaque op where {function} calls it: a torch.library.custom_op with register_fake",
+            "Dynamo cannot trace what {call} does ({why}). As a custom op whose fake implementation returns "
+            "outputs of the right shape and dtype, the call stays in the graph as a single node and Dynamo "
+            "never looks inside.",
             "@torch.library.custom_op(\"mylib::{function}\", mutates_args=(\"out\",))\n"
             "def {function}_op(x: torch.Tensor, out: torch.Tensor) -> None:\n"
             "    kernel(x, out)        # the opaque call\n\n"

@@ -12,7 +12,7 @@ import torch
 from graphbreak_doctor.findings import Break
 from graphbreak_doctor.frames import package_of, short_path
 from graphbreak_doctor.patching import PatchSet
-from graphbreak_doctor.recipes.common import library_entry, qualified, replace_call, where_of
+from graphbreak_doctor.recipes.common import library_entry, qualified, replace_call, source_of, where_of
 from graphbreak_doctor.recipes.recipe import Advice, FixContext, NotApplicable, Plan, Recipe
 from graphbreak_doctor.targets import TargetError
 
@@ -25,13 +25,13 @@ def plan(brk: Break, ctx: FixContext) -> Plan:
         raise NotApplicable("no library function between the traced code and the break")
     caller, frame, module, fn = entry
     package = package_of(frame.file)
-    call = caller.code or f"{frame.function}(...)"
+    call = source_of(caller, f"    {frame.function}(...)")
     new = replace_call(call, frame.function, f"{frame.function}_eager")
     patch = (
         f"--- {short_path(caller.file)} ({caller.qualname})\n"
         f"+{frame.function}_eager = torch.compiler.disable({package}.{frame.function})\n"
-        f"-    {call}\n"
-        f"+    {new}\n"
+        f"-{call}\n"
+        f"+{new}\n"
     )
 
     def apply(ps: PatchSet) -> str:

@@ -17,7 +17,15 @@ from graphbreak_doctor.frames import INFRASTRUCTURE, package_of, short_path
 from graphbreak_doctor.patching import PatchSet
 from graphbreak_doctor.recipes import adapters
 from graphbreak_doctor.recipes.common import call_text, def_lines, has_tensor, qualified, resolve, warm_calls
-from graphbreak_doctor.recipes.recipe import Advice, FixContext, NotApplicable, Plan, Recipe
+from graphbreak_doctor.recipes.examples import (
+    before_after,
+    call_expression,
+    constant_name,
+    indent_of,
+    short_name,
+    with_parts,
+)
+from graphbreak_doctor.recipes.recipe import Advice, FixContext, Names, NotApplicable, Plan, Recipe
 
 PRECOMPUTED: dict[tuple[str, str], tuple[str, Callable[[], Any]]] = {
     ("flashinfer", "get_cuda_version"): (
@@ -109,6 +117,31 @@ def _bound_key(sig: inspect.Signature | None, args: tuple, kwargs: dict) -> str:
 
 
 
+def _example(n: Names) -> str:
+    """The call of the function to change, made once before capture; else the
+    refused call itself, or the file opened on the traced path."""
+    expr = call_expression(n.caller_line, n.function) if n.caller_line else ""
+    if expr:
+        const = constant_name(n.function)
+        return before_after(
+            n.caller_where, [n.caller_line], f"{n.function} runs once, before torch.compile (at import or in a "
+            "warm-up); the traced path reads its result",
+            [f"{const} = {expr}   # outside the compiled region", n.caller_line.replace(expr, const, 1)])
+    opened, alias = with_parts(n.line)
+    if opened:
+        return before_after(
+            n.where, [n.line], "do the file work once, outside the compiled region, and keep what the traced code "
+            "needs", [f"with {opened}{alias}:   # at import or in a warm-up", "    _CONTENTS = ...   # what the "
+                      f"traced code reads", f"{indent_of(n.line)}# in {n.function}: use _CONTENTS"])
+    name = n.entry or n.culprit
+    expr = call_expression(n.line, short_name(name))
+    if expr:
+        const = constant_name(name)
+        return before_after(n.where, [n.line], "run it once, before torch.compile, and read the result",
+                            [f"{const} = {expr}   # outside the compiled region", n.line.replace(expr, const, 1)])
+    return ""
+
+
 _BEFORE_CAPTURE_DETAIL = (
     "Compute what {call} returns once, at import or start-up, before torch.compile runs (a warm-up), "
     "cache the result in a module-level variable, and have the traced path read only the cache."
@@ -130,6 +163,7 @@ RECIPES = (
             "def {function}(...):\n"
             "    version = CUDA_VERSION",
             names="entry",
+            example=_example,
         ),
         functools.partial(plan, recipe="hoist-subprocess"),
     ),
@@ -147,6 +181,7 @@ RECIPES = (
             "def {function}(...):\n"
             "    return _MODULE        # no Path.exists()/os.stat() while tracing",
             names="entry",
+            example=_example,
         ),
         functools.partial(plan, recipe="hoist-filesystem"),
     ),
@@ -160,6 +195,7 @@ RECIPES = (
             "    _CACHE[\"value\"] = compute()\n\n"
             "def {function}(...):\n"
             "    value = _CACHE[\"value\"]",
+            example=_example,
         ),
         functools.partial(plan, recipe="hoist-call"),
     ),

@@ -1,10 +1,84 @@
 """Advice a person has to carry out: the change is in the traced code's own
-logic (a branch on tensor values, a log call, a builtin object), so the fix
-ladder cannot make it for them."""
+logic (a branch on tensor values, a log call, a builtin object, a context
+manager), so the fix ladder cannot make it for them. Each example is cut
+from the break's own lines (recipes/examples.py)."""
 
 from __future__ import annotations
 
-from graphbreak_doctor.recipes.recipe import Advice, Recipe
+from graphbreak_doctor.recipes.examples import (
+    before_after,
+    call_expression,
+    constant_name,
+    if_condition,
+    indent_of,
+    short_name,
+    with_parts,
+)
+from graphbreak_doctor.recipes.recipe import Advice, Names, Recipe
+
+
+def _precompute_example(n: Names) -> str:
+    line = n.line
+    if line.strip().startswith("class "):
+        return before_after(n.where, [line], "define the class once, at module level, and have the traced "
+                            "function use it", [line.strip(), "    ..."])
+    expr = call_expression(line, short_name(n.culprit))
+    if not expr:
+        return ""
+    const = constant_name(n.culprit)
+    return before_after(n.where, [line], f"{expr} built once, outside the compiled region (at import, in "
+                        "__init__ or a warm-up), and reused", [f"{const} = {expr}", line.replace(expr, const, 1)])
+
+
+def _enter_outside_example(n: Names) -> str:
+    expr, alias = with_parts(n.line)
+    if not expr:
+        return ""
+    ind = indent_of(n.line)
+    return before_after(
+        n.where, [n.line],
+        "enter it around the compiled call (outside torch.compile), or skip it while Dynamo traces",
+        [f"{ind}with (contextlib.nullcontext() if torch.compiler.is_compiling() else {expr}){alias}:"])
+
+
+def _static_control_flow_example(n: Names) -> str:
+    line = n.line
+    cond = if_condition(line)
+    ind = indent_of(line)
+    if cond:
+        tensor_cond = cond.replace(".item()", "")
+        return before_after(
+            n.where, [line], "keep the condition a tensor and compute both branches (or torch.cond for whole "
+            "functions); where the branch only skips a no-op update, drop the test",
+            [f"{ind}cond = {tensor_cond}", f"{ind}result = torch.where(cond, <value if true>, <value if false>)"])
+    if ".item()" in line or ".tolist()" in line:
+        return before_after(
+            n.where, [line], "keep the value a tensor (or set torch._dynamo.config.capture_scalar_outputs = True "
+            "and torch._check what the code assumes about it)",
+            [line.replace(".item()", "").replace(".tolist()", "")])
+    return ""
+
+
+def _dynamic_size_example(n: Names) -> str:
+    line = n.line
+    cond = if_condition(line)
+    if not cond:
+        return ""
+    ind = indent_of(line)
+    return before_after(
+        n.where, [line], "do not branch on the dynamic size -- or, if the code needs it static, let Dynamo "
+        "specialize it (maybe_mark_dynamic instead of mark_dynamic)",
+        [f"{ind}torch._check({cond})   # when it always holds: an assumption, not a branch",
+         "# or, where the input is marked:", "torch._dynamo.maybe_mark_dynamic(x, 0)"])
+
+
+def _guard_logging_example(n: Names) -> str:
+    if not n.line.strip():
+        return ""
+    ind = indent_of(n.line)
+    return before_after(n.where, [n.line], "skip it while Dynamo traces",
+                        [f"{ind}if not torch.compiler.is_compiling():", f"{ind}    {n.line.strip()}"])
+
 
 RECIPES = (
     Recipe(
@@ -20,6 +94,24 @@ RECIPES = (
             "_CFG = types.SimpleNamespace(a=1)   # built once, outside the compiled region\n"
             "def {function}(...):\n"
             "    cfg = _CFG",
+            example=_precompute_example,
+        ),
+    ),
+    Recipe(
+        "enter-outside",
+        Advice(
+            "Enter {call} outside the compiled region, or skip it while compiling",
+            "Dynamo cannot enter this context manager: it does not model locks, memory-pool switches or "
+            "generator-based context managers. Enter it around the compiled call (outside torch.compile), "
+            "or skip it under torch.compiler.is_compiling() where the traced code does not need it.",
+            "# before\n"
+            "with self._lock:\n"
+            "    ...\n\n"
+            "# after\n"
+            "with (contextlib.nullcontext() if torch.compiler.is_compiling() else self._lock):\n"
+            "    ...",
+            unnamed_call="the context manager",
+            example=_enter_outside_example,
         ),
     ),
     Recipe(
@@ -37,6 +129,22 @@ RECIPES = (
             "    y = x - 1\n\n"
             "# after\n"
             "y = torch.where(x.sum() > 0, x + 1, x - 1)",
+            example=_static_control_flow_example,
+        ),
+    ),
+    Recipe(
+        "keep-size-dynamic",
+        Advice(
+            "Do not specialize the dynamic size in {function}",
+            "The input's size is marked dynamic (torch._dynamo.mark_dynamic, SGLang's token dimension), and "
+            "this line makes the graph depend on its value. Branch without it (torch.where, torch._check for "
+            "what always holds), or mark it maybe_mark_dynamic so Dynamo may specialize.",
+            "# before\n"
+            "if x.shape[0] == 8:\n"
+            "    ...\n\n"
+            "# after\n"
+            "torch._check(x.shape[0] == 8)   # or: torch._dynamo.maybe_mark_dynamic(x, 0)",
+            example=_dynamic_size_example,
         ),
     ),
     Recipe(
@@ -48,6 +156,7 @@ RECIPES = (
             "if not torch.compiler.is_compiling():\n"
             "    logger.info(\"...\")",
             names="entry",
+            example=_guard_logging_example,
         ),
     ),
     Recipe(

@@ -17,9 +17,40 @@ from graphbreak_doctor.patching import PatchSet
 
 
 @dataclass(frozen=True)
+class Names:
+    """The break as advice sees it: the names and source lines an example is
+    built from (analysis/fixes.py fills it from a Break)."""
+
+    # The callable or object Dynamo refused ("_thread.RLock"), and the call the
+    # frame to change made that led there ("subprocess.check_output").
+    culprit: str = ""
+    entry: str = ""
+    # The function to change, and "file:line (qualname)" of the line to change.
+    function: str = ""
+    where: str = ""
+    # That line, as in the source (indentation kept), and the line Dynamo
+    # stopped at.
+    line: str = ""
+    site_line: str = ""
+    # The frame that called the function to change: its location and line
+    # ("" when the function is the traced one).
+    caller: str = ""
+    caller_where: str = ""
+    caller_line: str = ""
+    # Why the category breaks ("the stack runs a child process").
+    why: str = ""
+    # Registered ops ({package}, {op}).
+    package: str = ""
+    op: str = ""
+
+
+@dataclass(frozen=True)
 class Advice:
     """Text templates; ``{call}`` is the call to change, ``{function}`` the
-    function to change it in (``{package}`` / ``{op}`` for registered ops)."""
+    function to change it in (``{package}`` / ``{op}`` for registered ops,
+    ``{where}`` its location, ``{why}`` the category's reason). ``example``
+    builds the snippet from the break's own lines; ``snippet`` is the generic
+    form (SARIF rule help, or when the lines are not known)."""
 
     summary: str
     detail: str
@@ -30,6 +61,14 @@ class Advice:
     # SimpleNamespace, a tvm-ffi kernel) or "entry" (the library call the code
     # made that led there: subprocess.check_output, pathlib.Path.stat).
     names: str = "culprit"
+    # The example for one break, from its names; "" when it cannot be built.
+    example: Callable[[Names], str] | None = None
+
+    def fields(self, names: Names) -> dict[str, str]:
+        """What the templates are formatted with."""
+        call = (names.entry or names.culprit) if self.names == "entry" else (names.culprit or names.entry)
+        function = names.function if names.function.isidentifier() else "fn"
+        return {**vars(names), "call": f"`{call}`" if call else self.unnamed_call, "function": function}
 
 
 class NotApplicable(Exception):

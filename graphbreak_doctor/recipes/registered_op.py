@@ -5,6 +5,7 @@ calling the op keeps the call as one graph node and never traces the wrapper."""
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import torch
 
@@ -12,7 +13,7 @@ from graphbreak_doctor.findings import Break, Frame
 from graphbreak_doctor.frames import package_of, short_path
 from graphbreak_doctor.patching import PatchSet
 from graphbreak_doctor.recipes import adapters, catalogue
-from graphbreak_doctor.recipes.common import library_entry, qualified, where_of
+from graphbreak_doctor.recipes.common import library_entry, qualified, source_of, where_of
 from graphbreak_doctor.recipes.recipe import Advice, FixContext, NotApplicable, Plan, Recipe
 
 
@@ -60,23 +61,12 @@ def plan(brk: Break, ctx: FixContext) -> Plan:
         raise NotApplicable(f"cannot read the signature of {package}.{op_name}")
     op_args = [a.name for a in schema.arguments]
     passed = [p for p in sig.parameters if p in op_args]
-    dropped = [p for p in sig.parameters if p not in op_args]
     accepted = catalogue.REGISTERED_OP_EQUIVALENTS.get((package, op_name), {})
     fwd = adapters.Forward(wrapper, op, passed, accepted)
     adapter = adapters.forwarding_adapter(fwd, sig, f"{package}.{op_name} -> torch.ops.{package}.{op_name}")
     if adapter is None:
         raise NotApplicable(f"{package}.{op_name} takes *args/**kwargs or required arguments the op lacks")
-    call = caller.code or f"{package}.{op_name}(...)"
-    new = call.replace(f"{package}.{op_name}(", f"torch.ops.{package}.{op_name}(", 1) if f"{package}.{op_name}(" in call \
-        else re.sub(rf"\b[\w.]*\b{op_name}\(", f"torch.ops.{package}.{op_name}(", call, count=1)
-    patch = (
-        f"--- {short_path(caller.file)} ({caller.qualname})\n"
-        f"-    {call}\n"
-        f"+    {new}\n"
-        f"# torch.ops.{package}.{op_name}{str(schema)[str(schema).index('('):]}\n"
-        + (f"# not in the op: {', '.join(dropped)} -- keep their defaults"
-           + (f" (equivalent: {accepted})" if accepted else "") + "\n" if dropped else "")
-    )
+    patch = op_call_patch(caller, package, op_name, wrapper, accepted)
 
     def apply(ps: PatchSet) -> str:
         # The op's own module keeps the original: its implementation calls it.
@@ -87,6 +77,28 @@ def plan(brk: Break, ctx: FixContext) -> Plan:
 
     return Plan("use-registered-op", qualified(module, op_name), where_of(caller), patch, apply)
 
+
+
+def op_call_patch(caller: Frame, package: str, op_name: str, wrapper: Any, accepted: dict | None = None) -> str:
+    """The caller's line calling ``torch.ops.<package>.<op>`` instead of the
+    wrapper, with the op's schema and the wrapper parameters it lacks."""
+    schema = getattr(getattr(torch.ops, package), op_name).default._schema
+    sig = adapters.signature(wrapper)
+    op_args = [a.name for a in schema.arguments]
+    dropped = [p for p in (sig.parameters if sig else {}) if p not in op_args]
+    if accepted is None:
+        accepted = catalogue.REGISTERED_OP_EQUIVALENTS.get((package, op_name), {})
+    call = source_of(caller, f"    {package}.{op_name}(...)")
+    new = call.replace(f"{package}.{op_name}(", f"torch.ops.{package}.{op_name}(", 1) if f"{package}.{op_name}(" in call \
+        else re.sub(rf"\b[\w.]*\b{op_name}\(", f"torch.ops.{package}.{op_name}(", call, count=1)
+    return (
+        f"--- {short_path(caller.file)} ({caller.qualname})\n"
+        f"-{call}\n"
+        f"+{new}\n"
+        f"# torch.ops.{package}.{op_name}{str(schema)[str(schema).index('('):]}\n"
+        + (f"# not in the op: {', '.join(dropped)} -- keep their defaults"
+           + (f" (equivalent: {accepted})" if accepted else "") + "\n" if dropped else "")
+    )
 
 
 RECIPE = Recipe(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from graphbreak_doctor.findings import COMPLETE, Findings
+from graphbreak_doctor.findings import COMPLETE, Findings, Fix
 from graphbreak_doctor.frames import short_path as _short
 from graphbreak_doctor.render.renderer import FINDINGS, Renderer
 from graphbreak_doctor.text import counted as _n
@@ -22,6 +22,17 @@ def describe_device(findings: Findings) -> str:
     return d.get("name", "?")
 
 
+def _fix_lines(fix: Fix) -> list[str]:
+    where = f" ({fix.where})" if fix.where else ""
+    lines = [f"      fix: {fix.summary}{where}"]
+    if fix.verified:
+        lines.append(f"      verified: {fix.verification}")
+    if fix.secondary is not None:
+        inner = f" ({fix.secondary.where})" if fix.secondary.where else ""
+        lines.append(f"      or inside the library: {fix.secondary.summary}{inner}")
+    return lines
+
+
 def render(findings: Findings) -> str:
     lines = []
     env = findings.environment
@@ -35,8 +46,9 @@ def render(findings: Findings) -> str:
                      f"the breaks below are incomplete (first: {findings.unparsed_events[0].reason})")
     fg = findings.fullgraph
     if fg.crashed:
+        at = f" -- at {_short(fg.site.file)}:{fg.site.line} ({fg.site.qualname or fg.site.function})" if fg.site else ""
         lines.append(f"{findings.outcome.upper() if findings.outcome != COMPLETE else 'CRASHED'}: "
-                     f"{findings.incomplete()}")
+                     f"{findings.incomplete()}{at}")
     if fg.ran:
         first = findings.break_by_id(fg.break_id)
         if fg.ok:
@@ -58,15 +70,22 @@ def render(findings: Findings) -> str:
     if findings.breaks:
         cats = ", ".join(f"{k} {v}" for k, v in sorted(findings.categories().items()))
         lines.append(f"by category: {cats}")
+    if findings.message_fallbacks:
+        read = sum(1 for b in findings.breaks if b.fallbacks)
+        facts = ", ".join(f"{k} {v}" for k, v in findings.message_fallbacks.items())
+        lines.append(f"read from Dynamo's message text, not its objects: {read} of "
+                     f"{_n(len(findings.breaks), 'break')} ({facts})")
     for b in findings.breaks:
         act = b.actionable_frame
         via = f" <- {_short(act.file)}:{act.line} {act.qualname} ({b.package})" if act and act != b.site else ""
         modes = "+".join(b.modes)
-        lines.append(f"  [{b.category}] {_short(b.site.file)}:{b.site.line}{via}  x{b.count} {modes}")
+        lines.append(f"  [{b.category}] {_short(b.site.file)}:{b.site.line}{via}  x{b.count} {modes}  ({b.id})")
         lines.append(f"      {b.gb_type}{': ' + b.culprit if b.culprit else ''}")
+        cause = findings.break_by_id(b.caused_by) if b.caused_by else None
         if b.caused_by:
-            lines.append(f"      follows from break {b.caused_by}")
-        lines.append(f"      fix: {b.fix.summary}")
+            lines.append(f"      follows from {b.caused_by}" + (
+                f": {cause.gb_type} at {_short(cause.site.file)}:{cause.site.line}" if cause else ""))
+        lines.extend(_fix_lines(b.fix))
         for j in b.jit:
             lines.append(f"      JIT: this call {j.action}s {j.name} at trace time")
     kinds: dict[str, list] = {}

@@ -10,8 +10,13 @@ from dataclasses import dataclass
 class Rule:
     """Evidence that a break belongs to a category; any field that matches is enough."""
 
-    # Dynamo's names for the break (torch/_dynamo/graph_break_registry.json "Gb_type").
-    gb_types: frozenset[str] = frozenset()
+    # Dynamo's registry ids of the break (torch/_dynamo/graph_break_registry.json).
+    gb_ids: frozenset[str] = frozenset()
+    # Dynamo's exception types on the failure's chain, qualified
+    # ("torch.fx.experimental.symbolic_shapes.GuardOnDataDependentSymNode"), or
+    # a UserError's type ("torch._dynamo.exc.UserErrorType.DYNAMIC_CONTROL_FLOW"):
+    # capture failures that are not Unsupported have no registry id.
+    exceptions: tuple[str, ...] = ()
     # Stdlib modules the stack passes through ("subprocess", "pathlib", ...).
     through: tuple[str, ...] = ()
     # Prefixes of the refused callable, as "module.qualname".
@@ -20,6 +25,10 @@ class Rule:
     extension_culprit: bool = False
     # The refused callable is a builtin or stdlib C function / type.
     stdlib_culprit: bool = False
+    # The recipe whose text is the suggested fix for breaks this rule
+    # recognises, when it differs from the category's (a lock entered as a
+    # context manager needs other advice than a SimpleNamespace).
+    advice: str = ""
 
 
 @dataclass(frozen=True)

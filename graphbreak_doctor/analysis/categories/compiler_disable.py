@@ -9,8 +9,8 @@ CATEGORY = Category(
     name="compiler-disable",
     why="Dynamo met a function wrapped in torch.compiler.disable",
     evidence="a `torch.compiler.disable`d function",
-    rules=(Rule(gb_types=frozenset({"Skip calling `torch.compiler.disable()`d function",
-                                    "Skip inlining `torch.compiler.disable()`d function"})),),
+    # "Skip calling / Skip inlining `torch.compiler.disable()`d function".
+    rules=(Rule(gb_ids=frozenset({"GB0098", "GB0099"})),),
     advice="custom-op-instead-of-disable",
     ladder=("wrap-custom-op",),
     priority=10,

@@ -6,7 +6,8 @@ CATEGORY = Category(
     name="logging",
     why="logging, printing or warnings",
     evidence="`logging`, `print`, `warnings`",
-    rules=(Rule(gb_types=frozenset({"logging.Logger method not supported for non-export cases"}),
+    # GB0291: "logging.Logger method not supported for non-export cases".
+    rules=(Rule(gb_ids=frozenset({"GB0291"}),
                 through=("logging", "warnings"),
                 culprits=("builtins.print", "print", "_warnings.warn", "warnings.warn", "logging.")),),
     advice="guard-logging",

@@ -10,8 +10,9 @@ CATEGORY = Category(
     # torch._C._cuda_getCurrentRawStream) is just as opaque to the graph. So are
     # compiled objects flowing through traced code: a tvm-ffi Module Dynamo
     # cannot wrap, a C __hash__ it cannot trace into.
-    rules=(Rule(gb_types=frozenset({"torch.* op returned non-Tensor", "Unexpected type in sourceless builder",
-                                    "Untraceable C tp_hash"}),
+    # GB0208 "torch.* op returned non-Tensor", GB0116 "Unexpected type in
+    # sourceless builder", GB2861 "Untraceable C tp_hash".
+    rules=(Rule(gb_ids=frozenset({"GB0208", "GB0116", "GB2861"}),
                 through=("ctypes",), culprits=("_ctypes.", "ctypes.", "tvm_ffi.", "PyCFuncPtrType.", "CFuncPtr"),
                 extension_culprit=True),),
     advice="wrap-custom-op",

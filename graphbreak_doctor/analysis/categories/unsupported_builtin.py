@@ -10,9 +10,15 @@ CATEGORY = Category(
     # `with self._lock:`), a `class` statement executed on the traced path
     # (LOAD_NAME has no handler), and torch runtime APIs Dynamo skips on
     # purpose (torch.cuda.use_mem_pool).
-    rules=(Rule(gb_types=frozenset({"Unsupported context manager", "Missing bytecode handler",
-                                    "Invalid call to __build_class__",
-                                    "can't handle functions not implemented in python"}),
+    # A context manager Dynamo cannot enter (GB0142) gets its own advice: enter
+    # it outside the compiled region. So do torch's context-manager functions
+    # Dynamo skips (torch.cuda.use_mem_pool, a generator the `with` enters).
+    rules=(Rule(gb_ids=frozenset({"GB0142"}), culprits=("torch.cuda.memory.use_mem_pool", "torch.cuda.graphs.",
+                                                          "torch.cuda.streams.", "torch.cuda.stream"),
+                advice="enter-outside"),
+           # Missing bytecode handler (GB0082), invalid __build_class__ (GB8977),
+           # functions not implemented in python (GB0177).
+           Rule(gb_ids=frozenset({"GB0082", "GB8977", "GB0177"}),
                 culprits=("torch.cuda.", "torch._utils.", "torch._C."),
                 stdlib_culprit=True),),
     advice="precompute-builtin",
