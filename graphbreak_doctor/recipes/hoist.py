@@ -132,7 +132,7 @@ def _example(n: Names) -> str:
         return before_after(
             n.where, [n.line], "do the file work once, outside the compiled region, and keep what the traced code "
             "needs", [f"with {opened}{alias}:   # at import or in a warm-up", "    _CONTENTS = ...   # what the "
-                      f"traced code reads", f"{indent_of(n.line)}# in {n.function}: use _CONTENTS"])
+                      "traced code reads", f"{indent_of(n.line)}# in {n.function}: use _CONTENTS"])
     name = n.entry or n.culprit
     expr = call_expression(n.line, short_name(name))
     if expr:
