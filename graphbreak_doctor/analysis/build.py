@@ -45,7 +45,11 @@ def _new_break(event: BreakEvent) -> Break:
     site = event.site or make_frame("<unknown>", 0, "<unknown>")
     via = _via(stack, actionable) or culprit
     brk = Break(
-        id=_break_id(event.gb_type, site.location(), culprit, actionable.location() if actionable else ""),
+        # The id reads the culprit from Dynamo's message text, never from its
+        # objects: a break read back from a log (ingest) has only the text and
+        # must get the same id as the live trace of the same run.
+        id=_break_id(event.gb_type, site.location(), culprit_of(msg.explanation, msg.context),
+                     actionable.location() if actionable else ""),
         category=category.name,
         gb_id=gb_id,
         gb_type=event.gb_type,
