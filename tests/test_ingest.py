@@ -63,6 +63,12 @@ def record(spec: str, out: Path, *, mode: str = "both", emulate: str | None = No
     return out
 
 
+def explain_trace(out: Path) -> Path:
+    """The TORCH_TRACE file of the explain-mode run (the one with the most
+    graph-break reports; each mode is recorded in a process of its own)."""
+    return max(sorted((out / "trace").iterdir()), key=lambda p: p.read_text().count("dynamo_graph_break_reason"))
+
+
 def shape(findings: Findings, modes: tuple[str, ...] = ("explain", "fullgraph")) -> list[tuple]:
     """What must match: category, gb_type and the frame to change, in order."""
     out = []
@@ -259,7 +265,7 @@ def test_gzip_and_zstd_inputs(server_log, tmp_path, recorded):
     packed = tmp_path / "server.log.gz"
     packed.write_bytes(gzip.compress(server_log.read_bytes()))
     assert shape(ingest([str(packed)])) == shape(ingest([str(server_log)]))
-    trace_file = next((recorded["subprocess_call"] / "trace").iterdir())
+    trace_file = explain_trace(recorded["subprocess_call"])
     gz_trace = tmp_path / "trace.log.gz"
     gz_trace.write_bytes(gzip.compress(trace_file.read_bytes()))
     assert shape(ingest([str(gz_trace)])) == shape(ingest([str(trace_file)]))
@@ -287,7 +293,7 @@ def test_compressed_file_that_breaks_off_keeps_what_came_before(server_log, tmp_
 
 
 def test_ranks_are_recorded_per_file(recorded, tmp_path):
-    src = next((recorded["subprocess_call"] / "trace").iterdir())
+    src = explain_trace(recorded["subprocess_call"])
     folder = tmp_path / "tt"
     folder.mkdir()
     for rank in (0, 1):
@@ -319,7 +325,7 @@ print(len(findings.breaks), peak.split()[1])
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads the peak RSS from Linux's /proc")
 def test_memory_does_not_grow_with_the_trace(recorded, tmp_path):
-    first = sorted((recorded["hostile_text"] / "trace").iterdir())[0]
+    first = explain_trace(recorded["hostile_text"])
     src = first.read_bytes()
     distinct = len(ingest([str(first)]).breaks)
     assert distinct >= 1
@@ -339,7 +345,7 @@ def test_memory_does_not_grow_with_the_trace(recorded, tmp_path):
 # ------------------------------------------------------------ bad input
 
 def test_truncated_trace_reports_what_it_could_not_parse(recorded, tmp_path):
-    src = next((recorded["logging_calls"] / "trace").iterdir())
+    src = explain_trace(recorded["logging_calls"])
     lines = src.read_text().splitlines(keepends=True)
     # Cut inside the second graph break's report, before its user code.
     second = [i for i, line in enumerate(lines) if "dynamo_graph_break_reason" in line][1]
@@ -358,7 +364,7 @@ def test_truncated_trace_reports_what_it_could_not_parse(recorded, tmp_path):
 
 
 def test_cli_truncated_trace_lists_unparsed_and_exits_0(cli, recorded, tmp_path):
-    src = next((recorded["subprocess_call"] / "trace").iterdir())
+    src = explain_trace(recorded["subprocess_call"])
     text = src.read_text()
     cut = tmp_path / "cut.log"
     cut.write_text(text[: text.index("User code traceback:")])
