@@ -245,6 +245,8 @@ def fix(build: Callable[[UndoLog], Target], *, mode: str = "fullgraph", device: 
         state.keep_torch_state()
         progress("building the target")
         target = build(log)
+        if target.prepare is not None:
+            target.prepare(mode, log)
         with FixSession(target, mode=mode, max_steps=max_steps, progress=progress) as session:
             outcome = session.climb()
         progress("analysing")
