@@ -73,6 +73,8 @@ bench: $(VENV)/.installed $(VENV063)/.installed
 	$(VENV)/bin/python benchmarks/layers.py
 	$(VENV)/bin/python benchmarks/emulation_rss.py
 	$(VENV)/bin/python benchmarks/isolation.py
+	@if [ -f $(VENVSGL)/.installed ]; then \
+	  $(VENVSGL)/bin/python benchmarks/layers.py --env $(VENVSGL) --impl sglang --layers dense,moe; fi
 
 clean:
 	rm -rf $(VENV) $(VENV063) $(VENVSGL) reports/*.json reports/*.html

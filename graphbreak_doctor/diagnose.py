@@ -83,6 +83,7 @@ def trace_mode(
     """Build the target inside the device and trace it in one mode."""
     with UndoLog() as state:
         state.keep_torch_state()
+        state.keep_environment()
         with device_context(device) as dev, UndoLog() as log:
             progress("building the target")
             target = build(log)

@@ -181,6 +181,20 @@ class UndoLog:
 
         self._steps.append(restore)
 
+    def keep_environment(self) -> None:
+        """Whatever is set in or removed from ``os.environ`` after this call
+        (a framework's import sets its defaults) is put back on undo."""
+        saved = dict(os.environ)
+
+        def restore() -> None:
+            for name in set(os.environ) - set(saved):
+                del os.environ[name]
+            for name, value in saved.items():
+                if os.environ.get(name) != value:
+                    os.environ[name] = value
+
+        self._steps.append(restore)
+
     def bytecode_hook(self, hook: Callable[..., Any]) -> None:
         """Register a Dynamo bytecode hook (sees each frame's generated code)."""
         import torch._dynamo.convert_frame

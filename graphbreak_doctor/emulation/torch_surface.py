@@ -202,6 +202,7 @@ def dynamo_tables() -> list[dict]:
 def install(preset: DevicePreset, log: UndoLog) -> dict[str, Callable[..., Any]]:
     """Install the surface for `preset`; every change is recorded in `log`."""
     tables = dynamo_tables()
+    log.call_on_undo(_rule_map_rebuilt_check(tables[0]))
     surface = build_surface(preset)
     for name, replacement in surface.items():
         original = getattr(torch.cuda, name)
@@ -218,6 +219,21 @@ def install(preset: DevicePreset, log: UndoLog) -> dict[str, Callable[..., Any]]
     install_device_switch(log)
     install_mem_pool(log)
     return surface
+
+
+def _rule_map_rebuilt_check(rules: dict) -> Callable[[], None]:
+    """Runs last on undo, when the real functions are back. Something the
+    target ran may have cleared Dynamo's trace-rule caches while emulated
+    (`torch.distributed.init_process_group` does: trace_rules.clear_lru_cache);
+    a map rebuilt then holds the replacements. Dropped, it is built again
+    from the real functions when next needed."""
+    from torch._dynamo import trace_rules
+
+    def check() -> None:
+        if trace_rules.get_torch_obj_rule_map() is not rules:
+            trace_rules.get_torch_obj_rule_map.cache_clear()
+
+    return check
 
 
 # C functions a CPU build of torch lacks but FlashInfer calls directly:

@@ -82,10 +82,17 @@ def _free_port() -> int:
 
 
 def _distributed(log: UndoLog) -> None:
+    from torch._dynamo import trace_rules
+
     _, init = require("sglang.srt.distributed.parallel_state:init_distributed_environment")
     if not torch.distributed.is_initialized():
-        init(world_size=1, rank=0, local_rank=0, backend="gloo",
-             distributed_init_method=f"tcp://127.0.0.1:{_free_port()}")
+        # torch.distributed's initialization clears Dynamo's trace-rule caches;
+        # the map the emulation built (torch.distributed imported) is kept:
+        # docs/design.md, "SGLang's set-up calls".
+        with UndoLog() as keep:
+            keep.setattr(trace_rules, "clear_lru_cache", lambda: None)
+            init(world_size=1, rank=0, local_rank=0, backend="gloo",
+                 distributed_init_method=f"tcp://127.0.0.1:{_free_port()}")
         destroy = optional("sglang.srt.distributed.parallel_state:destroy_distributed_environment")
         log.call_on_undo(destroy if destroy is not None else torch.distributed.destroy_process_group)
 
