@@ -6,10 +6,11 @@ PYTHON ?= python3
 VENV := .venv
 VENV063 := .venv-fi063
 VENVSGL := .venv-sglang
+VENVSGL059 := .venv-sglang-0.5.9
 PYTEST_ARGS ?=
 PIP_FLAGS := -q --disable-pip-version-check
 
-.PHONY: trace test test-main test-fi063 test-sglang chromium bench clean venv
+.PHONY: trace test test-main test-fi063 test-sglang test-sglang-0.5.9 chromium bench clean venv
 
 venv: $(VENV)/.installed $(VENV063)/.installed $(VENVSGL)/.installed
 
@@ -33,6 +34,14 @@ $(VENVSGL)/.installed: pyproject.toml requirements/sglang.txt requirements/sglan
 	$(VENVSGL)/bin/pip install $(PIP_FLAGS) -r requirements/sglang.txt
 	$(VENVSGL)/bin/pip install $(PIP_FLAGS) --no-deps -r requirements/sglang-nodeps.txt
 	$(VENVSGL)/bin/pip install $(PIP_FLAGS) --no-deps --no-build-isolation -e .
+	touch $@
+
+# Optional: SGLang 0.5.9, the oldest release with GLM-5 (not part of `make test`).
+$(VENVSGL059)/.installed: pyproject.toml requirements/sglang-0.5.9.txt requirements/sglang-0.5.9-nodeps.txt
+	$(PYTHON) -m venv $(VENVSGL059)
+	$(VENVSGL059)/bin/pip install $(PIP_FLAGS) -r requirements/sglang-0.5.9.txt
+	$(VENVSGL059)/bin/pip install $(PIP_FLAGS) --no-deps -r requirements/sglang-0.5.9-nodeps.txt
+	$(VENVSGL059)/bin/pip install $(PIP_FLAGS) --no-deps --no-build-isolation -e .
 	touch $@
 
 # The main job: GLM-5-NVFP4's dense decoder layer on an emulated RTX PRO 6000
@@ -69,6 +78,9 @@ test-fi063: $(VENV063)/.installed
 test-sglang: $(VENVSGL)/.installed
 	$(VENVSGL)/bin/python -m pytest -m sglang $(PYTEST_ARGS)
 
+test-sglang-0.5.9: $(VENVSGL059)/.installed
+	$(VENVSGL059)/bin/python -m pytest -m sglang $(PYTEST_ARGS)
+
 bench: $(VENV)/.installed $(VENV063)/.installed
 	$(VENV)/bin/python benchmarks/layers.py
 	$(VENV)/bin/python benchmarks/emulation_rss.py
@@ -77,4 +89,4 @@ bench: $(VENV)/.installed $(VENV063)/.installed
 	  $(VENVSGL)/bin/python benchmarks/layers.py --env $(VENVSGL) --impl sglang --layers dense,moe; fi
 
 clean:
-	rm -rf $(VENV) $(VENV063) $(VENVSGL) reports/*.json reports/*.html
+	rm -rf $(VENV) $(VENV063) $(VENVSGL) $(VENVSGL059) reports/*.json reports/*.html

@@ -126,7 +126,9 @@ def test_moe_is_clean_in_sglangs_piecewise_state_and_not_outside_it(cli):
     assert "tc_piecewise" in piecewise.target.facts["compile_state"]
     assert any(op.startswith("sglang::moe_forward") for op in piecewise.registered_ops())
     assert piecewise.target.split_ops and all("::" in op for op in piecewise.target.split_ops)
-    plain = ok(cli, "moe")
+    # Plain: FlashInfer's fused MoE path breaks (explain mode may crash Dynamo
+    # itself on an older FlashInfer: the run says so, the fullgraph verdict stands).
+    _, plain, _ = traced(cli, "moe")
     assert plain.fullgraph.ok is False and plain.breaks
     assert {b.package for b in plain.breaks} == {"flashinfer"}, [b.package for b in plain.breaks]
 
@@ -135,7 +137,7 @@ def test_moe_is_clean_in_sglangs_piecewise_state_and_not_outside_it(cli):
 def test_findings_record_impl_release_state_warm_up_and_stand_ins(cli):
     from graphbreak_doctor.render import get
 
-    warm, cold = ok(cli, "moe"), ok(cli, "moe", "sm120", "explain", "--cold")
+    (_, warm, _), (_, cold, _) = traced(cli, "moe"), traced(cli, "moe", "sm120", "explain", "--cold")
     for findings, warmed in ((warm, True), (cold, False)):
         info = findings.target
         assert info.facts["impl"] == "sglang" and info.facts["sglang_version"] == SGLANG
@@ -148,31 +150,37 @@ def test_findings_record_impl_release_state_warm_up_and_stand_ins(cli):
         html, text = get("html").render(findings), get("terminal").render(findings)
         for line in info.stand_ins:
             assert f"stand-in: {line}" in text and line.split(":", 1)[0] in html
-    # Without the warm-up, FlashInfer's module loading runs under Dynamo too.
-    assert {b.key() for b in warm.breaks if "explain" in b.modes} <= {b.key() for b in cold.breaks}
-    assert len(cold.breaks) > len([b for b in warm.breaks if "explain" in b.modes])
+    if warm.outcome == cold.outcome == "complete":
+        # Without the warm-up, FlashInfer's module loading runs under Dynamo too.
+        warm_explain = {b.key() for b in warm.breaks if "explain" in b.modes}
+        assert warm_explain < {b.key() for b in cold.breaks}
 
 
 @pytest.mark.slow
-def test_a_plain_dynamo_script_finds_the_same_categories_and_frames(cli, tmp_path):
+@pytest.mark.parametrize("layer", ["dense", "moe"])
+def test_a_plain_dynamo_script_finds_the_same_categories_and_frames(cli, tmp_path, layer):
     """fixtures.sglang_plain runs torch._dynamo.explain and
     torch.compile(fullgraph=True, backend="eager") on the same SGLang block,
     without the doctor's capture; its TORCH_TRACE, read by ingest, gives the
-    live trace's categories and frames to change, and every break reason
-    explain lists is one the doctor found."""
+    live trace's categories and frames to change, every break reason explain
+    lists is one the doctor found, and the fullgraph verdicts agree."""
     from graphbreak_doctor.ingest import ingest
 
-    live = ok(cli, "moe")
+    _, live, _ = traced(cli, layer)
+    if live.outcome != "complete":
+        pytest.skip(f"Dynamo crashed on this release's {layer} block: {live.fullgraph.error}")
     env = {**os.environ, "TORCH_TRACE": str(tmp_path / "trace"),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    done = subprocess.run([sys.executable, "-m", "fixtures.sglang_plain", "--layer", "moe"], cwd=ROOT, env=env,
+    done = subprocess.run([sys.executable, "-m", "fixtures.sglang_plain", "--layer", layer], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     plain = json.loads(done.stdout.strip().splitlines()[-1])
-    assert plain["fullgraph"]["ok"] is live.fullgraph.ok is False
+    assert plain["fullgraph"]["ok"] is live.fullgraph.ok
     frame = lambda f: (f.file, f.line)  # noqa: E731
-    last = plain["fullgraph"]["stack"][-1]
-    assert frame(live.break_by_id(live.fullgraph.break_id).site) == (last["file"], last["line"])
+    if not live.fullgraph.ok:
+        last = plain["fullgraph"]["stack"][-1]
+        assert frame(live.break_by_id(live.fullgraph.break_id).site) == (last["file"], last["line"])
+    assert plain["explain"]["graph_break_count"] <= sum(b.count for b in live.breaks if "explain" in b.modes)
     sites = {frame(b.site) for b in live.breaks} | {frame(f) for b in live.breaks for f in b.stack}
     for reason in plain["explain"]["break_reasons"]:
         assert (reason["stack"][-1]["file"], reason["stack"][-1]["line"]) in sites, reason
