@@ -201,15 +201,22 @@ def finish(out: StandIns) -> None:
     """After the framework's import: give each declared op that still has no
     fake a no-op one (only kernels that return nothing and write their
     ``Tensor!`` arguments are declared without a fake of their own)."""
+    theirs, ours = [], []
     for name in out.declared:
         qualname = f"sgl_kernel::{name}"
         if torch._C._dispatch_has_kernel_for_dispatch_key(qualname, "Meta") or _has_fake(qualname):
-            out.lines.append(f"{qualname}: schema only (the framework registers its fake)")
+            theirs.append(name)
             continue
         if getattr(torch.ops.sgl_kernel, name).default._schema.returns:
             raise RuntimeError(f"{qualname} returns values and has no fake: no stand-in can answer for it")
         torch.library.register_fake(qualname, _no_op, lib=out.library)
-        out.lines.append(f"{qualname}: schema + a no-op fake (the kernel only writes its Tensor! arguments)")
+        ours.append(name)
+    if ours:
+        out.lines.append(f"sgl_kernel::{{{','.join(ours)}}}: the library's schemas, no kernel, a no-op fake "
+                         "(kernels that only write their Tensor! arguments)")
+    if theirs:
+        out.lines.append(f"sgl_kernel::{{{','.join(theirs)}}}: the library's schemas, no kernel (the framework "
+                         "registers their fakes)")
 
 
 def _has_fake(qualname: str) -> bool:

@@ -143,17 +143,11 @@ def _prepare(target: Target, mode: str, log: UndoLog, *, kind: str, index: int, 
              cold: bool, launched: list[str]) -> None:
     piecewise = mode == "piecewise"
     with sglang_emulation.platform_window():
-        prefill = "tc_piecewise" if piecewise else None
-        rt = runtime.set_up(config_dir, log, prefill_backend=prefill)
-        if kind == "moe" and runtime.moe_backend().is_auto() and torch.cuda.get_device_capability()[0] >= 10:
-            # Older releases leave "auto" on Blackwell: SGLang's own cutlass
-            # MoE, through sgl-kernel ops no stand-in declares.
-            rt = runtime.set_up(config_dir, log, prefill_backend=prefill, moe_runner_backend="flashinfer_cutlass")
-            rt.notes.append("SGLang left the MoE runner backend at auto here (its own cutlass MoE through sgl-kernel "
-                            "ops, which are not emulated); traced with --moe-runner-backend flashinfer_cutlass")
-        block = _build_block(kind, index, rt)
-        with sglang_emulation.consistent_fake_weights():
-            _process_weights(block)
+        try:
+            rt, block = _set_up_and_build(kind, index, config_dir, log, prefill="tc_piecewise" if piecewise else None)
+        except ValueError as e:  # SGLang's own refusal (a device or backend it does not support)
+            raise TargetError(f"SGLang {runtime.version()} refuses to build the {kind} layer here: "
+                              f"{one_line(str(e), 300)}") from e
         folded = sglang_emulation.fold_platform_probes(log)
     hidden = rt.model_config.hf_config.hidden_size
     args = tuple(torch.empty(tokens, hidden, dtype=torch.bfloat16, device="cuda") for _ in range(2))
@@ -168,6 +162,21 @@ def _prepare(target: Target, mode: str, log: UndoLog, *, kind: str, index: int, 
                               "(--cold traces without it)") from e
     target.fn, target.args = block.forward, args
     _describe(target.info, block, rt, mode=mode, tokens=tokens, cold=cold, folded=folded, launched=launched)
+
+
+def _set_up_and_build(kind: str, index: int, config_dir: str, log: UndoLog, *,
+                      prefill: str | None) -> tuple[runtime.Runtime, MlpBlock]:
+    rt = runtime.set_up(config_dir, log, prefill_backend=prefill)
+    if kind == "moe" and runtime.moe_backend().is_auto() and torch.cuda.get_device_capability()[0] >= 10:
+        # Older releases leave "auto" on Blackwell: SGLang's own cutlass MoE,
+        # through sgl-kernel ops no stand-in declares.
+        rt = runtime.set_up(config_dir, log, prefill_backend=prefill, moe_runner_backend="flashinfer_cutlass")
+        rt.notes.append("SGLang left the MoE runner backend at auto here (its own cutlass MoE through sgl-kernel "
+                        "ops, which are not emulated); traced with --moe-runner-backend flashinfer_cutlass")
+    block = _build_block(kind, index, rt)
+    with sglang_emulation.consistent_fake_weights():
+        _process_weights(block)
+    return rt, block
 
 
 def _build_block(kind: str, index: int, rt: runtime.Runtime) -> MlpBlock:

@@ -101,7 +101,17 @@ def _model_parallel(log: UndoLog) -> None:
     parallel = importlib.import_module("sglang.srt.distributed.parallel_state")
     if parallel.model_parallel_is_initialized():
         return
+    unset = [name for name, value in vars(parallel).items() if name.startswith("_") and name.isupper() and value is None]
     call(parallel.initialize_model_parallel, tensor_model_parallel_size=1, backend="gloo")
+    # After SGLang's teardown (which runs first): the groups it leaves set
+    # (0.5.9 forgets the attention group) are unset again, so the process can
+    # build once more.
+
+    def unset_groups() -> None:
+        for name in unset:
+            setattr(parallel, name, None)
+
+    log.call_on_undo(unset_groups)
     destroy = getattr(parallel, "destroy_model_parallel", None)
     if destroy is not None:
         log.call_on_undo(destroy)
