@@ -25,18 +25,20 @@ LIMIT_MIB = 1536
 LIMIT_S = 30  # --impl sglang
 
 
-def measure(python: str, argv: list[str]) -> tuple[float, float, int]:
-    """(wall seconds, peak RSS MiB, exit code) of one CLI run in a child process."""
+def measure(python: str, argv: list[str]) -> tuple[float, float, int, float]:
+    """(wall seconds, peak RSS MiB, exit code, CPU seconds of the run and its
+    workers) of one CLI run in a child process."""
     code = (
         "import resource, subprocess, sys, time\n"
         "t = time.perf_counter()\n"
         "rc = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode\n"
         "wall = time.perf_counter() - t\n"
-        "print(wall, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, rc)\n"
+        "use = resource.getrusage(resource.RUSAGE_CHILDREN)\n"
+        "print(wall, use.ru_maxrss / 1024, rc, use.ru_utime + use.ru_stime)\n"
     )
     out = subprocess.run([python, "-c", code, python, "-m", "graphbreak_doctor", *argv],
                          cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
-    return float(out[0]), float(out[1]), int(out[2])
+    return float(out[0]), float(out[1]), int(out[2]), float(out[3])
 
 
 def main() -> int:
@@ -55,14 +57,14 @@ def main() -> int:
     print(f"graphbreak-doctor trace --layer L --impl {args.impl} --device {args.device} --mode {args.mode} "
           f"--no-html  ({args.env}; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)")
     limits = f"< {LIMIT_MIB} MiB" + (f", <= {LIMIT_S} s" if sglang else "")
-    print(f"{'layer':<8}{'wall s':>9}{'peak RSS MiB':>15}{'exit':>6}  {limits:>20}")
+    print(f"{'layer':<8}{'wall s':>9}{'CPU s':>8}{'peak RSS MiB':>15}{'exit':>6}  {limits:>20}")
     failed = False
     for layer in args.layers.split(","):
-        wall, rss, rc = measure(python, ["trace", "--layer", layer, "--impl", args.impl, "--device", args.device,
-                                         "--mode", args.mode, "--no-html"])
+        wall, rss, rc, cpu = measure(python, ["trace", "--layer", layer, "--impl", args.impl, "--device",
+                                              args.device, "--mode", args.mode, "--no-html"])
         within = rss < LIMIT_MIB and (not sglang or wall <= LIMIT_S)
         failed |= not within
-        print(f"{layer:<8}{wall:>9.1f}{rss:>15.0f}{rc:>6}  {'yes' if within else 'NO':>20}")
+        print(f"{layer:<8}{wall:>9.1f}{cpu:>8.1f}{rss:>15.0f}{rc:>6}  {'yes' if within else 'NO':>20}")
     return 1 if failed else 0
 
 

@@ -104,7 +104,8 @@ def build_layer(kind: str, *, config: str | None, tokens: int, device: str, cold
     """SGLang's block for one GLM-5 layer kind; call inside the device. The
     module itself is built by the target's ``prepare`` (see the module doc)."""
     cfg = load_config(config)
-    index = cfg.layer_indices(kind)[0]
+    same = cfg.layer_indices(kind)
+    index = same[0]
     scratch = _scratch(device, log)
     installed = standins.install(log)
     sglang_emulation.isolate_caches(log, scratch)
@@ -114,7 +115,6 @@ def build_layer(kind: str, *, config: str | None, tokens: int, device: str, cold
     launched = dsl_dry.install(log)
     sglang_emulation.inductor_as_eager(log)
     release = runtime.version()
-    same = cfg.layer_indices(kind)
     info = TargetInfo(
         spec=f"glm5-sglang:{kind}:{index}",
         provider="glm5",
@@ -159,7 +159,7 @@ def _prepare(target: Target, mode: str, log: UndoLog, *, kind: str, index: int, 
             block(*args)
         except Exception as e:
             raise TargetError(f"SGLang's eager warm-up failed: {type(e).__name__}: {one_line(str(e), 200)} "
-                              "(--cold traces without it)") from e
+                              "(--cold skips it)") from e
     target.fn, target.args = block.forward, args
     _describe(target.info, block, rt, mode=mode, tokens=tokens, cold=cold, folded=folded, launched=launched)
 
