@@ -10,7 +10,8 @@ cache, writing build.ninja, `get_cuda_path` / `get_cuda_version`
 What is replaced, and where:
 - The CUDA toolkit: a throwaway CUDA_HOME whose `bin/nvcc` is a shell script
   that answers `--version` / `--list-gpu-arch` for the preset's CUDA version
-  and refuses to compile, and whose `bin/ninja` (first on PATH) succeeds
+  and refuses to compile, whose `bin/nvidia-smi` answers a serving
+  framework's start-up queries, and whose `bin/ninja` (first on PATH) succeeds
   without building anything. The subprocesses still run, from FlashInfer's code.
 - The shared-library load: tvm_ffi's loader for ".so" files (the global
   function `ffi.Module.load_from_file.so`, which `ffi.ModuleLoadFromFile`
