@@ -5,30 +5,59 @@
 PYTHON ?= python3
 VENV := .venv
 VENV063 := .venv-fi063
+VENVSGL := .venv-sglang
+VENVSGL059 := .venv-sglang-0.5.9
 PYTEST_ARGS ?=
+PIP_FLAGS := -q --disable-pip-version-check
 
-.PHONY: trace test test-main test-fi063 chromium bench clean venv
+.PHONY: trace test test-main test-fi063 test-sglang test-sglang-0.5.9 chromium bench clean venv
 
-venv: $(VENV)/.installed $(VENV063)/.installed
+venv: $(VENV)/.installed $(VENV063)/.installed $(VENVSGL)/.installed
 
 $(VENV)/.installed: pyproject.toml requirements/ci.txt
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install -q --disable-pip-version-check -r requirements/ci.txt
-	$(VENV)/bin/pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
+	$(VENV)/bin/pip install $(PIP_FLAGS) -r requirements/ci.txt
+	$(VENV)/bin/pip install $(PIP_FLAGS) --no-deps --no-build-isolation -e .
 	touch $@
 
 $(VENV063)/.installed: pyproject.toml requirements/fi063.txt
 	$(PYTHON) -m venv $(VENV063)
-	$(VENV063)/bin/pip install -q --disable-pip-version-check -r requirements/fi063.txt
-	$(VENV063)/bin/pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
+	$(VENV063)/bin/pip install $(PIP_FLAGS) -r requirements/fi063.txt
+	$(VENV063)/bin/pip install $(PIP_FLAGS) --no-deps --no-build-isolation -e .
+	touch $@
+
+# Third environment: SGLang 0.5.23 (its Python; the CUDA-only binaries get
+# stand-ins), torch held at 2.13.0. The second file goes in without
+# dependencies (see its header).
+$(VENVSGL)/.installed: pyproject.toml requirements/sglang.txt requirements/sglang-nodeps.txt
+	$(PYTHON) -m venv $(VENVSGL)
+	$(VENVSGL)/bin/pip install $(PIP_FLAGS) -r requirements/sglang.txt
+	$(VENVSGL)/bin/pip install $(PIP_FLAGS) --no-deps -r requirements/sglang-nodeps.txt
+	$(VENVSGL)/bin/pip install $(PIP_FLAGS) --no-deps --no-build-isolation -e .
+	touch $@
+
+# Optional: SGLang 0.5.9, the oldest release with GLM-5 (not part of `make test`).
+$(VENVSGL059)/.installed: pyproject.toml requirements/sglang-0.5.9.txt requirements/sglang-0.5.9-nodeps.txt
+	$(PYTHON) -m venv $(VENVSGL059)
+	$(VENVSGL059)/bin/pip install $(PIP_FLAGS) -r requirements/sglang-0.5.9.txt
+	$(VENVSGL059)/bin/pip install $(PIP_FLAGS) --no-deps -r requirements/sglang-0.5.9-nodeps.txt
+	$(VENVSGL059)/bin/pip install $(PIP_FLAGS) --no-deps --no-build-isolation -e .
 	touch $@
 
 # The main job: GLM-5-NVFP4's dense decoder layer on an emulated RTX PRO 6000
-# (sm120); JSON and HTML findings under reports/.
+# (sm120); JSON and HTML findings under reports/. SGLang's own dense layer when
+# the SGLang environment exists (make venv, make test), else the project's
+# re-creation of it.
 trace: $(VENV)/.installed
-	$(VENV)/bin/graphbreak-doctor trace --layer dense --json
+	@if [ -f $(VENVSGL)/.installed ]; then \
+	  echo "make trace: SGLang's own dense layer (--impl sglang, $(VENVSGL))"; \
+	  $(VENVSGL)/bin/graphbreak-doctor trace --layer dense --impl sglang --json; \
+	else \
+	  echo "make trace: the re-created dense layer (--impl reference, $(VENV); make venv adds SGLang)"; \
+	  $(VENV)/bin/graphbreak-doctor trace --layer dense --impl reference --json; \
+	fi
 
-test: test-main test-fi063
+test: test-main test-fi063 test-sglang
 
 test-main: $(VENV)/.installed chromium
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
@@ -45,10 +74,19 @@ chromium:
 test-fi063: $(VENV063)/.installed
 	$(VENV063)/bin/python -m pytest -m flashinfer $(PYTEST_ARGS)
 
+# The SGLang environment runs the tests of SGLang's own layers (marked `sglang`).
+test-sglang: $(VENVSGL)/.installed
+	$(VENVSGL)/bin/python -m pytest -m sglang $(PYTEST_ARGS)
+
+test-sglang-0.5.9: $(VENVSGL059)/.installed
+	$(VENVSGL059)/bin/python -m pytest -m sglang $(PYTEST_ARGS)
+
 bench: $(VENV)/.installed $(VENV063)/.installed
 	$(VENV)/bin/python benchmarks/layers.py
 	$(VENV)/bin/python benchmarks/emulation_rss.py
 	$(VENV)/bin/python benchmarks/isolation.py
+	@if [ -f $(VENVSGL)/.installed ]; then \
+	  $(VENVSGL)/bin/python benchmarks/layers.py --env $(VENVSGL) --impl sglang --layers dense,moe; fi
 
 clean:
-	rm -rf $(VENV) $(VENV063) reports/*.json reports/*.html
+	rm -rf $(VENV) $(VENV063) $(VENVSGL) $(VENVSGL059) reports/*.json reports/*.html

@@ -83,9 +83,15 @@ def trace_mode(
     """Build the target inside the device and trace it in one mode."""
     with UndoLog() as state:
         state.keep_torch_state()
+        state.keep_environment()
         with device_context(device) as dev, UndoLog() as log:
             progress("building the target")
             target = build(log)
+            if target.prepare is not None:
+                progress(f"preparing the target ({mode})")
+                target.prepare(mode, log)
+            # What the build and its warm-up asked for is not a trace-time request.
+            already = len(dev.jit_requests)
             current: list[capture.BreakEvent] = []
             dev.on_jit = _jit_hook(current)
             try:
@@ -95,7 +101,7 @@ def trace_mode(
                     result = capture.run(target, mode, on_event=current.append)
             finally:
                 dev.on_jit = None
-            jit = [JitRequest(name=r.name, action=r.action) for r in dev.jit_requests]
+            jit = [JitRequest(name=r.name, action=r.action) for r in dev.jit_requests[already:]]
             progress("analysing")
             return build_findings(
                 [result],

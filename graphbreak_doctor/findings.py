@@ -86,6 +86,13 @@ class TargetInfo:
     facts: dict[str, Any] = field(default_factory=dict)
     # Registered ops piecewise mode splits the graph at.
     split_ops: list[str] = field(default_factory=list)
+    # Registered ops the target's code calls, each with the library code that
+    # runs inside it, where Dynamo does not trace ("sglang::fp4_gemm":
+    # "FlashInfer's mm_fp4 ..."): why a clean trace is clean.
+    opaque_ops: dict[str, str] = field(default_factory=dict)
+    # What stood in for software that cannot run on this machine (a CUDA-only
+    # binary's op schemas, ...): what the trace did not run for real.
+    stand_ins: list[str] = field(default_factory=list)
 
     def display(self) -> str:
         """The title, else the spec, else the function."""
@@ -180,6 +187,9 @@ class GraphInfo:
     decompiled: str = ""
     # Piecewise mode: pieces SGLang's runner would cut the graph into.
     pieces: int = 0
+    # Registered ops outside torch's own (aten, prims) the graph calls, as
+    # 'ns::name': library code Dynamo did not trace into.
+    registered_ops: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -292,6 +302,15 @@ class Findings:
             for fact in b.fallbacks:
                 counts[fact] = counts.get(fact, 0) + 1
         self.message_fallbacks = dict(sorted(counts.items()))
+
+    def clean(self) -> bool:
+        """Traced to the end with no break and no fullgraph failure."""
+        fg = self.fullgraph
+        return not self.breaks and not fg.crashed and (fg.ok or not fg.ran) and not self.unparsed_events
+
+    def registered_ops(self) -> list[str]:
+        """Every registered op the captured graphs call (see GraphInfo), in order."""
+        return list(dict.fromkeys(op for g in self.graphs for op in g.registered_ops))
 
     def categories(self) -> dict[str, int]:
         counts: dict[str, int] = {}

@@ -98,6 +98,29 @@ class UndoLog:
     def call_on_undo(self, fn: Callable[[], None]) -> None:
         self._steps.append(fn)
 
+    def replace_code(self, fn: Any, body: types.CodeType) -> None:
+        """Run ``body`` when ``fn`` is called; ``fn``'s identity, name, file
+        and first line stay (so do its globals and closure: ``body`` must have
+        the same free variables)."""
+        code = fn.__code__
+        if code.co_freevars != body.co_freevars:
+            raise ValueError(f"{fn.__qualname__}: the replacement body has other free variables")
+        keep = {"co_filename": code.co_filename, "co_name": code.co_name, "co_firstlineno": code.co_firstlineno}
+        if hasattr(code, "co_qualname"):
+            keep["co_qualname"] = code.co_qualname
+        fn.__code__ = body.replace(**keep)
+
+        def restore() -> None:
+            fn.__code__ = code
+
+        self._steps.append(restore)
+
+    def enter(self, manager: Any) -> Any:
+        """Enter a context manager now and exit it on undo; returns what it gives."""
+        value = manager.__enter__()
+        self._steps.append(lambda: manager.__exit__(None, None, None))
+        return value
+
     # ------------------------------------------------------- common changes
 
     def prepend_sys_path(self, entry: str) -> None:
@@ -163,6 +186,20 @@ class UndoLog:
             torch.use_deterministic_algorithms(deterministic, warn_only=warn_only)
             torch.set_anomaly_enabled(anomaly, anomaly_check_nan)
             torch.set_default_device(None if device == torch.device("cpu") else device)
+
+        self._steps.append(restore)
+
+    def keep_environment(self) -> None:
+        """Whatever is set in or removed from ``os.environ`` after this call
+        (a framework's import sets its defaults) is put back on undo."""
+        saved = dict(os.environ)
+
+        def restore() -> None:
+            for name in set(os.environ) - set(saved):
+                del os.environ[name]
+            for name, value in saved.items():
+                if os.environ.get(name) != value:
+                    os.environ[name] = value
 
         self._steps.append(restore)
 

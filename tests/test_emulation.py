@@ -267,6 +267,39 @@ def _assert_same(before: dict, after: dict) -> None:
         assert so_after.same_as(so_before)
 
 
+def test_flashinfer_caches_are_found_past_globals_whose_getattr_raises(monkeypatch):
+    """A FlashInfer module global whose __getattr__ raises something other than
+    AttributeError (flashinfer.comm.cuda_ipc's lazy CUDA runtime library, once
+    SGLang imported it) is not a cache, and finding the caches goes on."""
+    import functools
+    import types
+
+    class Lazy:
+        def __getattr__(self, name):
+            raise AssertionError("libcudart is not loaded in the current process")
+
+    @functools.cache
+    def cached():
+        return 1
+
+    module = types.ModuleType("flashinfer.graphbreak_doctor_test_lazy")
+    module.cudart, module.cached = Lazy(), cached
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    assert cached in flashinfer_dry._flashinfer_caches()
+
+
+def test_emulated_nvidia_smi_answers_start_up_queries(tmp_path):
+    import subprocess
+
+    preset = resolve_device("sm120")
+    smi = flashinfer_dry.make_toolkit(tmp_path, preset) / "bin" / "nvidia-smi"
+    ask = lambda *argv: subprocess.run([str(smi), *argv], capture_output=True, text=True)  # noqa: E731
+    assert ask("--query-gpu=memory.total", "--format=csv,noheader,nounits").stdout.strip() == str(preset.memory_gb * 1024)
+    assert ask("--query-gpu=compute_cap", "--format=csv,noheader").stdout.strip() == "12.0"
+    assert preset.device_name in ask("--list-gpus").stdout
+    assert ask("--query-gpu=temperature.gpu").returncode == 1
+
+
 def test_exit_restores_everything():
     before = _snapshot()
     with EmulatedDevice("sm120") as dev:

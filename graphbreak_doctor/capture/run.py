@@ -147,7 +147,8 @@ def _hazards(caught: list[warnings.WarningMessage]) -> list[RawHazard]:
 def _backend(result: ModeResult, split_ops: tuple[str, ...]) -> Callable:
     def backend(gm: torch.fx.GraphModule, example_inputs: list[Any]):
         ops = [_op_name(n) for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module")]
-        info = GraphInfo(index=len(result.graphs), mode=result.mode, ops=len(ops), op_names=ops, decompiled=gm.code.strip())
+        info = GraphInfo(index=len(result.graphs), mode=result.mode, ops=len(ops), op_names=ops,
+                         decompiled=gm.code.strip(), registered_ops=_registered_ops(gm))
         if split_ops:
             info.pieces = _piece_count(gm, split_ops)
         result.graphs.append(info)
@@ -162,6 +163,20 @@ def _op_schema_name(target: Any) -> str:
     if schema is not None:
         return schema.name
     return getattr(target, "_qualified_op_name", "") or ""
+
+
+# Namespaces of torch's own operators: not library code behind an op.
+_TORCH_NAMESPACES = ("aten", "prims", "_c10d_functional", "c10d_functional")
+
+
+def _registered_ops(gm: torch.fx.GraphModule) -> list[str]:
+    names = []
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload | torch._ops.OpOverloadPacket):
+            name = _op_schema_name(node.target)
+            if name and name.split("::", 1)[0] not in _TORCH_NAMESPACES and name not in names:
+                names.append(name)
+    return names
 
 
 def _piece_count(gm: torch.fx.GraphModule, split_ops: tuple[str, ...]) -> int:

@@ -47,8 +47,11 @@ def add_target_options(p: argparse.ArgumentParser, default_mode: str = "both") -
     for provider in PROVIDERS:
         group = p.add_argument_group(provider.title)
         for o in provider.options:
-            group.add_argument(o.flag, dest=o.name, metavar=o.metavar, choices=o.choices, help=o.help,
-                               type=_argparse_type(o))
+            if o.switch:
+                group.add_argument(o.flag, dest=o.name, action="store_const", const=True, default=None, help=o.help)
+            else:
+                group.add_argument(o.flag, dest=o.name, metavar=o.metavar, choices=o.choices, help=o.help,
+                                   type=_argparse_type(o))
     p.add_argument("--mode", choices=MODE_CHOICES, default=default_mode,
                    help="explain: every break; fullgraph: the first hard failure, as SGLang sees it; "
                         "both: explain + fullgraph; piecewise: fullgraph with the attention op as a split point "

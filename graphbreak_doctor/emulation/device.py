@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, ClassVar, Optional
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
@@ -24,7 +27,12 @@ class EmulatedDevice:
 
     "cuda" and "cpu" emulate nothing: no patches, no fake mode (real tensors).
     An instance may be entered again after it exits, and emulations may nest.
+    While emulated, `self.scratch` is a temporary folder for what the
+    emulated toolkit and the traced libraries write (removed on exit), and
+    `EmulatedDevice.active()` is the innermost active emulation.
     """
+
+    _active: ClassVar[list["EmulatedDevice"]] = []
 
     def __init__(
         self,
@@ -36,6 +44,8 @@ class EmulatedDevice:
         self.on_jit = on_jit
         self.jit_requests: list[JitRecord] = []
         self.fake_mode: Optional[FakeTensorMode] = None
+        self.scratch: Optional[Path] = None
+        self._scratches: list[Optional[Path]] = []
         self._logs: list[UndoLog] = []
         self._modes: list[Optional[FakeTensorMode]] = []
         self._facts: dict = {}
@@ -66,8 +76,11 @@ class EmulatedDevice:
             )
         log = UndoLog()
         mode: Optional[FakeTensorMode] = None
+        scratch: Optional[Path] = None
         try:
             if self.emulated:
+                scratch = Path(tempfile.mkdtemp(prefix=f"graphbreak-doctor-{self.name}-"))
+                log.call_on_undo(lambda: shutil.rmtree(scratch, ignore_errors=True))
                 # This package's frames (the audit hook, the dry loader) run
                 # inside calls Dynamo traces; Dynamo must never trace them.
                 log.dynamo_skip("graphbreak_doctor.emulation")
@@ -77,7 +90,7 @@ class EmulatedDevice:
                 # is saved for undo is the real state.
                 flashinfer_dry.import_flashinfer()
                 torch_surface.install(self.preset, log)
-                self._facts = flashinfer_dry.install(self.preset, log, self._record)
+                self._facts = flashinfer_dry.install(self.preset, log, self._record, scratch)
                 mode = FakeTensorMode(allow_non_fake_inputs=True)
                 mode.__enter__()
         except BaseException:
@@ -85,18 +98,31 @@ class EmulatedDevice:
             raise
         self._logs.append(log)
         self._modes.append(mode)
-        self.fake_mode = mode
+        self._scratches.append(scratch)
+        self.fake_mode, self.scratch = mode, scratch
+        if self.emulated:
+            EmulatedDevice._active.append(self)
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
         log = self._logs.pop()
         mode = self._modes.pop()
+        self._scratches.pop()
+        if self.emulated:
+            active = EmulatedDevice._active
+            del active[len(active) - 1 - active[::-1].index(self)]  # this instance's innermost entry
         try:
             if mode is not None:
                 mode.__exit__(*exc_info)
         finally:
             self.fake_mode = self._modes[-1] if self._modes else None
+            self.scratch = self._scratches[-1] if self._scratches else None
             log.undo()
+
+    @classmethod
+    def active(cls) -> Optional["EmulatedDevice"]:
+        """The innermost emulation that is active, if any."""
+        return cls._active[-1] if cls._active else None
 
     def describe(self) -> dict:
         """Plain, JSON-able facts about the device, for the findings."""

@@ -10,7 +10,8 @@ cache, writing build.ninja, `get_cuda_path` / `get_cuda_version`
 What is replaced, and where:
 - The CUDA toolkit: a throwaway CUDA_HOME whose `bin/nvcc` is a shell script
   that answers `--version` / `--list-gpu-arch` for the preset's CUDA version
-  and refuses to compile, and whose `bin/ninja` (first on PATH) succeeds
+  and refuses to compile, whose `bin/nvidia-smi` answers a serving
+  framework's start-up queries, and whose `bin/ninja` (first on PATH) succeeds
   without building anything. The subprocesses still run, from FlashInfer's code.
 - The shared-library load: tvm_ffi's loader for ".so" files (the global
   function `ffi.Module.load_from_file.so`, which `ffi.ModuleLoadFromFile`
@@ -19,7 +20,9 @@ What is replaced, and where:
   `tvm_ffi.Function` objects over one C-level no-op (a ctypes callback with
   tvm-ffi's safe-call ABI, registered with `TVMFFIEnvModRegisterSystemLibSymbol`).
   The function names are the ones the real library would export: the spec's
-  sources are read for `TVM_FFI_DLL_EXPORT_TYPED_FUNC(name, ...)`.
+  sources are read for `TVM_FFI_DLL_EXPORT_TYPED_FUNC(name, ...)` (for a
+  library FlashInfer's registry does not know, the sources in its build
+  folder: SGLang's JIT generates its export wrapper there).
   Destination-passing kernels therefore leave their (fake) outputs as they are.
 - The JIT cache lives in a temporary directory for the duration of the
   emulation (`flashinfer.jit.env.FLASHINFER_*_DIR`), named after the emulated
@@ -326,6 +329,13 @@ def _spec_sources(name: str) -> list[Path]:
     return list(getattr(spec, "sources", None) or [])
 
 
+def _sources_beside(path: str) -> list[Path]:
+    """The sources in a library's own build folder: another JIT than
+    FlashInfer's (SGLang's) builds there, generated export wrapper included."""
+    folder = Path(path).parent
+    return sorted(p for suffix in ("*.cu", "*.cuh", "*.cpp", "*.cc") for p in folder.glob(suffix))
+
+
 # Some libraries are also opened with ctypes, by FlashInfer's Python, for C
 # entry points outside tvm-ffi: jit/cubin_loader.py setup_cubin_loader calls
 # `FlashInferSetCubinCallback` (include/flashinfer/cubin_loader.h) in every
@@ -380,7 +390,7 @@ def _dry_load(path: str, fmt: str = "so") -> Any:  # noqa: ARG001
     # Called by tvm-ffi's C++ ModuleLoadFromFile (tvm_ffi/module.py load_module
     # -> _ffi_api.ModuleLoadFromFile) in place of dlopen.
     name = Path(path).stem
-    sources = _spec_sources(name)
+    sources = _spec_sources(name) or _sources_beside(path)
     exports = _export_names(sources)
     module = dry_module(name, exports)
     if _opens_cubin_loader(sources) and not Path(path).exists():
@@ -419,6 +429,20 @@ _NINJA = """#!/bin/sh
 exit 0
 """
 
+# The driver's query tool, for the queries serving frameworks make at start-up
+# (total memory, compute capability, name, the GPU list); anything else fails
+# as on a machine where it cannot answer.
+_NVIDIA_SMI = """#!/bin/sh
+# graphbreak-doctor emulated nvidia-smi ({device_name})
+case "$*" in
+  *--query-gpu=memory.total*) echo "{memory_mib}" ;;
+  *--query-gpu=compute_cap*) echo "{capability}" ;;
+  *--query-gpu=name*) echo "{device_name}" ;;
+  *--list-gpus*|-L) echo "GPU 0: {device_name} (UUID: GPU-00000000-0000-0000-0000-000000000000)" ;;
+  *) echo "graphbreak-doctor: emulated nvidia-smi does not answer: $*" >&2; exit 1 ;;
+esac
+"""
+
 
 # What `nvcc --list-gpu-arch` of CUDA 12.9 lists; every registered GPU's
 # architecture is added, so a new device preset is listed too.
@@ -448,6 +472,9 @@ def make_toolkit(root: Path, preset: DevicePreset) -> Path:
         ),
     )
     _write_exe(cuda_home / "bin" / "ninja", _NINJA)
+    _write_exe(cuda_home / "bin" / "nvidia-smi", _NVIDIA_SMI.format(
+        device_name=preset.device_name, memory_mib=preset.memory_gb * 1024,
+        capability=f"{preset.major}.{preset.minor}"))
     return cuda_home
 
 
@@ -498,8 +525,14 @@ def install(
     preset: DevicePreset,
     log: UndoLog,
     sink: Callable[..., JitRecord],
+    scratch: Path,
 ) -> dict:
-    """Make FlashInfer see `preset` and run its JIT dry. Returns facts for describe()."""
+    """Make FlashInfer see `preset` and run its JIT dry, with the emulated
+    toolkit and the JIT cache in `scratch` (a folder the caller removes).
+    Returns facts for describe()."""
+    cuda_home = make_toolkit(scratch, preset)
+    log.setenv("CUDA_HOME", str(cuda_home))
+    log.setenv("PATH", f"{cuda_home / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}")
     flashinfer = import_flashinfer()
     if flashinfer is None:
         return {"flashinfer": None}
@@ -513,15 +546,10 @@ def install(
     _tvm_ffi_c_api()
     prepare_answers()
 
-    root = Path(tempfile.mkdtemp(prefix=f"graphbreak-doctor-{preset.name}-"))
-    log.call_on_undo(lambda: shutil.rmtree(root, ignore_errors=True))
-    cuda_home = make_toolkit(root, preset)
-
+    root = scratch
     clear_flashinfer_caches()
     log.call_on_undo(clear_flashinfer_caches)
 
-    log.setenv("CUDA_HOME", str(cuda_home))
-    log.setenv("PATH", f"{cuda_home / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}")
     log.setenv("FLASHINFER_CUDA_ARCH_LIST", preset.arch_list)
     log.setenv("FLASHINFER_WORKSPACE_BASE", str(root / "home"))
 

@@ -202,6 +202,7 @@ def dynamo_tables() -> list[dict]:
 def install(preset: DevicePreset, log: UndoLog) -> dict[str, Callable[..., Any]]:
     """Install the surface for `preset`; every change is recorded in `log`."""
     tables = dynamo_tables()
+    log.call_on_undo(_rule_map_rebuilt_check(tables[0]))
     surface = build_surface(preset)
     for name, replacement in surface.items():
         original = getattr(torch.cuda, name)
@@ -218,6 +219,21 @@ def install(preset: DevicePreset, log: UndoLog) -> dict[str, Callable[..., Any]]
     install_device_switch(log)
     install_mem_pool(log)
     return surface
+
+
+def _rule_map_rebuilt_check(rules: dict) -> Callable[[], None]:
+    """Runs last on undo, when the real functions are back. Something the
+    target ran may have cleared Dynamo's trace-rule caches while emulated
+    (`torch.distributed.init_process_group` does: trace_rules.clear_lru_cache);
+    a map rebuilt then holds the replacements. Dropped, it is built again
+    from the real functions when next needed."""
+    from torch._dynamo import trace_rules
+
+    def check() -> None:
+        if trace_rules.get_torch_obj_rule_map() is not rules:
+            trace_rules.get_torch_obj_rule_map.cache_clear()
+
+    return check
 
 
 # C functions a CPU build of torch lacks but FlashInfer calls directly:
@@ -315,22 +331,6 @@ def _pool_bodies() -> dict[str, Any]:
     return {"new": new_instance.__code__, "init": init_nothing.__code__, "call": call_nothing.__code__}
 
 
-def _swap_body(log: UndoLog, fn: Any, body: Any) -> None:
-    """Run `body` when `fn` is called; `fn`'s identity, name, file and line stay."""
-    code = fn.__code__
-    if code.co_freevars != body.co_freevars:
-        raise RuntimeError(f"unexpected placeholder shape: {fn.__qualname__}")
-    keep = {"co_filename": code.co_filename, "co_name": code.co_name, "co_firstlineno": code.co_firstlineno}
-    if hasattr(code, "co_qualname"):
-        keep["co_qualname"] = code.co_qualname
-    fn.__code__ = body.replace(**keep)
-
-    def restore() -> None:
-        fn.__code__ = code
-
-    log.call_on_undo(restore)
-
-
 def _is_placeholder(obj: Any) -> bool:
     new = vars(obj).get("__new__") if isinstance(obj, type) else None
     fn = getattr(new, "__func__", new)
@@ -348,15 +348,15 @@ def install_mem_pool(log: UndoLog) -> None:
     base = getattr(torch._C, "_MemPool", None)
     if base is not None and _is_placeholder(base):
         new = vars(base)["__new__"]  # type() made it a staticmethod
-        _swap_body(log, getattr(new, "__func__", new), bodies["new"])
-        _swap_body(log, vars(base)["__init__"], bodies["init"])
+        log.replace_code(getattr(new, "__func__", new), bodies["new"])
+        log.replace_code(vars(base)["__init__"], bodies["init"])
         # MemPool.id is `super().id`: the C base's property on a CUDA build.
         log.setattr(base, "id", _POOL_ID)
     for name in POOL_FUNCTIONS:
         placeholder = getattr(torch._C, name, None)
         if placeholder is not None and _is_placeholder(placeholder):
             new = vars(placeholder)["__new__"]
-            _swap_body(log, getattr(new, "__func__", new), bodies["call"])
+            log.replace_code(getattr(new, "__func__", new), bodies["call"])
 
 
 def install_c_surface(log: UndoLog) -> None:

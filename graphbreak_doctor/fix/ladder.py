@@ -243,15 +243,20 @@ def fix(build: Callable[[UndoLog], Target], *, mode: str = "fullgraph", device: 
     ``ladder`` holds the rungs and ``fix`` the outcome."""
     from graphbreak_doctor.diagnose import device_context, environment
 
-    with UndoLog() as state, device_context(device) as dev, UndoLog() as log:
+    with UndoLog() as state:
+        # Saved before the device changes anything: restored after it is gone.
         state.keep_torch_state()
-        progress("building the target")
-        target = build(log)
-        with FixSession(target, mode=mode, max_steps=max_steps, progress=progress) as session:
-            outcome = session.climb()
-        progress("analysing")
-        findings = build_findings(outcome.traces, target=target.info,
-                                  environment=environment(), device=dev.describe())
+        state.keep_environment()
+        with device_context(device) as dev, UndoLog() as log:
+            progress("building the target")
+            target = build(log)
+            if target.prepare is not None:
+                target.prepare(mode, log)
+            with FixSession(target, mode=mode, max_steps=max_steps, progress=progress) as session:
+                outcome = session.climb()
+            progress("analysing")
+            findings = build_findings(outcome.traces, target=target.info,
+                                      environment=environment(), device=dev.describe())
     first = outcome.traces[0]
     first_break = build_findings([first], target=TargetInfo(), environment={}, device={}).fullgraph
     findings.fullgraph = FullgraphVerdict(ran=True, ok=bool(first.ok), error=first.error,

@@ -88,6 +88,8 @@ def render(findings: Findings) -> str:
         lines.extend(_fix_lines(b.fix))
         for j in b.jit:
             lines.append(f"      JIT: this call {j.action}s {j.name} at trace time")
+    lines.extend(_behind_ops(findings))
+    lines.extend(f"stand-in: {s}" for s in findings.target.stand_ins)
     kinds: dict[str, list] = {}
     for h in findings.hazards:
         kinds.setdefault(h.kind, []).append(h)
@@ -104,6 +106,17 @@ def render(findings: Findings) -> str:
             lines.append(f"  {u.source}: {u.reason}")
             lines.extend(f"      | {line[:160]}" for line in u.excerpt.splitlines()[:3])
     return "\n".join(lines) + "\n"
+
+
+def _behind_ops(findings: Findings) -> list[str]:
+    """What runs inside the registered ops the graph calls: why a clean trace is clean."""
+    ops = findings.registered_ops()
+    if not ops:
+        return []
+    head = ("why it is clean: the library code runs inside registered ops, where Dynamo does not trace:"
+            if findings.clean() else "registered ops in the graph (Dynamo does not trace into them):")
+    known = findings.target.opaque_ops
+    return [head] + [f"  {op}" + (f": {known[op]}" if op in known else "") for op in ops]
 
 
 RENDERER = Renderer("terminal", FINDINGS, render, help="the short summary a trace prints")

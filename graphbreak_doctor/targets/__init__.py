@@ -2,7 +2,8 @@
 
 Targets come from target providers (provider.py; registered in registry.py):
 ``--target pkg.module:factory`` (factory.py), the GLM-5 decoder layers
-(glm5/), a function handed to graphbreak_doctor.testing. A provider turns
+(glm5/: the project's re-creation, or SGLang's own modules), a function
+handed to graphbreak_doctor.testing. A provider turns
 its command-line options into :class:`Selection` records (plain data, so a
 worker process can rebuild the target) and builds each into a
 :class:`Target` inside the selected device.
@@ -23,6 +24,10 @@ class Target:
     kwargs: dict[str, Any] = field(default_factory=dict)
     # What was traced, as the findings record it.
     info: TargetInfo = field(default_factory=TargetInfo)
+    # Called with the mode and the build's undo log after the build, before
+    # the trace: puts the target's code in the state it is compiled in for
+    # that mode (a serving framework's capture state, its eager warm-up).
+    prepare: Callable[[str, Any], None] | None = None
 
     @property
     def spec(self) -> str:

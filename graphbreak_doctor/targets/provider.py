@@ -29,6 +29,8 @@ class Option:
     type: Callable[[str], Any] | None = None
     # Giving this option selects the provider.
     selects: bool = False
+    # Takes no value: given, it is True; not given, None (like any option left out).
+    switch: bool = False
 
     @property
     def name(self) -> str:

@@ -219,7 +219,6 @@ def build_layer(
         # Call-time notes (kwargs the installed FlashInfer lacks) are appended
         # to plan.notes during the first forward; the facts share the list.
         "flashinfer_notes": plan.notes,
-        "opaque_ops": [ops.MLA_ATTENTION, ops.DSA_INDEXER_TOPK] + ([ops.ALL_REDUCE] if tp > 1 else []),
     }
     if kind == "dense":
         shapes["intermediate_size_per_rank"] = cfg.intermediate_size // tp
@@ -241,6 +240,8 @@ def build_layer(
         notes=[f"layers {facts['same_code_layers']} run the same code"] if len(same) > 1 else [],
         facts=facts,
         split_ops=list(SPLIT_OPS + ((ops.ALL_REDUCE,) if tp > 1 else ())),
+        opaque_ops={op: ops.DESCRIPTIONS[op]
+                    for op in (ops.MLA_ATTENTION, ops.DSA_INDEXER_TOPK) + ((ops.ALL_REDUCE,) if tp > 1 else ())},
     )
     target = Target(layer.forward, args, {}, info)
     return target

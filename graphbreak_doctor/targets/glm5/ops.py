@@ -97,3 +97,11 @@ def all_reduce(x: torch.Tensor) -> torch.Tensor:
 @all_reduce.register_fake
 def _(x):
     return torch.empty_like(x)
+
+
+# What each op stands for (the findings' ``opaque_ops``).
+DESCRIPTIONS = {
+    MLA_ATTENTION: "stands in for SGLang's sparse MLA attention backend kernel (FlashMLA / FlashInfer)",
+    DSA_INDEXER_TOPK: "stands in for the DSA indexer's DeepGEMM fp8 MQA-logits and top-k kernels",
+    ALL_REDUCE: "stands in for SGLang's registered tensor-parallel all-reduce",
+}

@@ -1,5 +1,11 @@
 """``--layer dense|moe|all``: GLM-5-NVFP4 decoder layers at real shapes, with
-their own options (``--config``, ``--tokens``, ``--tp``)."""
+their own options (``--config``, ``--tokens``, ``--tp``, ``--impl``, ``--cold``).
+
+``--impl`` chooses whose code is traced: ``sglang`` builds SGLang's own
+modules (targets/glm5/sglang/), ``reference`` the project's re-creation of the
+layer, which calls FlashInfer directly (builder.py). The default is sglang
+when SGLang is installed.
+"""
 
 from __future__ import annotations
 
@@ -10,8 +16,11 @@ from graphbreak_doctor.targets import Target, TargetError
 from graphbreak_doctor.targets.provider import Option, Selection, TargetProvider
 
 LAYER_CHOICES = ("dense", "moe", "all")
+IMPL_CHOICES = ("sglang", "reference")
 DEFAULT_TOKENS = 128
 DEFAULT_TP = 1
+REFERENCE_NOTE = ("implementation: graphbreak-doctor's re-creation of SGLang's layer, calling FlashInfer directly "
+                  "(--impl reference; what code that calls FlashInfer's wrappers itself sees)")
 ALL_NOTE = "--layer all traces one dense and one MoE layer; the other 76 decoder layers run the same code"
 
 
@@ -34,14 +43,27 @@ class Glm5Provider(TargetProvider):
         Option("--config", "GLM-5 config.json (or its folder) of the same architecture "
                            "(default: the config shipped with graphbreak-doctor)", metavar="PATH"),
         Option("--tokens", f"tokens in the batch (default {DEFAULT_TOKENS})", metavar="N", type=positive_int),
-        Option("--tp", f"tensor-parallel size: per-rank shard shapes (default {DEFAULT_TP})", metavar="N",
-               type=positive_int),
+        Option("--tp", f"tensor-parallel size: per-rank shard shapes (default {DEFAULT_TP}; --impl reference)",
+               metavar="N", type=positive_int),
+        Option("--impl", "whose code: sglang = SGLang's own modules in its compile state, reference = the "
+                         "project's re-creation calling FlashInfer directly (default: sglang when installed)",
+               choices=IMPL_CHOICES),
+        Option("--cold", "--impl sglang: skip SGLang's eager warm-up before tracing", switch=True),
     )
 
     def select(self, options: Mapping[str, Any]) -> list[Selection]:
+        from graphbreak_doctor.targets.glm5 import sglang
         from graphbreak_doctor.targets.glm5.config import load_config
 
         layer = options["layer"]
+        impl = options.get("impl") or ("sglang" if sglang.available() else "reference")
+        if impl == "sglang":
+            if not sglang.available():
+                raise ValueError("--impl sglang needs SGLang installed (see README, SGLang's own layers)")
+            if (options.get("tp") or DEFAULT_TP) != 1:
+                raise ValueError("--tp applies to --impl reference: SGLang's tensor parallelism needs one process per rank")
+        elif options.get("cold"):
+            raise ValueError("--cold applies to --impl sglang (the reference layer has no warm-up)")
         # Read now, so a bad --config is a usage error before anything is traced.
         config = load_config(options.get("config"))
         kinds = ["dense", "moe"] if layer == "all" else [layer]
@@ -50,16 +72,28 @@ class Glm5Provider(TargetProvider):
             "tokens": options.get("tokens") or DEFAULT_TOKENS,
             "tp": options.get("tp") or DEFAULT_TP,
             "all": layer == "all",
+            "impl": impl,
+            "cold": bool(options.get("cold")),
         }
-        return [Selection(self.name, f"glm5-{kind}", {"kind": kind, **common},
-                          spec=f"glm5:{kind}:{config.layer_indices(kind)[0]}") for kind in kinds]
+        prefix = "glm5-sglang" if impl == "sglang" else "glm5"
+        return [Selection(self.name, f"{prefix}-{kind}", {"kind": kind, **common},
+                          spec=f"{prefix}:{kind}:{config.layer_indices(kind)[0]}") for kind in kinds]
 
     def build(self, selection: Selection, device: str, log: UndoLog) -> Target:
-        from graphbreak_doctor.targets.glm5 import builder as glm5
-
         o = selection.options
         try:
-            target = glm5.build_layer(o["kind"], config=o["config"], tokens=o["tokens"], tp=o["tp"], device=device)
+            if o.get("impl") == "sglang":
+                from graphbreak_doctor.targets.glm5.sglang import builder as sglang
+
+                target = sglang.build_layer(o["kind"], config=o["config"], tokens=o["tokens"], device=device,
+                                            cold=o["cold"], log=log)
+            else:
+                from graphbreak_doctor.targets.glm5 import builder as glm5
+
+                target = glm5.build_layer(o["kind"], config=o["config"], tokens=o["tokens"], tp=o["tp"],
+                                          device=device)
+                target.info.facts["impl"] = "reference"
+                target.info.notes.insert(0, REFERENCE_NOTE)
         except ValueError as e:
             raise TargetError(str(e)) from e
         if o.get("all"):

@@ -1,0 +1,246 @@
+"""Stand-ins for the CUDA-only parts of wheels a serving framework imports.
+
+SGLang's wheels ship binaries built against a CUDA build of torch; on this
+machine's CPU build they cannot load. Each stand-in below replaces exactly
+what the import and the traced code path need from such a binary, and is
+installed only when the binary is found not to load (or, for op schemas,
+only for ops the installed Python wrappers call). Everything goes through
+the undo log; ``install`` returns one line per stand-in, which the findings
+list (``target.stand_ins``) so a reader knows what was not real.
+
+- torchvision's ``_C`` (its wheel for torch 2.13 is CUDA-built): torchvision
+  swallows the load error, but its ``_meta_registrations`` module registers
+  fakes for ``torchvision::nms`` / ``qnms`` at import, which needs the ops to
+  exist. The stand-in declares the two schemas, no kernel.
+- sgl-kernel's ``common_ops`` library: sgl_kernel's loader tries the
+  architecture's ``.so``, then a plain ``import common_ops``; an empty module
+  of that name ends its search. The ops the traced code calls
+  (``torch.ops.sgl_kernel.*``) are then declared from ``SGL_KERNEL_SCHEMAS``,
+  the schema strings compiled into the real binary (a test compares them with
+  the installed one); SGLang attaches its own fakes to some at import, the
+  rest (kernels that only write their ``Tensor!`` arguments) get a no-op fake
+  after the import (``finish``), which is what a dry kernel does.
+- A CUDA runtime library mapped into the process: FlashInfer 0.6's
+  ``comm/cuda_ipc.py`` asserts at import that one is; dlopen needs no GPU and
+  nothing is called.
+
+See docs/design.md, "SGLang on a CPU build of torch".
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import importlib
+import importlib.util
+import os
+import re
+import site
+import sys
+import types
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from graphbreak_doctor.patching import UndoLog
+
+# The schema strings sgl-kernel's common_ops binary declares (its op library
+# "sgl_kernel"), for the ops SGLang's import and its MLP/MoE code paths reach.
+SGL_KERNEL_SCHEMAS = {
+    "fused_add_rmsnorm": "fused_add_rmsnorm(Tensor! input, Tensor! residual, Tensor weight, float eps, bool enable_pdl) -> ()",
+    "rmsnorm": "rmsnorm(Tensor! output, Tensor input, Tensor weight, float eps, bool enable_pdl) -> ()",
+    "silu_and_mul": "silu_and_mul(Tensor! out, Tensor input) -> ()",
+    "sgl_per_token_group_quant_8bit": "sgl_per_token_group_quant_8bit(Tensor input, Tensor! output_q, Tensor! output_s, int group_size, float eps, float fp8_min, float fp8_max, bool scale_ue8m0) -> ()",
+    "sgl_per_token_quant_fp8": "sgl_per_token_quant_fp8(Tensor input, Tensor! output_q, Tensor! output_s) -> ()",
+    "fp8_scaled_mm": "fp8_scaled_mm(Tensor mat_a, Tensor mat_b, Tensor scales_a, Tensor scales_b, ScalarType out_dtype, Tensor? bias) -> Tensor",
+    "moe_fused_gate": "moe_fused_gate(Tensor input, Tensor bias, int num_expert_group, int topk_group, int topk, int num_fused_shared_experts, float routed_scaling_factor, bool apply_routed_scaling_factor_on_output) -> (Tensor[])",
+    "scaled_fp4_quant": "scaled_fp4_quant(Tensor! output, Tensor! input, Tensor! output_scale, Tensor! input_scale) -> ()",
+}
+
+# torchvision/csrc/ops/nms.cpp and ops/quantized/cpu/qnms_kernel.cpp.
+TORCHVISION_SCHEMAS = {
+    "nms": "nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor",
+    "qnms": "qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor",
+}
+
+_SCHEMA = re.compile(rb"(?<![A-Za-z0-9_])([a-z_0-9]+)\(([^\x00]*?)\) -> ([^\x00]*?)\x00")
+
+
+@dataclass
+class StandIns:
+    """What was installed, for the findings, and what ``finish`` still does."""
+
+    lines: list[str] = field(default_factory=list)
+    # sgl_kernel ops declared here that may still need a fake after the import.
+    declared: list[str] = field(default_factory=list)
+    library: torch.library.Library | None = None
+
+
+def _loads(path: str) -> str:
+    """'' if the shared library loads here, else the loader's first line."""
+    try:
+        ctypes.CDLL(path, mode=ctypes.RTLD_LOCAL)
+    except OSError as e:
+        return str(e).splitlines()[0]
+    return ""
+
+
+def _package_dir(name: str) -> Path | None:
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def _declared(qualname: str) -> bool:
+    try:
+        torch._C._dispatch_find_schema_or_throw(qualname, "")
+    except RuntimeError:
+        return False
+    return True
+
+
+def _library(log: UndoLog, namespace: str) -> torch.library.Library:
+    lib = torch.library.Library(namespace, "FRAGMENT")
+    log.call_on_undo(lib._destroy)
+    return lib
+
+
+def _torchvision(log: UndoLog, out: StandIns) -> None:
+    home = _package_dir("torchvision")
+    if home is None or "torchvision" in sys.modules:
+        return
+    binaries = sorted(glob.glob(str(home / "_C*.so")))
+    why = _loads(binaries[0]) if binaries else "no _C library"
+    if not why or all(_declared(f"torchvision::{n}") for n in TORCHVISION_SCHEMAS):
+        return
+    lib = _library(log, "torchvision")
+    for name, schema in TORCHVISION_SCHEMAS.items():
+        if not _declared(f"torchvision::{name}"):
+            lib.define(schema)
+    out.lines.append(f"torchvision::{{{','.join(TORCHVISION_SCHEMAS)}}}: schemas only, no kernel "
+                     f"(torchvision's _C does not load here: {why})")
+
+
+def _sgl_kernel(log: UndoLog, out: StandIns) -> None:
+    home = _package_dir("sgl_kernel")
+    if home is None:
+        return
+    binaries = sorted(glob.glob(str(home / "*" / "common_ops.*.so"))) + sorted(glob.glob(str(home / "common_ops.*.so")))
+    why = _loads(binaries[0]) if binaries else "no common_ops library"
+    if not why:
+        return
+    if "sgl_kernel" not in sys.modules:  # imported before (an earlier build in this process): it found one
+        module = types.ModuleType("common_ops")
+        module.__file__ = "<graphbreak-doctor stand-in for sgl_kernel's common_ops>"
+        log.setitem(sys.modules, "common_ops", module)
+    out.lines.append(f"sgl_kernel common_ops: an empty module (the library does not load here: {why})")
+    called = _called_ops(home)
+    for name, schema in SGL_KERNEL_SCHEMAS.items():
+        if name not in called or _declared(f"sgl_kernel::{name}"):
+            continue
+        if out.library is None:
+            out.library = _library(log, "sgl_kernel")
+        out.library.define(schema)
+        out.declared.append(name)
+
+
+def _called_ops(home: Path) -> set[str]:
+    """The sgl_kernel ops the installed package's Python wrappers call: an op
+    the binary of this version lacks is never declared."""
+    called: set[str] = set()
+    for path in home.glob("*.py"):
+        called.update(re.findall(r"torch\.ops\.sgl_kernel\.([A-Za-z_0-9]+)", path.read_text(errors="replace")))
+    return called
+
+
+def _cuda_runtime(log: UndoLog, out: StandIns) -> None:
+    """Map a CUDA runtime library when FlashInfer's comm module refuses to
+    import without one (FlashInfer 0.6)."""
+    if importlib.util.find_spec("flashinfer") is None or "flashinfer.comm" in sys.modules:
+        return
+    try:
+        importlib.import_module("flashinfer.comm")
+        return
+    except AssertionError as e:
+        if "libcudart" not in str(e):
+            raise
+        why = str(e).splitlines()[0]
+    candidates = []
+    for root in site.getsitepackages():
+        candidates += sorted(glob.glob(os.path.join(root, "*.libs", "libcudart*.so*")))
+        candidates += sorted(glob.glob(os.path.join(root, "nvidia", "*", "lib", "libcudart.so*")))
+    if not candidates:
+        raise RuntimeError(f"flashinfer.comm needs a CUDA runtime library mapped ({why}) and none is installed")
+    handle = ctypes.CDLL(candidates[0], mode=ctypes.RTLD_LOCAL)
+    log.call_on_undo(lambda: _dlclose(handle))
+    importlib.import_module("flashinfer.comm")
+    out.lines.append(f"{os.path.basename(candidates[0])} mapped, never called (flashinfer.comm asserts a CUDA "
+                     f"runtime is loaded: {why})")
+
+
+def _dlclose(handle: ctypes.CDLL) -> None:
+    import _ctypes
+
+    _ctypes.dlclose(handle._handle)
+
+
+def install(log: UndoLog) -> StandIns:
+    """Install what this machine lacks, before the framework is imported."""
+    out = StandIns()
+    if torch.backends.cuda.is_built():
+        return out  # a CUDA build of torch loads the real binaries
+    _torchvision(log, out)
+    _sgl_kernel(log, out)
+    _cuda_runtime(log, out)
+    return out
+
+
+def finish(out: StandIns) -> None:
+    """After the framework's import: give each declared op that still has no
+    fake a no-op one (only kernels that return nothing and write their
+    ``Tensor!`` arguments are declared without a fake of their own)."""
+    theirs, ours = [], []
+    for name in out.declared:
+        qualname = f"sgl_kernel::{name}"
+        if torch._C._dispatch_has_kernel_for_dispatch_key(qualname, "Meta") or _has_fake(qualname):
+            theirs.append(name)
+            continue
+        if getattr(torch.ops.sgl_kernel, name).default._schema.returns:
+            raise RuntimeError(f"{qualname} returns values and has no fake: no stand-in can answer for it")
+        torch.library.register_fake(qualname, _no_op, lib=out.library)
+        ours.append(name)
+    if ours:
+        out.lines.append(f"sgl_kernel::{{{','.join(ours)}}}: the library's schemas, no kernel, a no-op fake "
+                         "(kernels that only write their Tensor! arguments)")
+    if theirs:
+        out.lines.append(f"sgl_kernel::{{{','.join(theirs)}}}: the library's schemas, no kernel (the framework "
+                         "registers their fakes)")
+
+
+def _has_fake(qualname: str) -> bool:
+    from torch._library import simple_registry
+
+    return simple_registry.singleton.find(qualname).fake_impl.kernel is not None
+
+
+def _no_op(*args, **kwargs) -> None:
+    return None
+
+
+def binary_schemas(path: str | Path, names: tuple[str, ...] = tuple(SGL_KERNEL_SCHEMAS)) -> dict[str, str]:
+    """The schema strings an op library declares for ``names``, whitespace
+    normalized (what a test compares ``SGL_KERNEL_SCHEMAS`` with)."""
+    data = Path(path).read_bytes()
+    out: dict[str, str] = {}
+    for name in names:
+        start = data.find(b"\x00" + name.encode() + b"(")
+        while start >= 0:
+            end = data.find(b"\x00", start + 1)
+            m = _SCHEMA.fullmatch(data[start + 1:end + 1])
+            if m:
+                out[name] = " ".join(m.group(0)[:-1].decode().split())
+                break
+            start = data.find(b"\x00" + name.encode() + b"(", start + 1)
+    return out

@@ -1,0 +1,12 @@
+"""GLM-5's blocks as SGLang builds them (``--impl sglang``): SGLang's own
+modules, set-up and compile state. builder.py and runtime.py import torch;
+this module does not, so the command line can ask whether SGLang is there."""
+
+from __future__ import annotations
+
+import importlib.util
+
+
+def available() -> bool:
+    """Whether SGLang is installed (it is imported only inside the device)."""
+    return importlib.util.find_spec("sglang") is not None

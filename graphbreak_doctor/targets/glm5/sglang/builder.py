@@ -1,0 +1,272 @@
+"""GLM-5-NVFP4's dense and MoE blocks as SGLang itself builds and runs them.
+
+``build_layer`` imports SGLang inside the device (stand-ins for the
+CUDA-only binaries first, the platform window around the import); the
+layer's module is built by the target's ``prepare`` for the mode it is
+traced in, because SGLang's configuration for a compile state decides what
+its modules build (the fusions of a tc_piecewise deployment):
+
+- SGLang's set-up calls (runtime.py), then ``DeepseekV2MLP`` (dense layers)
+  or ``DeepseekV2MoE`` (MoE layers) with the keyword arguments SGLang's
+  ``DeepseekV2DecoderLayer`` passes, behind the layer's post-attention
+  ``RMSNorm`` (residual add fused), in the GLM-5 config's dtype on fake CUDA
+  tensors; then each quantized module's ``process_weights_after_loading``,
+  as SGLang's loader does after loading;
+- piecewise mode: SGLang's tc_piecewise state (runtime.piecewise_state);
+- SGLang's eager warm-up (one forward), unless ``--cold``.
+
+What SGLang cannot do on an emulated device without help is in
+emulation/sglang.py, emulation/standins.py and emulation/dsl_dry.py; the
+findings list what was used (``facts["emulation"]``, ``stand_ins``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from graphbreak_doctor.emulation import sglang as sglang_emulation
+from graphbreak_doctor.emulation import dsl_dry, standins
+from graphbreak_doctor.findings import TargetInfo
+from graphbreak_doctor.patching import UndoLog
+from graphbreak_doctor.targets import Target, TargetError
+from graphbreak_doctor.targets.glm5.config import load_config
+from graphbreak_doctor.targets.glm5.sglang import runtime
+from graphbreak_doctor.text import one_line
+
+MODEL = "GLM-5 (GlmMoeDsaForCausalLM)"
+
+# What runs inside the registered ops SGLang's GLM-5 blocks call, where
+# Dynamo does not trace (an op is listed only when the installed SGLang
+# registers it).
+OPAQUE_OPS = {
+    "sglang::flashinfer_fp4_quantize": "FlashInfer's fp4_quantize (activation to NVFP4): its whole Python path, "
+                                       "JIT included (the nvcc version probe, the module cache stats, the module load)",
+    "sglang::fp4_gemm": "FlashInfer's mm_fp4 (the NVFP4 GEMM of SGLang's fp4 GEMM backend), with its JIT module load",
+    "sglang::_run_activation_inplace": "SGLang's SiLU-and-mul activation kernel",
+    "sgl_kernel::fused_add_rmsnorm": "sgl-kernel's fused residual add + RMSNorm kernel",
+    "sgl_kernel::silu_and_mul": "sgl-kernel's SiLU-and-mul kernel",
+    "sgl_kernel::scaled_fp4_quant": "sgl-kernel's activation to NVFP4 quantization kernel",
+    "sglang::moe_forward_piecewise_cuda_graph_impl": "the routed experts: SGLang's FusedMoE dispatch and FlashInfer's "
+                                                     "fused MoE kernel call, with its JIT and autotuner",
+    "sglang::fused_moe_bypassed_piecewise_cuda_graph_impl": "the routed experts with routing inside the kernel: "
+                                                            "FlashInfer's trtllm fused MoE call, with its JIT and autotuner",
+    "sglang::apply_fp4_marlin_linear": "the Marlin FP4 GEMM (SGLang's JIT kernel)",
+    "sglang::fused_marlin_moe": "the Marlin FP4 fused MoE (SGLang's JIT kernels)",
+    "flashinfer::fp4_quantize": "FlashInfer's fp4_quantize, its own registered op",
+}
+
+# The keyword arguments SGLang's DeepseekV2DecoderLayer builds its MLP block
+# with (a release gets those its constructor accepts).
+_MLP_KWARGS = {"parallel_group": "tp", "reduce_results": False, "allow_fused_down": False}
+_MOE_KWARGS = {"alt_stream": None, "is_nextn": False, "reduce_results": False}
+
+
+class MlpBlock(torch.nn.Module):
+    """What SGLang's decoder layer runs after attention: the post-attention
+    RMSNorm, which adds the residual, then the MLP block."""
+
+    def __init__(self, post_attention_layernorm: torch.nn.Module, mlp: torch.nn.Module) -> None:
+        super().__init__()
+        self.post_attention_layernorm = post_attention_layernorm
+        self.mlp = mlp
+
+    def forward(self, hidden_states: torch.Tensor, residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        hidden_states, residual = self.post_attention_layernorm(hidden_states, residual)
+        return self.mlp(hidden_states), residual
+
+
+def _scratch(device: str, log: UndoLog) -> Path:
+    if device == "cpu":
+        raise TargetError("SGLang's layers run on a CUDA device: use an emulated one (--device sm120, sm100, sm90) "
+                          "or --device cuda on a GPU machine")
+    if device == "cuda":
+        folder = tempfile.TemporaryDirectory(prefix="graphbreak-doctor-sglang-")
+        log.call_on_undo(folder.cleanup)
+        return Path(folder.name)
+    return sglang_emulation.scratch_folder()
+
+
+def _import_sglang() -> None:
+    for name in ("sglang.srt.models.deepseek_v2", "sglang.srt.models.glm4_moe"):
+        try:
+            importlib.import_module(name)
+        except ImportError as e:
+            raise TargetError(f"importing SGLang failed ({name}): {type(e).__name__}: {e}") from e
+
+
+def build_layer(kind: str, *, config: str | None, tokens: int, device: str, cold: bool, log: UndoLog) -> Target:
+    """SGLang's block for one GLM-5 layer kind; call inside the device. The
+    module itself is built by the target's ``prepare`` (see the module doc)."""
+    cfg = load_config(config)
+    same = cfg.layer_indices(kind)
+    index = same[0]
+    scratch = _scratch(device, log)
+    installed = standins.install(log)
+    sglang_emulation.isolate_caches(log, scratch)
+    with sglang_emulation.platform_window():
+        _import_sglang()
+        standins.finish(installed)
+    launched = dsl_dry.install(log)
+    sglang_emulation.inductor_as_eager(log)
+    release = runtime.version()
+    info = TargetInfo(
+        spec=f"glm5-sglang:{kind}:{index}",
+        provider="glm5",
+        title=f"{MODEL} {kind} layer {index}, SGLang {release}",
+        shapes={"hidden_size": cfg.hidden_size},
+        notes=[f"layers {same[0]}-{same[-1]} run the same code"] if len(same) > 1 else [],
+        facts={"impl": "sglang", "sglang_version": release, "model": MODEL, "layer_kind": kind,
+               "layer_index": index, "config": cfg.path, "quant_profile": cfg.quant.path},
+        stand_ins=installed.lines,
+    )
+    pin = runtime.torch_pin()
+    if pin and pin != torch.__version__.split("+")[0]:
+        info.notes.append(f"SGLang {release} pins torch {pin}; traced on torch {torch.__version__.split('+')[0]}")
+    target = Target(fn=_not_prepared, info=info)
+    target.prepare = lambda mode, mode_log: _prepare(target, mode, mode_log, kind=kind, index=index,
+                                                     config_dir=str(Path(cfg.path).parent), tokens=tokens,
+                                                     cold=cold, launched=launched)
+    return target
+
+
+def _not_prepared(*args: Any, **kwargs: Any) -> Any:
+    raise RuntimeError("an SGLang target is traced after its prepare(mode) built the module")
+
+
+def _prepare(target: Target, mode: str, log: UndoLog, *, kind: str, index: int, config_dir: str, tokens: int,
+             cold: bool, launched: list[str]) -> None:
+    piecewise = mode == "piecewise"
+    with sglang_emulation.platform_window():
+        try:
+            rt, block = _set_up_and_build(kind, index, config_dir, log, prefill="tc_piecewise" if piecewise else None)
+        except ValueError as e:  # SGLang's own refusal (a device or backend it does not support)
+            raise TargetError(f"SGLang {runtime.version()} refuses to build the {kind} layer here: "
+                              f"{one_line(str(e), 300)}") from e
+        folded = sglang_emulation.fold_platform_probes(log)
+    hidden = rt.model_config.hf_config.hidden_size
+    args = tuple(torch.empty(tokens, hidden, dtype=torch.bfloat16, device="cuda") for _ in range(2))
+    log.enter(torch.no_grad())
+    if piecewise:
+        log.enter(runtime.piecewise_state(block.mlp, index, rt.quant_config, tokens))
+    if not cold:
+        try:
+            block(*args)
+        except Exception as e:
+            raise TargetError(f"SGLang's eager warm-up failed: {type(e).__name__}: {one_line(str(e), 200)} "
+                              "(--cold skips it)") from e
+    target.fn, target.args = block.forward, args
+    _describe(target.info, block, rt, mode=mode, tokens=tokens, cold=cold, folded=folded, launched=launched)
+
+
+def _set_up_and_build(kind: str, index: int, config_dir: str, log: UndoLog, *,
+                      prefill: str | None) -> tuple[runtime.Runtime, MlpBlock]:
+    rt = runtime.set_up(config_dir, log, prefill_backend=prefill)
+    if kind == "moe" and runtime.moe_backend().is_auto() and torch.cuda.get_device_capability()[0] >= 10:
+        # Older releases leave "auto" on Blackwell: SGLang's own cutlass MoE,
+        # through sgl-kernel ops no stand-in declares.
+        rt = runtime.set_up(config_dir, log, prefill_backend=prefill, moe_runner_backend="flashinfer_cutlass")
+        rt.notes.append("SGLang left the MoE runner backend at auto here (its own cutlass MoE through sgl-kernel "
+                        "ops, which are not emulated); traced with --moe-runner-backend flashinfer_cutlass")
+    block = _build_block(kind, index, rt)
+    with sglang_emulation.consistent_fake_weights():
+        _process_weights(block)
+    return rt, block
+
+
+def _build_block(kind: str, index: int, rt: runtime.Runtime) -> MlpBlock:
+    models = importlib.import_module("sglang.srt.models.deepseek_v2")
+    _, rms_norm = runtime.require("sglang.srt.layers.layernorm:RMSNorm")
+    _, default_dtype = runtime.require("sglang.srt.model_loader.utils:set_default_torch_dtype")
+    config = rt.model_config.hf_config
+    prefix = f"model.layers.{index}.mlp"
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(default_dtype(rt.model_config.dtype))
+        stack.enter_context(torch.device("cuda"))
+        for building in rt.building:
+            stack.enter_context(building())
+        if kind == "dense":
+            mlp = runtime.call(models.DeepseekV2MLP, hidden_size=config.hidden_size,
+                               intermediate_size=config.intermediate_size, hidden_act=config.hidden_act,
+                               quant_config=rt.quant_config, prefix=prefix,
+                               swiglu_limit=getattr(config, "swiglu_limit", None), **_MLP_KWARGS)
+        else:
+            mlp = runtime.call(models.DeepseekV2MoE, config=config, layer_id=index, quant_config=rt.quant_config,
+                               prefix=prefix, **_MOE_KWARGS)
+        norm = rms_norm(config.hidden_size, eps=config.rms_norm_eps)
+    return MlpBlock(norm, mlp)
+
+
+def _process_weights(block: torch.nn.Module) -> None:
+    """What SGLang's loader runs on each quantized module after loading."""
+    for module in block.modules():
+        method = getattr(module, "quant_method", None)
+        if method is not None and hasattr(method, "process_weights_after_loading"):
+            method.process_weights_after_loading(module)
+
+
+def _backend_names() -> dict[str, str]:
+    out = {"moe_runner_backend": str(runtime.moe_backend().value)}
+    fp4 = runtime.optional("sglang.srt.layers.quantization.fp4_utils:get_fp4_gemm_runner_backend")
+    if fp4 is not None:
+        out["fp4_gemm_backend"] = str(fp4().value)
+    return out
+
+
+def _registered(qualname: str) -> bool:
+    namespace, _, name = qualname.partition("::")
+    return hasattr(getattr(torch.ops, namespace), name)
+
+
+def _describe(info: TargetInfo, block: MlpBlock, rt: runtime.Runtime, *, mode: str, tokens: int, cold: bool,
+              folded: list[str], launched: list[str]) -> None:
+    mlp = block.mlp
+    cls = type(mlp)
+    config = rt.model_config.hf_config
+    info.function = block.forward.__qualname__
+    info.shapes.update(tokens=tokens, tp=1)
+    if info.facts["layer_kind"] == "dense":
+        info.shapes["intermediate_size"] = config.intermediate_size
+    else:
+        info.shapes.update(moe_intermediate_size=config.moe_intermediate_size,
+                           n_routed_experts=config.n_routed_experts, experts_per_tok=config.num_experts_per_tok)
+        experts = getattr(mlp, "experts", None)
+        total = getattr(experts, "num_experts", None)
+        if total is not None:
+            info.facts["experts_in_kernel"] = total
+    state = "tc_piecewise (SGLang's piecewise CUDA-graph compile state)" if mode == "piecewise" else "plain"
+    info.notes.insert(0, f"implementation: SGLang {info.facts['sglang_version']}'s own {cls.__name__} "
+                         f"({cls.__module__}) behind its RMSNorm, built through SGLang's set-up calls")
+    info.notes.append(f"compile state: {state}; eager warm-up: "
+                      + ("skipped (--cold)" if cold else "ran first, as SGLang warms up before it compiles"))
+    info.notes.extend(rt.notes)
+    info.facts.update(
+        sglang_module=f"{cls.__module__}.{cls.__qualname__}",
+        quant_config=type(rt.quant_config).__name__,
+        compile_state=state,
+        warm_up=not cold,
+        **_backend_names(),
+        emulation=_emulation_changes(folded),
+        kernels_run_dry=launched,
+    )
+    info.split_ops = runtime.split_ops()
+    info.opaque_ops = {op: text for op, text in OPAQUE_OPS.items() if _registered(op)}
+
+
+def _emulation_changes(folded: list[str]) -> list[str]:
+    changes = sglang_emulation.CHANGES
+    out = [changes["platform_window"], changes["isolate_caches"], changes["inductor_as_eager"],
+           changes["consistent_fake_weights"]]
+    if folded:
+        out.insert(1, changes["fold_platform_probes"].format(names=", ".join(folded)))
+    out.append("Triton and CuTe DSL kernels: has_triton() answered True (launches captured as on the GPU); "
+               "launches on fake tensors ran dry")
+    return out
+
+
+__all__ = ["MlpBlock", "build_layer"]

@@ -1,0 +1,259 @@
+"""SGLang's own set-up, as its server runs it before it builds a model, in one
+process of a world of one (gloo). Releases differ in these APIs; each step
+looks for what the installed release has (never at its version string), and
+a release that has none of the known forms is refused in one line naming
+what is missing. The calls and their order: docs/design.md, "SGLang's
+set-up calls".
+
+Call inside the platform window (emulation/sglang.py): SGLang reads the
+device while it sets up.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import inspect
+import socket
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from graphbreak_doctor.patching import UndoLog
+from graphbreak_doctor.targets import TargetError
+
+
+def version() -> str:
+    return importlib.metadata.version("sglang")
+
+
+def _lookup(path: str) -> Any:
+    """'pkg.module:attr' -> the object, or None if the release lacks it."""
+    module_name, _, attr = path.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        if e.name and module_name.startswith(e.name):
+            return None
+        raise
+    return getattr(module, attr, None) if attr else module
+
+
+def require(*paths: str) -> tuple[int, Any]:
+    """The first of ``paths`` ('module:attr') the installed SGLang has, and
+    its index; TargetError naming them all when it has none."""
+    for i, path in enumerate(paths):
+        found = _lookup(path)
+        if found is not None:
+            return i, found
+    raise TargetError(f"SGLang {version()} cannot be built by graphbreak-doctor: it has no "
+                      + " and no ".join(f"{p.replace(':', '.')}" for p in paths))
+
+
+def optional(path: str) -> Any:
+    return _lookup(path)
+
+
+def call(fn: Callable, *args: Any, **kwargs: Any) -> Any:
+    """Call with the keyword arguments ``fn`` accepts (releases add and drop some)."""
+    params = inspect.signature(fn).parameters
+    if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        kwargs = {k: v for k, v in kwargs.items() if k in params}
+    return fn(*args, **kwargs)
+
+
+@dataclass
+class Runtime:
+    """What the set-up made: the configs a layer is built from."""
+
+    server_args: Any
+    model_config: Any
+    quant_config: Any
+    # Context managers to hold while modules are built (e.g. the shared-experts config).
+    building: list[Callable[[], Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _distributed(log: UndoLog) -> None:
+    from torch._dynamo import trace_rules
+
+    _, init = require("sglang.srt.distributed.parallel_state:init_distributed_environment")
+    if not torch.distributed.is_initialized():
+        # torch.distributed's initialization clears Dynamo's trace-rule caches;
+        # the map the emulation built (torch.distributed imported) is kept:
+        # docs/design.md, "SGLang's set-up calls".
+        with UndoLog() as keep:
+            keep.setattr(trace_rules, "clear_lru_cache", lambda: None)
+            init(world_size=1, rank=0, local_rank=0, backend="gloo",
+                 distributed_init_method=f"tcp://127.0.0.1:{_free_port()}")
+        destroy = optional("sglang.srt.distributed.parallel_state:destroy_distributed_environment")
+        log.call_on_undo(destroy if destroy is not None else torch.distributed.destroy_process_group)
+
+
+def _model_parallel(log: UndoLog) -> None:
+    parallel = importlib.import_module("sglang.srt.distributed.parallel_state")
+    if parallel.model_parallel_is_initialized():
+        return
+    unset = [name for name, value in vars(parallel).items() if name.startswith("_") and name.isupper() and value is None]
+    call(parallel.initialize_model_parallel, tensor_model_parallel_size=1, backend="gloo")
+    # After SGLang's teardown (which runs first): the groups it leaves set
+    # (0.5.9 forgets the attention group) are unset again, so the process can
+    # build once more.
+
+    def unset_groups() -> None:
+        for name in unset:
+            setattr(parallel, name, None)
+
+    log.call_on_undo(unset_groups)
+    destroy = getattr(parallel, "destroy_model_parallel", None)
+    if destroy is not None:
+        log.call_on_undo(destroy)
+
+
+def _server_args(config_dir: str, moe_runner_backend: str | None) -> Any:
+    _, server_args_cls = require("sglang.srt.server_args:ServerArgs")
+    extra = {"moe_runner_backend": moe_runner_backend} if moe_runner_backend else {}
+    return server_args_cls(model_path=config_dir, quantization="modelopt_fp4", tp_size=1, **extra)
+
+
+def _publish(server_args: Any, prefill_backend: str | None, notes: list[str]) -> None:
+    """Make the server arguments the process's configuration: the runtime
+    context (newer releases) or the global server arguments (older ones)."""
+    form, publish = require("sglang.srt.runtime_context:publish",
+                            "sglang.srt.server_args:set_global_server_args_for_scheduler")
+    if form == 0:
+        context = importlib.import_module("sglang.srt.runtime_context")
+        context.reset_context()
+        publish(server_args, role="scheduler", ranks=context.SpawnRanks(world_rank=0, gpu_id=0))
+        parallel = importlib.import_module("sglang.srt.distributed.parallel_state")
+        if getattr(parallel, "_WORLD", None) is not None:
+            context.get_parallel().override_permanently(world_group=parallel._WORLD)
+        if prefill_backend:
+            prefill = context.get_exec().graph.cuda_graph_config.prefill
+            prefill.backend = prefill_backend
+            notes.append(f"SGLang's prefill CUDA-graph backend set to {prefill_backend} before the layer was "
+                         "built (what decides the fusions a tc_piecewise deployment builds)")
+    else:
+        publish(server_args)
+
+
+def _backend_configs(server_args: Any) -> None:
+    """What SGLang's scheduler does next: resolve the MoE and GEMM backends."""
+    for path in ("sglang.srt.layers.moe:initialize_moe_config",
+                 "sglang.srt.layers.quantization.fp8_utils:initialize_fp8_gemm_config",
+                 "sglang.srt.layers.quantization.fp4_utils:initialize_fp4_gemm_config",
+                 "sglang.srt.layers.quantization.unquant:initialize_bf16_gemm_config"):
+        fn = optional(path)
+        if fn is None:
+            continue
+        fn(server_args) if inspect.signature(fn).parameters else fn()
+
+
+def _expert_recorder(server_args: Any) -> None:
+    """What SGLang's model runner does before it builds the model: without a
+    recorder, a no-op one would be created lazily inside the traced region."""
+    _, recorder = require("sglang.srt.eplb.expert_distribution:ExpertDistributionRecorder")
+    _, set_recorder = require("sglang.srt.eplb.expert_distribution:set_global_expert_distribution_recorder")
+    params = inspect.signature(recorder.init_new).parameters
+    if "server_args" in params:
+        set_recorder(recorder.init_new(server_args, None, rank=0))
+    else:
+        set_recorder(recorder.init_new(None, rank=0))
+
+
+def _shared_experts(runtime: Runtime) -> None:
+    """How many shared experts are fused into the routed kernel: decided by
+    the model class (newer releases: a config held while modules are built)."""
+    _, model_cls = require("sglang.srt.models.glm4_moe:GlmMoeDsaForCausalLM")
+    hf_config = runtime.model_config.hf_config
+    resolve = optional("sglang.srt.layers.moe.utils:resolve_shared_experts_config")
+    if resolve is not None:
+        shared = resolve(model_cls, hf_config, runtime.quant_config)
+        get_model = importlib.import_module("sglang.srt.runtime_context").get_model
+        runtime.building.append(lambda: get_model().override(shared_experts=shared))
+        return
+    if not hasattr(model_cls, "determine_num_fused_shared_experts"):
+        raise TargetError(f"SGLang {version()} cannot be built by graphbreak-doctor: it has no "
+                          "sglang.srt.layers.moe.utils.resolve_shared_experts_config and no "
+                          "GlmMoeDsaForCausalLM.determine_num_fused_shared_experts")
+    holder = model_cls.__new__(model_cls)  # the model without its layers: no weights
+    torch.nn.Module.__init__(holder)
+    holder.config, holder.quant_config = hf_config, runtime.quant_config
+    holder.determine_num_fused_shared_experts()
+
+
+def moe_backend() -> Any:
+    return require("sglang.srt.layers.moe.utils:get_moe_runner_backend")[1]()
+
+
+def set_up(config_dir: str, log: UndoLog, *, prefill_backend: str | None = None,
+           moe_runner_backend: str | None = None) -> Runtime:
+    """SGLang's set-up for GLM-5-NVFP4 from ``config_dir`` (config.json +
+    hf_quant_config.json); undone with ``log`` where SGLang offers a teardown."""
+    notes: list[str] = []
+    _distributed(log)
+    server_args = _server_args(config_dir, moe_runner_backend)
+    _publish(server_args, prefill_backend, notes)
+    _model_parallel(log)
+    _backend_configs(server_args)
+    _, model_config_cls = require("sglang.srt.configs.model_config:ModelConfig")
+    _, load_config_cls = require("sglang.srt.configs.load_config:LoadConfig")
+    _, quant_config_of = require("sglang.srt.model_loader.loader:_get_quantization_config")
+    model_config = model_config_cls.from_server_args(server_args)
+    quant_config = quant_config_of(model_config, load_config_cls())
+    if quant_config is None:
+        raise TargetError(f"{config_dir}: SGLang found no quantization config (hf_quant_config.json)")
+    _expert_recorder(server_args)
+    runtime = Runtime(server_args, model_config, quant_config, notes=notes)
+    _shared_experts(runtime)
+    return runtime
+
+
+def piecewise_state(module: torch.nn.Module, layer_id: int, quant_config: Any, tokens: int) -> Any:
+    """SGLang's tc_piecewise compile state for one layer: the flag and the
+    forward context its piecewise runner sets around compiling and capturing
+    (newer releases: ``tc_piecewise_cuda_graph``; older: ``piecewise_context_manager``)."""
+    import contextlib
+
+    form, enable = require(
+        "sglang.srt.model_executor.runner_backend_utils.tc_piecewise_cuda_graph:enable_tc_piecewise_cuda_graph",
+        "sglang.srt.compilation.piecewise_context_manager:enable_piecewise_cuda_graph")
+    module_name = (
+        "sglang.srt.model_executor.runner_backend_utils.tc_piecewise_cuda_graph",
+        "sglang.srt.compilation.piecewise_context_manager",
+    )[form]
+    context = importlib.import_module(module_name)
+    set_context = getattr(context, ("set_tc_piecewise_forward_context", "set_forward_context")[form])
+    n = layer_id + 1
+    moe_layers, moe_fusions = [None] * n, [None] * n
+    experts = getattr(module, "experts", None)
+    if experts is not None:  # the MoE block: its experts run through the piecewise op
+        moe_layers[layer_id], moe_fusions[layer_id] = experts, module
+    stack = contextlib.ExitStack()
+    stack.enter_context(enable())
+    stack.enter_context(call(set_context, None, [None] * n, quant_config, moe_layers, moe_fusions,
+                             dsa_indexers=[None] * n, mha_companion_layers=[None] * n,
+                             num_tokens=tokens, raw_num_tokens=tokens))
+    return stack
+
+
+def split_ops() -> list[str]:
+    """The ops SGLang's piecewise runner splits the graph at, as 'ns::name'."""
+    names = optional("sglang.srt.compilation.compilation_config:SPLIT_OPS") or []
+    return [name.replace(".", "::", 1) for name in names]
+
+
+def torch_pin() -> str:
+    """The torch version the installed SGLang declares, if it pins one."""
+    for requirement in importlib.metadata.requires("sglang") or []:
+        name, _, spec = requirement.partition("==")
+        if name.strip() == "torch" and spec and ";" not in spec:
+            return spec.strip()
+    return ""
