@@ -10,7 +10,7 @@ import sys
 import traceback
 
 from graphbreak_doctor import __version__
-from graphbreak_doctor.cli import baseline, check, diff, fix, ingest, report, trace
+from graphbreak_doctor.cli import baseline, check, diff, fix, ingest, matrix, report, trace
 from graphbreak_doctor.cli.common import (
     EXIT_CODES_HELP,
     EXIT_CRASH,
@@ -24,7 +24,7 @@ from graphbreak_doctor.jobs import Interrupted
 from graphbreak_doctor.targets import TargetError
 from graphbreak_doctor.text import one_line
 
-COMMANDS = (trace, report, check, baseline, fix, ingest, diff)
+COMMANDS = (trace, report, check, baseline, fix, ingest, diff, matrix)
 
 
 def build_parser() -> Parser:

@@ -28,6 +28,8 @@ class Job:
     mode: str
     steps: int = 0  # FIX: the ladder's step limit
     debug: bool = False
+    # The interpreter of another environment (a matrix cell's); "" = this one.
+    python: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

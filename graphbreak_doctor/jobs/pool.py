@@ -41,10 +41,12 @@ def _exit_status(code: int) -> str:
     return f"the worker exited with code {code}"
 
 
-def _start(job: Job, index: int, run_dir: Path, timeout: float) -> _Running:
+def _start(job: Job, index: int, run_dir: Path, timeout: float, memory: int) -> _Running:
     folder = run_dir / f"job-{index}"
     (folder / "tmp").mkdir(parents=True)
-    data = {**job.to_dict(), "sys_path": [p for p in sys.path if p]}
+    # Another environment's interpreter gets only this checkout (PYTHONPATH
+    # below), never this interpreter's site-packages.
+    data = {**job.to_dict(), "sys_path": [] if job.python else [p for p in sys.path if p], "memory": memory}
     (folder / "job.json").write_text(json.dumps(data), encoding="utf-8")
     # Everything the target or the emulation puts in the temporary folder lands
     # in the worker's own folder, removed with it.
@@ -54,7 +56,8 @@ def _start(job: Job, index: int, run_dir: Path, timeout: float) -> _Running:
     home = str(Path(graphbreak_doctor.__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join([home, *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))])
     process = subprocess.Popen(
-        [sys.executable, "-m", "graphbreak_doctor.jobs.worker", str(folder / "job.json"), str(folder / "result.json")],
+        [job.python or sys.executable, "-m", "graphbreak_doctor.jobs.worker", str(folder / "job.json"),
+         str(folder / "result.json")],
         env=env, stdin=subprocess.DEVNULL, start_new_session=True,
     )
     return _Running(job, index, folder, process, time.monotonic() + timeout)
@@ -94,8 +97,9 @@ def _signals(log: UndoLog) -> None:
         log.call_on_undo(lambda signum=signum, previous=previous: signal.signal(signum, previous))
 
 
-def run_jobs(jobs: list[Job], *, timeout: float, parallel: int) -> list[Outcome]:
-    """Outcomes in the order of ``jobs``."""
+def run_jobs(jobs: list[Job], *, timeout: float, parallel: int, memory: int = 0) -> list[Outcome]:
+    """Outcomes in the order of ``jobs``; ``memory``: each worker's address
+    space limit in bytes (0: none)."""
     outcomes: list[Outcome | None] = [None] * len(jobs)
     pending = list(enumerate(jobs))
     running: list[_Running] = []
@@ -107,7 +111,7 @@ def run_jobs(jobs: list[Job], *, timeout: float, parallel: int) -> list[Outcome]
         while pending or running:
             while pending and len(running) < max(1, parallel):
                 index, job = pending.pop(0)
-                running.append(_start(job, index, run_dir, timeout))
+                running.append(_start(job, index, run_dir, timeout, memory))
             time.sleep(_POLL)
             for r in list(running):
                 if r.process.poll() is not None:

@@ -34,6 +34,11 @@ def main(argv: list[str]) -> int:
     for entry in reversed(data.pop("sys_path")):
         if entry not in sys.path:
             sys.path.insert(0, entry)
+    memory = data.pop("memory", 0)
+    if memory:  # the parent's limit on this worker's address space, in bytes
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
     from graphbreak_doctor.jobs.job import Job
     from graphbreak_doctor.jobs.local import run_in_process
     from graphbreak_doctor.progress import Progress

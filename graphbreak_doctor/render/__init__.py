@@ -1,7 +1,7 @@
 """Renderers: one module per output format, registered here.
 
 Each renderer is a function of one report object only -- findings, the
-gate's report, or a diff of two findings -- and returns text; none re-derives analysis. A module
+gate's report, a diff of two findings, or a matrix -- and returns text; none re-derives analysis. A module
 defines ``RENDERER = Renderer(...)``; a new format is that module plus one
 line in ``REGISTRY``. Commands offer every file renderer of the kinds they
 produce as an option (``--json``, ``--html``, ``--junit``, ``--sarif``).
@@ -19,10 +19,13 @@ from graphbreak_doctor.render import (
     json,
     junit,
     ladder_text,
+    matrix_html,
+    matrix_json,
+    matrix_terminal,
     sarif,
     terminal,
 )
-from graphbreak_doctor.render.renderer import DIFF, FINDINGS, GATE, Renderer
+from graphbreak_doctor.render.renderer import DIFF, FINDINGS, GATE, MATRIX, Renderer
 
 REGISTRY: tuple[Renderer, ...] = (
     terminal.RENDERER,
@@ -36,6 +39,9 @@ REGISTRY: tuple[Renderer, ...] = (
     diff_terminal.RENDERER,
     diff_json.RENDERER,
     diff_html.RENDERER,
+    matrix_terminal.RENDERER,
+    matrix_json.RENDERER,
+    matrix_html.RENDERER,
 )
 
 _BY_NAME = {r.name: r for r in REGISTRY}
@@ -53,4 +59,4 @@ def file_renderers(*kinds: str) -> tuple[Renderer, ...]:
     return tuple(r for r in REGISTRY if r.renders in kinds and r.option)
 
 
-__all__ = ["DIFF", "FINDINGS", "GATE", "REGISTRY", "Renderer", "file_renderers", "get"]
+__all__ = ["DIFF", "FINDINGS", "GATE", "MATRIX", "REGISTRY", "Renderer", "file_renderers", "get"]

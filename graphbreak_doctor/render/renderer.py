@@ -11,12 +11,14 @@ FINDINGS = "findings"
 GATE = "gate"
 # A comparison of two findings (graphbreak_doctor.gate.diff.FindingsDiff).
 DIFF = "diff"
+# A compatibility matrix (graphbreak_doctor.matrix.result.MatrixResult).
+MATRIX = "matrix"
 
 
 @dataclass(frozen=True)
 class Renderer:
     name: str
-    # What it renders: FINDINGS or GATE.
+    # What it renders: FINDINGS, GATE, DIFF or MATRIX.
     renders: str
     render: Callable[[Any], str]
     # File suffix; "" for text meant for the terminal.

@@ -53,7 +53,6 @@ class Glm5Provider(TargetProvider):
 
     def select(self, options: Mapping[str, Any]) -> list[Selection]:
         from graphbreak_doctor.targets.glm5 import sglang
-        from graphbreak_doctor.targets.glm5.config import load_config
 
         layer = options["layer"]
         impl = options.get("impl") or ("sglang" if sglang.available() else "reference")
@@ -64,20 +63,29 @@ class Glm5Provider(TargetProvider):
                 raise ValueError("--tp applies to --impl reference: SGLang's tensor parallelism needs one process per rank")
         elif options.get("cold"):
             raise ValueError("--cold applies to --impl sglang (the reference layer has no warm-up)")
+        return self.layer_selections(layer, impl, config=options.get("config"), tokens=options.get("tokens"),
+                                     tp=options.get("tp"), cold=bool(options.get("cold")))
+
+    def layer_selections(self, layer: str, impl: str, *, config: str | None = None, tokens: int | None = None,
+                         tp: int | None = None, cold: bool = False) -> list[Selection]:
+        """The selections of ``--layer`` for ``impl``, whether or not this
+        environment can build them (a matrix cell runs in another one)."""
+        from graphbreak_doctor.targets.glm5.config import load_config
+
         # Read now, so a bad --config is a usage error before anything is traced.
-        config = load_config(options.get("config"))
+        loaded = load_config(config)
         kinds = ["dense", "moe"] if layer == "all" else [layer]
         common = {
-            "config": config.path,
-            "tokens": options.get("tokens") or DEFAULT_TOKENS,
-            "tp": options.get("tp") or DEFAULT_TP,
+            "config": loaded.path,
+            "tokens": tokens or DEFAULT_TOKENS,
+            "tp": tp or DEFAULT_TP,
             "all": layer == "all",
             "impl": impl,
-            "cold": bool(options.get("cold")),
+            "cold": cold,
         }
         prefix = "glm5-sglang" if impl == "sglang" else "glm5"
         return [Selection(self.name, f"{prefix}-{kind}", {"kind": kind, **common},
-                          spec=f"{prefix}:{kind}:{config.layer_indices(kind)[0]}") for kind in kinds]
+                          spec=f"{prefix}:{kind}:{loaded.layer_indices(kind)[0]}") for kind in kinds]
 
     def build(self, selection: Selection, device: str, log: UndoLog) -> Target:
         o = selection.options

@@ -1,0 +1,198 @@
+"""`graphbreak-doctor matrix`: which SGLang x FlashInfer x GPU combinations
+capture GLM-5's layers -- one isolated environment per version pair, one
+worker process per cell and mode -- and `--bisect` for the first release
+where the verdict changes."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from graphbreak_doctor.cli.common import EXIT_OK, UsageError, add_subcommand, int_at_least, names_list
+from graphbreak_doctor.cli.outputs import OutputSet, add_output_options, write_file
+from graphbreak_doctor.emulation.presets import PRESETS
+from graphbreak_doctor.findings import MODE_CHOICES
+from graphbreak_doctor.render import MATRIX, get
+
+NAME = "matrix"
+DEFAULT_TIMEOUT = 900
+DEFAULT_MEMORY_GB = 8
+
+HELP = """Each (SGLang, FlashInfer) pair gets a virtual environment built with uv from
+requirements/ (torch held at this interpreter's version; kept and reused:
+--envs). A cell that cannot be built or does not import here is shown as
+"not runnable on torch X: <reason>"; the matrix exits 0 whatever its cells say.
+
+"""
+
+
+def _version_list(text: str) -> tuple[str, ...]:
+    from packaging.version import InvalidVersion, Version
+
+    values = names_list(text)
+    for v in values:
+        try:
+            Version(v)
+        except InvalidVersion:
+            raise argparse.ArgumentTypeError(f"not a version: {v!r}") from None
+    return values
+
+
+def _devices(text: str) -> tuple[str, ...]:
+    values = names_list(text)
+    emulated = [n for n, p in PRESETS.items() if p.emulated]
+    for v in values:
+        if v not in emulated:
+            raise argparse.ArgumentTypeError(f"unknown emulated device {v!r} (choose from {', '.join(emulated)})")
+    return values
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = add_subcommand(sub, NAME, "a compatibility matrix over SGLang x FlashInfer x GPU, with bisection",
+                       epilog=HELP)
+    p.add_argument("--layer", required=True, choices=("dense", "moe", "all"), help="GLM-5 decoder layer(s)")
+    p.add_argument("--impl", choices=("reference", "sglang"),
+                   help="sglang: SGLang's own layer (the default with --sglang); reference: the project's "
+                        "re-creation, no SGLang needed")
+    p.add_argument("--sglang", type=_version_list, metavar="V1,V2,...",
+                   help="SGLang releases (default: the installed one)")
+    p.add_argument("--flashinfer", type=_version_list, metavar="V1,V2,...",
+                   help="FlashInfer releases (default: the installed one)")
+    p.add_argument("--device", type=_devices, default=("sm120",), metavar="D1,D2,...",
+                   help="emulated GPUs, the table's columns (default sm120)")
+    p.add_argument("--mode", choices=MODE_CHOICES, default="both",
+                   help="as for trace (default both: the fullgraph verdict and every break)")
+    p.add_argument("--bisect", nargs=2, metavar=("AXIS", "LOW..HIGH"),
+                   help="sglang or flashinfer: the first release in the range whose verdict differs from "
+                        "LOW's, on the first device, the other axis at one version")
+    how = p.add_argument_group("how to run")
+    how.add_argument("--jobs", type=int_at_least(1), default=None, metavar="N",
+                     help="worker processes at once (default: the CPU count)")
+    how.add_argument("--timeout", type=int_at_least(1), default=DEFAULT_TIMEOUT, metavar="SECONDS",
+                     help=f"per worker (default {DEFAULT_TIMEOUT}); a cell past it is 'timed out'")
+    how.add_argument("--memory", type=int_at_least(1), default=DEFAULT_MEMORY_GB, metavar="GB",
+                     help=f"address-space limit per worker (default {DEFAULT_MEMORY_GB})")
+    how.add_argument("--envs", metavar="DIR",
+                     help="where the environments are kept (default ~/.cache/graphbreak-doctor/matrix-envs)")
+    how.add_argument("--find-links", action="append", default=[], metavar="DIR",
+                     help="a folder of wheels to install from besides the package index (repeatable; "
+                          "PIP_FIND_LINKS is read too)")
+    add_output_options(p, MATRIX, default_on=("matrix-json", "matrix-html"), stem="matrix-<layer>-", what="<impl>")
+    p.add_argument("--debug", action="store_true", help="show tracebacks of errors")
+    p.set_defaults(func=run)
+
+
+def _plan(args: argparse.Namespace):
+    from graphbreak_doctor.matrix.envs import installed
+    from graphbreak_doctor.matrix.run import Plan
+
+    impl = args.impl or ("sglang" if args.sglang or (args.bisect and args.bisect[0] == "sglang") else "reference")
+    if impl == "reference" and (args.sglang or (args.bisect and args.bisect[0] == "sglang")):
+        raise UsageError("--impl reference traces without SGLang: leave out --sglang")
+    sglang = args.sglang or ()
+    if impl == "sglang" and not sglang:
+        if not installed("sglang"):
+            raise UsageError("--impl sglang: give --sglang V1,... (SGLang is not installed here)")
+        sglang = (installed("sglang"),)
+    flashinfer = args.flashinfer or (installed("flashinfer-python"),)
+    if not flashinfer[0]:
+        raise UsageError("give --flashinfer V1,... (FlashInfer is not installed here)")
+    return Plan(args.layer, impl, tuple(sglang), tuple(flashinfer), tuple(args.device), args.mode)
+
+
+def _bisect_range(args: argparse.Namespace, plan) -> tuple[str, str, str]:
+    from packaging.version import InvalidVersion, Version
+
+    axis, text = args.bisect
+    if axis not in ("sglang", "flashinfer"):
+        raise UsageError(f"--bisect: the axis is sglang or flashinfer, not {axis!r}")
+    low, sep, high = text.partition("..")
+    try:
+        ok = sep and Version(low) < Version(high)
+    except InvalidVersion:
+        ok = False
+    if not ok:
+        raise UsageError(f"--bisect {axis}: expected LOW..HIGH with LOW older than HIGH, got {text!r}")
+    if getattr(args, axis):
+        raise UsageError(f"--bisect {axis} chooses the {axis} releases: leave out --{axis}")
+    other = plan.flashinfer if axis == "sglang" else plan.sglang
+    if len(other) > 1:
+        raise UsageError(f"--bisect {axis}: give one version of the other axis, not {len(other)}")
+    return axis, low, high
+
+
+def run(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from graphbreak_doctor.matrix.envs import Builder, EnvError, default_envs_dir
+    from graphbreak_doctor.matrix.run import Limits, available_versions, bisect, run_cells
+    from graphbreak_doctor.progress import Progress
+
+    plan = _plan(args)
+    bisecting = _bisect_range(args, plan) if args.bisect else None
+    stem = f"matrix-{args.layer}-{plan.impl}" + (f"-bisect-{bisecting[0]}" if bisecting else "")
+    outputs = OutputSet.plan(args, (MATRIX,), [stem])
+    progress = Progress()
+    limits = Limits(jobs=args.jobs or os.cpu_count() or 1, timeout=args.timeout, memory=args.memory << 30)
+    try:
+        builder = Builder(Path(args.envs) if args.envs else default_envs_dir(), args.find_links)
+        if bisecting:
+            axis, low, high = bisecting
+            package = "sglang" if axis == "sglang" else "flashinfer-python"
+            versions = available_versions(package, low, high, builder.find_links)
+            if len(versions) < 2 or versions[0] != low or versions[-1] != high:
+                raise UsageError(f"--bisect {axis}: {low} and {high} must both be releases "
+                                 f"(found {', '.join(versions) or 'none'} in the range)")
+            probed = []
+
+            def probe(version: str):
+                one = replace(plan, devices=plan.devices[:1], **{axis: (version,)})
+                result = run_cells(one, builder, limits, progress)
+                probed.append(result)
+                return result.cells
+
+            found = bisect(versions, probe, axis)
+            result = _joined(plan, probed, axis)
+            result.bisection = found
+        else:
+            result = run_cells(plan, builder, limits, progress)
+    except EnvError as e:
+        raise UsageError(str(e)) from e
+    sys.stdout.write(get("matrix").render(result))
+    html = next((p.path for p in outputs.planned if p.renderer.name == "matrix-html"), None)
+    if html is not None:
+        result.reports_dir = f"{html.stem}-cells"
+        _write_cell_reports(result, html.parent / result.reports_dir)
+    outputs.write({stem: result})
+    return EXIT_OK
+
+
+def _joined(plan, parts: list, axis: str):
+    """One matrix of the bisection's probes, in version order."""
+    from packaging.version import Version
+
+    from graphbreak_doctor.matrix.run import neighbour_diffs
+
+    parts = sorted(parts, key=lambda r: Version(getattr(r, axis)[0]))
+    first = parts[0]
+    first.cells = [c for r in parts for c in r.cells]
+    setattr(first, axis, [getattr(r, axis)[0] for r in parts])
+    first.setup_seconds = sum(r.setup_seconds for r in parts)
+    first.trace_seconds = sum(r.trace_seconds for r in parts)
+    first.envs_built = sum(r.envs_built for r in parts)
+    first.envs_reused = sum(r.envs_reused for r in parts)
+    first.devices = list(plan.devices[:1])
+    first.diffs = neighbour_diffs(first)
+    return first
+
+
+def _write_cell_reports(result, folder: Path) -> None:
+    """Each cell's own report (the trace command's HTML), beside the page."""
+    report = get("html")
+    cells = [c for c in result.cells if c.findings is not None]
+    if cells:
+        folder.mkdir(parents=True, exist_ok=True)
+    for c in cells:
+        write_file(folder / f"{c.slug}.html", report.render(c.findings))

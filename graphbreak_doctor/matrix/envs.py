@@ -1,0 +1,278 @@
+"""One isolated environment per (SGLang, FlashInfer) pair, built with uv and kept.
+
+An environment starts from the project's own requirement files (requirements/):
+``ci.txt`` without SGLang, else the pair of files of the SGLang profile that
+fits the release (its pins, then its CUDA-only wheels with ``--no-deps``, as
+the Makefile installs them). The pair's versions replace the files' SGLang and
+FlashInfer pins, the packages a release is picky about follow that release's
+own pins (read from the installed release's metadata), torch is held at the
+version this interpreter runs (a constraint: no other torch is ever chosen),
+and the doctor itself is installed editable from this checkout. An
+environment is ready once its manifest is written, last; a second run finds
+the manifest and builds nothing. uv's cache hard-links the packages, so
+environments share their files.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import importlib.metadata
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from graphbreak_doctor.text import one_line
+
+ROOT = Path(__file__).resolve().parents[2]
+REQUIREMENTS = ROOT / "requirements"
+MANIFEST = "matrix-env.json"
+
+# SGLang profiles: (first release, base requirement file, --no-deps file). A
+# release uses the newest profile whose first release is not newer than it.
+SGLANG_PROFILES = (
+    ("0.5.9", "sglang-0.5.9.txt", "sglang-0.5.9-nodeps.txt"),
+    ("0.5.22", "sglang.txt", "sglang-nodeps.txt"),
+)
+# Packages whose version follows the SGLang release's own == pin when that is
+# newer than the profile's (installed with their dependencies): a release's
+# model registry is written against its transformers (an older one lacks its
+# configs, a newer one registers some of them itself). An older pin is not
+# followed: the profile's is the first with GLM-5's config.
+FOLLOW_RELEASE = ("transformers",)
+
+
+class EnvError(Exception):
+    """An environment could not be built: one line why."""
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _version_key(text: str):
+    from packaging.version import Version
+
+    return Version(text)
+
+
+def installed(package: str) -> str:
+    """The version of ``package`` in this interpreter ("" if absent)."""
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return ""
+
+
+def torch_version() -> str:
+    return installed("torch")
+
+
+def uv_binary() -> str:
+    try:
+        import uv
+
+        return uv.find_uv_bin()
+    except (ImportError, FileNotFoundError):
+        found = shutil.which("uv")
+        if not found:
+            raise EnvError("uv is not installed (pip install -r requirements/ci.txt)") from None
+        return found
+
+
+def default_envs_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "graphbreak-doctor" / "matrix-envs"
+
+
+def _pin(lines: list[str], package: str, version: str) -> list[str]:
+    """``lines`` with the requirement of ``package`` replaced by ==version."""
+    out, found = [], False
+    for line in lines:
+        name = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", line.split("#", 1)[0])
+        if name and _norm(name.group(1)) == _norm(package):
+            out.append(f"{package}=={version}")
+            found = True
+        else:
+            out.append(line)
+    if not found:
+        out.append(f"{package}=={version}")
+    return out
+
+
+def _read(name: str) -> list[str]:
+    path = REQUIREMENTS / name
+    if not path.is_file():
+        raise EnvError(f"{path} is missing: the matrix builds environments from a checkout's requirements/")
+    return path.read_text(encoding="utf-8").splitlines()
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """What one environment holds: an SGLang release ("" for none) and a FlashInfer release."""
+
+    sglang: str
+    flashinfer: str
+
+    @property
+    def label(self) -> str:
+        return (f"sglang {self.sglang}, " if self.sglang else "") + f"flashinfer {self.flashinfer}"
+
+    def profile(self) -> tuple[str, str]:
+        """The (base, --no-deps) requirement files this release starts from."""
+        chosen = None
+        for first, base, nodeps in SGLANG_PROFILES:
+            if _version_key(first) <= _version_key(self.sglang):
+                chosen = (base, nodeps)
+        if chosen is None:
+            first = SGLANG_PROFILES[0][0]
+            raise EnvError(f"SGLang {self.sglang} predates {first}, the first release with GLM-5 "
+                           "(GlmMoeDsaForCausalLM)")
+        return chosen
+
+    def requirement_files(self) -> dict[str, str]:
+        """File name -> text, as installed (base first, then --no-deps)."""
+        if not self.sglang:
+            return {"base.txt": "\n".join(_pin(_read("ci.txt"), "flashinfer-python", self.flashinfer)) + "\n"}
+        base, nodeps = self.profile()
+        return {
+            "base.txt": "\n".join(_pin(_read(base), "flashinfer-python", self.flashinfer)) + "\n",
+            "nodeps.txt": "\n".join(_pin(_read(nodeps), "sglang", self.sglang)) + "\n",
+        }
+
+    def key(self, torch: str) -> str:
+        text = json.dumps([sys.version, torch, str(ROOT), self.requirement_files(), FOLLOW_RELEASE])
+        return hashlib.sha256(text.encode()).hexdigest()[:10]
+
+    def folder_name(self, torch: str) -> str:
+        what = f"sglang-{self.sglang}-" if self.sglang else "reference-"
+        return f"{what}flashinfer-{self.flashinfer}-{self.key(torch)}"
+
+
+@dataclass
+class Env:
+    spec: EnvSpec
+    path: Path
+    built: bool  # built by this run (False: found ready)
+    seconds: float  # set-up time of this run: building, or finding it ready
+
+    @property
+    def python(self) -> str:
+        return str(self.path / "bin" / "python")
+
+
+class Builder:
+    """Builds (or finds) environments under ``root``; ``find_links``: local
+    wheel folders handed to uv besides the package index."""
+
+    def __init__(self, root: Path, find_links: list[str] | None = None) -> None:
+        self.root = Path(root)
+        self.torch = torch_version()
+        if not self.torch:
+            raise EnvError("torch is not installed in this environment: the matrix holds every cell at its version")
+        links = list(find_links or [])
+        links += [p for p in os.environ.get("PIP_FIND_LINKS", "").split() if p]
+        self.find_links = list(dict.fromkeys(links))
+
+    def path(self, spec: EnvSpec) -> Path:
+        return self.root / spec.folder_name(self.torch)
+
+    def ready(self, spec: EnvSpec) -> bool:
+        return (self.path(spec) / MANIFEST).is_file()
+
+    def ensure(self, spec: EnvSpec) -> Env:
+        """The environment, built unless ready; EnvError (one line) if it cannot be."""
+        start = time.monotonic()
+        path = self.path(spec)
+        self.root.mkdir(parents=True, exist_ok=True)
+        with open(self.root / f".{path.name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # two runs building the same environment
+            if (path / MANIFEST).is_file():
+                return Env(spec, path, built=False, seconds=time.monotonic() - start)
+            shutil.rmtree(path, ignore_errors=True)  # a build that did not finish
+            try:
+                self._build(spec, path)
+            except BaseException:
+                shutil.rmtree(path, ignore_errors=True)
+                raise
+        return Env(spec, path, built=True, seconds=time.monotonic() - start)
+
+    def remove(self, spec: EnvSpec) -> None:
+        shutil.rmtree(self.path(spec), ignore_errors=True)
+
+    def _uv(self, *args: str, what: str) -> str:
+        command = [uv_binary(), *args]
+        result = subprocess.run(command, check=False, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        if result.returncode != 0:
+            lines = [ln.strip(" ×╰─▶│") for ln in result.stderr.splitlines() if ln.strip(" ×╰─▶│")]
+            raise EnvError(f"{what}: {one_line(' '.join(lines[-3:]) or f'uv exited with {result.returncode}')}")
+        return result.stdout
+
+    def _install(self, python: str, *args: str, what: str, constraints: str) -> None:
+        links = [a for link in self.find_links for a in ("--find-links", link)]
+        self._uv("pip", "install", "--quiet", "--python", python, "--constraint", constraints, *links, *args,
+                 what=what)
+
+    def _build(self, spec: EnvSpec, path: Path) -> None:
+        start = time.monotonic()
+        files = spec.requirement_files()
+        self._uv("venv", "--quiet", "--python", sys.executable, str(path), what="creating the environment")
+        python = str(path / "bin" / "python")
+        with tempfile.TemporaryDirectory(prefix="graphbreak-doctor-env-") as tmp:
+            constraints = Path(tmp) / "constraints.txt"
+            constraints.write_text(f"torch=={self.torch}\n", encoding="utf-8")
+            for name, text in files.items():
+                (Path(tmp) / name).write_text(text, encoding="utf-8")
+            self._install(python, "-r", str(Path(tmp) / "base.txt"), what=f"installing {spec.label}",
+                          constraints=str(constraints))
+            followed = {}
+            if "nodeps.txt" in files:
+                self._install(python, "--no-deps", "-r", str(Path(tmp) / "nodeps.txt"),
+                              what=f"installing sglang {spec.sglang}", constraints=str(constraints))
+                followed = self._follow_release(python, spec, files["base.txt"], str(constraints))
+            self._install(python, "--no-deps", "-e", str(ROOT), what="installing graphbreak-doctor",
+                          constraints=str(constraints))
+        manifest = {
+            "sglang": spec.sglang, "flashinfer": spec.flashinfer, "torch": self.torch,
+            "python": sys.version.split()[0], "followed_release_pins": followed,
+            "requirements": files, "seconds": round(time.monotonic() - start, 1),
+        }
+        (path / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+
+    def _follow_release(self, python: str, spec: EnvSpec, base: str, constraints: str) -> dict[str, str]:
+        """Install the release's own pins of FOLLOW_RELEASE where newer than the profile's."""
+        code = "import importlib.metadata as m, json; print(json.dumps(m.requires('sglang') or []))"
+        out = subprocess.run([python, "-c", code], check=False, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        if out.returncode != 0:
+            raise EnvError(f"reading sglang {spec.sglang}'s requirements: {one_line(out.stderr)}")
+        release = _exact_pins(json.loads(out.stdout))
+        profile = _exact_pins(base.splitlines())
+        followed = {}
+        for name in FOLLOW_RELEASE:
+            version, current = release.get(_norm(name)), profile.get(_norm(name))
+            if not version or (current and _version_key(version) <= _version_key(current)):
+                continue
+            self._install(python, f"{name}=={version}", what=f"installing sglang {spec.sglang}'s {name} pin",
+                          constraints=constraints)
+            followed[name] = version
+        return followed
+
+
+def _exact_pins(requirements: list[str]) -> dict[str, str]:
+    """name -> version of the ``name==version`` requirements (not an extra's)."""
+    pins = {}
+    for requirement in requirements:
+        text, _, marker = requirement.split("#", 1)[0].partition(";")
+        if "extra" in marker:
+            continue
+        m = re.match(r"\s*([A-Za-z0-9._-]+)\s*==\s*([A-Za-z0-9.+!-]+)\s*$", text)
+        if m:
+            pins[_norm(m.group(1))] = m.group(2)
+    return pins

@@ -1,0 +1,144 @@
+"""What a matrix run found: one result per cell (versions x device x layer),
+the diffs between neighbouring versions, and a bisection when one ran.
+
+Plain data with a JSON form; the renderers (render/matrix_*.py) read only this.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from graphbreak_doctor.findings import Findings
+from graphbreak_doctor.text import counted
+
+MATRIX_SCHEMA_VERSION = 1
+KIND = "graphbreak-doctor matrix"
+
+OK, FAILED, CRASHED, TIMED_OUT, NOT_RUNNABLE = "ok", "failed", "crashed", "timed out", "not runnable"
+
+
+@dataclass
+class Cell:
+    sglang: str  # "" when the cell runs the reference layer without SGLang
+    flashinfer: str
+    device: str
+    layer: str
+    status: str  # OK, FAILED, CRASHED, TIMED_OUT or NOT_RUNNABLE
+    reason: str = ""  # one line: the first failure, or why it did not run
+    category: str = ""  # FAILED: the category of the break fullgraph stopped at
+    function: str = ""  # ... and the function it is in
+    breaks: int = 0  # distinct breaks (explain mode)
+    setup_seconds: float = 0.0  # its environment's, this run
+    findings: Findings | None = None
+
+    @property
+    def versions(self) -> str:
+        """The row label: 'sglang 0.5.9 + flashinfer 0.6.3' or 'flashinfer 0.7.4'."""
+        return (f"sglang {self.sglang} + " if self.sglang else "") + f"flashinfer {self.flashinfer}"
+
+    @property
+    def slug(self) -> str:
+        what = f"sglang-{self.sglang}-" if self.sglang else ""
+        return f"{what}flashinfer-{self.flashinfer}-{self.device}-{self.layer}"
+
+    @property
+    def runnable(self) -> bool:
+        return self.status != NOT_RUNNABLE
+
+    def verdict(self) -> str:
+        """What bisection compares: 'ok', 'failed: <category>', 'crashed', ..."""
+        return f"{FAILED}: {self.category}" if self.status == FAILED else self.status
+
+    def text(self, torch: str) -> str:
+        """The table cell: fullgraph ok / the first failure's category / breaks."""
+        if self.status == OK:
+            return f"OK, {counted(self.breaks, 'break')}"
+        if self.status == FAILED:
+            where = f" ({self.function})" if self.function else ""
+            return f"FAILED: {self.category}{where}, {counted(self.breaks, 'break')}"
+        if self.status == NOT_RUNNABLE:
+            return f"not runnable on torch {torch}: {self.reason}"
+        return f"{self.status.upper()}: {self.reason}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "sglang": self.sglang, "flashinfer": self.flashinfer, "device": self.device, "layer": self.layer,
+            "status": self.status, "verdict": self.verdict(), "reason": self.reason, "category": self.category,
+            "function": self.function, "breaks": self.breaks, "setup_seconds": round(self.setup_seconds, 1),
+            "findings": self.findings.to_dict() if self.findings is not None else None,
+        }
+
+
+@dataclass
+class NeighbourDiff:
+    """Two cells that differ in one version (same device and layer)."""
+
+    axis: str  # "sglang" or "flashinfer"
+    a: str  # the older version
+    b: str  # the newer one
+    device: str
+    layer: str
+    fixed: str  # the other axis's value, as a label
+    summary: str  # one line
+    diff: dict[str, Any]  # gate.diff.FindingsDiff.to_dict()
+
+
+@dataclass
+class Bisection:
+    axis: str
+    low: str
+    high: str
+    probes: list[tuple[str, str]] = field(default_factory=list)  # (version, verdict) in the order run
+    first: str = ""  # the first release whose verdict differs from ``low``'s ("" if none found)
+    line: str = ""  # what it found, in one line
+    candidates: int = 0  # releases in the range
+
+
+@dataclass
+class MatrixResult:
+    layer: str
+    impl: str
+    mode: str
+    torch: str
+    sglang: list[str]
+    flashinfer: list[str]
+    devices: list[str]
+    cells: list[Cell] = field(default_factory=list)
+    diffs: list[NeighbourDiff] = field(default_factory=list)
+    bisection: Bisection | None = None
+    setup_seconds: float = 0.0  # environments: building or finding them
+    trace_seconds: float = 0.0  # every cell's traces, wall time
+    envs_built: int = 0
+    envs_reused: int = 0
+    # Where the HTML page's cells link to, relative to the page ("" = no links).
+    reports_dir: str = ""
+    schema_version: int = MATRIX_SCHEMA_VERSION
+    kind: str = KIND
+
+    def rows(self) -> list[tuple[str, str, str]]:
+        """(sglang, flashinfer, layer) in table order."""
+        seen: dict[tuple[str, str, str], None] = {}
+        for c in self.cells:
+            seen.setdefault((c.sglang, c.flashinfer, c.layer))
+        return list(seen)
+
+    def cell(self, sglang: str, flashinfer: str, layer: str, device: str) -> Cell | None:
+        return next((c for c in self.cells if (c.sglang, c.flashinfer, c.layer, c.device)
+                     == (sglang, flashinfer, layer, device)), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        b = self.bisection
+        return {
+            "schema_version": self.schema_version, "kind": self.kind, "layer": self.layer, "impl": self.impl,
+            "mode": self.mode, "torch": self.torch, "sglang": self.sglang, "flashinfer": self.flashinfer,
+            "devices": self.devices, "setup_seconds": round(self.setup_seconds, 1),
+            "trace_seconds": round(self.trace_seconds, 1), "envs_built": self.envs_built, "envs_reused": self.envs_reused,
+            "cells": [c.to_dict() for c in self.cells],
+            "diffs": [d.__dict__ for d in self.diffs],
+            "bisection": None if b is None else {**b.__dict__, "probes": [list(p) for p in b.probes]},
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, ensure_ascii=False) + "\n"

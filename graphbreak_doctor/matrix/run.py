@@ -1,0 +1,264 @@
+"""Running a matrix: environments first (built or found), then every cell's
+traces in worker processes of those environments, in parallel; then the
+diffs between neighbouring versions. And bisection over one axis.
+
+A cell is (SGLang, FlashInfer, device, layer); each of its modes runs in a
+fresh worker process (jobs/) with a time and an address-space limit. A cell
+whose environment cannot be built, or whose release does not import here, is
+"not runnable" with the reason; a crashed or timed-out one says so; the other
+cells go on.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from graphbreak_doctor.matrix.envs import Builder, Env, EnvError, EnvSpec, _version_key
+from graphbreak_doctor.matrix.result import (
+    CRASHED,
+    FAILED,
+    NOT_RUNNABLE,
+    OK,
+    TIMED_OUT,
+    Bisection,
+    Cell,
+    MatrixResult,
+    NeighbourDiff,
+)
+from graphbreak_doctor.text import one_line
+
+AXES = ("sglang", "flashinfer")
+
+
+@dataclass(frozen=True)
+class Plan:
+    layer: str  # dense, moe or all
+    impl: str  # reference or sglang
+    sglang: tuple[str, ...]  # () with impl reference
+    flashinfer: tuple[str, ...]
+    devices: tuple[str, ...]
+    mode: str
+
+    def specs(self) -> list[EnvSpec]:
+        return [EnvSpec(s, f) for s in (self.sglang or ("",)) for f in self.flashinfer]
+
+    def kinds(self) -> list[str]:
+        return ["dense", "moe"] if self.layer == "all" else [self.layer]
+
+
+@dataclass(frozen=True)
+class Limits:
+    jobs: int
+    timeout: float  # seconds, per worker
+    memory: int  # bytes of address space, per worker (0: none)
+
+
+def _classify(cell: Cell, outcomes: list) -> Cell:
+    """Fill ``cell`` from its modes' outcomes (jobs.Outcome, in mode order)."""
+    from graphbreak_doctor.analysis.merge import merge_modes
+
+    usage = next((o for o in outcomes if o.usage), None)
+    if usage is not None:  # the release does not import or build here
+        cell.status, cell.reason = NOT_RUNNABLE, one_line(usage.message)
+        return cell
+    missing = next((o for o in outcomes if o.findings is None), None)
+    if missing is not None:
+        cell.status = TIMED_OUT if missing.status == TIMED_OUT else CRASHED
+        cell.reason = one_line(missing.message)
+        cell.findings = merge_modes([o.as_findings() for o in outcomes])
+        return cell
+    findings = merge_modes([o.findings for o in outcomes])
+    cell.findings = findings
+    cell.breaks = len(findings.breaks)
+    fg = findings.fullgraph
+    if fg.crashed:
+        cell.status, cell.reason = CRASHED, one_line(fg.error)
+    elif fg.ran and fg.ok:
+        cell.status = OK
+    elif fg.ran:
+        first = next((b for b in findings.breaks if b.id == fg.break_id), None)
+        cell.status = FAILED
+        cell.category = first.category if first else "capture-failure"
+        frame = first.actionable_frame or first.site if first else fg.site
+        cell.function = frame.function if frame else ""
+        cell.reason = one_line(fg.error)
+    else:  # explain only: no fullgraph verdict; the breaks say it
+        cell.status = OK if not findings.breaks else FAILED
+        cell.category = findings.breaks[0].category if findings.breaks else ""
+    return cell
+
+
+def run_cells(plan: Plan, builder: Builder, limits: Limits, progress: Callable[[str], None]) -> MatrixResult:
+    from graphbreak_doctor.findings import modes_for
+    from graphbreak_doctor.jobs import Job, run_jobs
+    from graphbreak_doctor.jobs.job import TRACE
+    from graphbreak_doctor.targets.glm5.provider import PROVIDER
+
+    result = MatrixResult(layer=plan.layer, impl=plan.impl, mode=plan.mode, torch=builder.torch,
+                          sglang=list(plan.sglang), flashinfer=list(plan.flashinfer), devices=list(plan.devices))
+    start = time.monotonic()
+    envs: dict[EnvSpec, Env | str] = {}
+    for spec in plan.specs():
+        progress(f"environment: {spec.label}")
+        try:
+            env = builder.ensure(spec)
+        except EnvError as e:
+            envs[spec] = f"cannot install {spec.label}: {e}"
+            continue
+        envs[spec] = env
+        result.envs_built += env.built
+        result.envs_reused += not env.built
+    result.setup_seconds = time.monotonic() - start
+
+    selections = PROVIDER.layer_selections(plan.layer, plan.impl)
+    modes = modes_for(plan.mode)
+    cells: list[Cell] = []
+    jobs: list[Job] = []
+    for spec in plan.specs():
+        env = envs[spec]
+        for device in plan.devices:
+            for selection in selections:
+                cell = Cell(spec.sglang, spec.flashinfer, device, selection.options["kind"], status=OK)
+                cells.append(cell)
+                if isinstance(env, str):
+                    cell.status, cell.reason = NOT_RUNNABLE, one_line(env)
+                    continue
+                cell.setup_seconds = env.seconds
+                jobs += [Job(TRACE, selection, device, m, python=env.python) for m in modes]
+    progress(f"tracing: {len(jobs)} worker processes, {limits.jobs} at a time")
+    start = time.monotonic()
+    outcomes = run_jobs(jobs, timeout=limits.timeout, parallel=limits.jobs, memory=limits.memory) if jobs else []
+    result.trace_seconds = time.monotonic() - start
+    runnable = [c for c in cells if not c.reason]
+    for i, cell in enumerate(runnable):
+        _classify(cell, outcomes[i * len(modes):(i + 1) * len(modes)])
+    result.cells = cells
+    result.diffs = neighbour_diffs(result)
+    return result
+
+
+def _ops(cell: Cell) -> dict[str, str]:
+    """The registered ops in the cell's graphs, with what each holds."""
+    f = cell.findings
+    if f is None:
+        return {}
+    names = {op for g in f.graphs for op in g.registered_ops}
+    return {op: f.target.opaque_ops.get(op, "") for op in sorted(names)}
+
+
+def _summary(a: Cell, b: Cell, d) -> str:
+    parts = []
+    if d.verdict:
+        parts.append(f"fullgraph {d.verdict.a} -> {d.verdict.b}")
+    ops_a, ops_b = _ops(a), _ops(b)
+    for op in ops_b.keys() - ops_a.keys():
+        what = ops_b[op].split(":", 1)[0].split(" (", 1)[0]
+        parts.append(f"{what + ' ' if what else ''}now behind {op}")
+    for op in ops_a.keys() - ops_b.keys():
+        parts.append(f"{op} gone from the graph")
+    parts.append(f"{len(d.only_a)} breaks gone, {len(d.only_b)} new")
+    return "; ".join(parts)
+
+
+def neighbour_diffs(result: MatrixResult) -> list[NeighbourDiff]:
+    """The diff of every two cells next to each other on one axis (same
+    device, layer and other axis), where both have findings."""
+    from graphbreak_doctor.gate.diff import diff
+
+    out = []
+    for axis, values, others in (("sglang", result.sglang, result.flashinfer),
+                                 ("flashinfer", result.flashinfer, result.sglang or [""])):
+        for older, newer in zip(values, values[1:]):
+            for other in others:
+                for device in result.devices:
+                    for layer in dict.fromkeys(c.layer for c in result.cells):
+                        pick = (lambda v: (v, other)) if axis == "sglang" else (lambda v: (other, v))
+                        a = result.cell(*pick(older), layer, device)
+                        b = result.cell(*pick(newer), layer, device)
+                        if a is None or b is None or a.findings is None or b.findings is None:
+                            continue
+                        if not (a.runnable and b.runnable):
+                            continue
+                        d = diff(a.findings, b.findings, f"{axis} {older}", f"{axis} {newer}")
+                        fixed = (f"flashinfer {other}" if axis == "sglang" else
+                                 (f"sglang {other}" if other else "reference"))
+                        out.append(NeighbourDiff(axis, older, newer, device, layer, fixed,
+                                                 f"{older} -> {newer}: {_summary(a, b, d)}", d.to_dict()))
+    return out
+
+
+def available_versions(package: str, low: str, high: str, find_links: list[str]) -> list[str]:
+    """The releases of ``package`` from ``low`` to ``high`` (inclusive, no
+    pre-releases), as the package index and the local wheel folders list them."""
+    links = [a for link in find_links for a in ("--find-links", link)]
+    out = subprocess.run([sys.executable, "-m", "pip", "index", "versions", package, *links], check=False,
+                         capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    line = next((ln for ln in out.stdout.splitlines() if ln.startswith("Available versions:")), None)
+    if out.returncode != 0 or line is None:
+        raise EnvError(f"cannot list the releases of {package}: {one_line(out.stderr) or 'pip index versions failed'}")
+    lo, hi = _version_key(low), _version_key(high)
+    found = {_version_key(v.strip()): v.strip() for v in line.split(":", 1)[1].split(",") if v.strip()}
+    return [found[v] for v in sorted(found) if lo <= v <= hi and not v.is_prerelease and not v.is_devrelease]
+
+
+def _probe_order(mid: int, lo: int, hi: int) -> list[int]:
+    """Indices strictly between lo and hi, nearest to mid first."""
+    order = []
+    for step in range(hi - lo):
+        for i in (mid + step, mid - step) if step else (mid,):
+            if lo < i < hi and i not in order:
+                order.append(i)
+    return order
+
+
+def bisect(versions: list[str], probe: Callable[[str], list[Cell]], axis: str) -> Bisection:
+    """The first release in ``versions`` (ordered) whose verdict differs from
+    the first one's, probing O(log n) of them. ``probe`` runs the cells of one
+    release (one per layer); a release that is not runnable is stepped over."""
+    b = Bisection(axis, versions[0], versions[-1], candidates=len(versions))
+    seen: dict[int, list[Cell]] = {}
+
+    def run(i: int) -> list[Cell]:
+        if i not in seen:
+            seen[i] = probe(versions[i])
+            b.probes.append((versions[i], _verdict(seen[i])))
+        return seen[i]
+
+    def runnable(i: int) -> bool:
+        return all(c.runnable for c in run(i))
+
+    for end in (0, len(versions) - 1):
+        if not runnable(end):
+            reason = next(c.reason for c in seen[end] if not c.runnable)
+            b.line = f"bisect {axis}: {versions[end]} (an end of the range) is not runnable: {reason}"
+            return b
+    lo, hi = 0, len(versions) - 1
+    if _verdict(seen[lo]) == _verdict(seen[hi]):
+        b.line = (f"bisect {axis}: the verdict does not change from {versions[lo]} to {versions[hi]} "
+                  f"({_verdict(seen[lo])}; {len(b.probes)} cells run)")
+        return b
+    while hi - lo > 1:
+        probe_at = next((i for i in _probe_order((lo + hi) // 2, lo, hi) if runnable(i)), None)
+        if probe_at is None:
+            b.line = (f"bisect {axis}: the verdict changes after {versions[lo]}, by {versions[hi]} "
+                      f"({_verdict(seen[lo])} -> {_verdict(seen[hi])}); the releases between are not runnable "
+                      f"here ({len(b.probes)} cells run)")
+            b.first = versions[hi]
+            return b
+        if _verdict(seen[probe_at]) == _verdict(seen[lo]):
+            lo = probe_at
+        else:
+            hi = probe_at
+    b.first = versions[hi]
+    b.line = (f"bisect {axis}: {versions[hi]} is the first release where the verdict changes "
+              f"({versions[lo]}: {_verdict(seen[lo])} -> {versions[hi]}: {_verdict(seen[hi])}); "
+              f"{len(b.probes)} cells run of {len(versions)} releases")
+    return b
+
+
+def _verdict(cells: list[Cell]) -> str:
+    return ", ".join(f"{c.layer} {c.verdict()}" if len(cells) > 1 else c.verdict() for c in cells)

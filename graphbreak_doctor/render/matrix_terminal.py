@@ -1,0 +1,42 @@
+"""The terminal form of a compatibility matrix: rows are versions, columns
+devices; each cell says fullgraph OK, or the first failure's category, and
+the number of breaks. Then the diffs between neighbouring versions."""
+
+from __future__ import annotations
+
+from graphbreak_doctor.matrix.result import MatrixResult
+from graphbreak_doctor.render.renderer import MATRIX, Renderer
+
+
+def table(m: MatrixResult) -> list[list[str]]:
+    """Header row, then one row per (versions, layer)."""
+    layers = len({c.layer for c in m.cells}) > 1
+    rows = [["versions" + (" / layer" if layers else ""), *m.devices]]
+    for sglang, flashinfer, layer in m.rows():
+        first = next(c for c in m.cells if (c.sglang, c.flashinfer, c.layer) == (sglang, flashinfer, layer))
+        label = first.versions + (f" / {layer}" if layers else "")
+        cells = [m.cell(sglang, flashinfer, layer, d) for d in m.devices]
+        rows.append([label, *[c.text(m.torch) if c else "-" for c in cells]])
+    return rows
+
+
+def render(m: MatrixResult) -> str:
+    impl = "SGLang's own layer" if m.impl == "sglang" else "the reference layer (FlashInfer called directly)"
+    lines = [f"matrix: GLM-5 {m.layer} layer, {impl}, mode {m.mode}, torch {m.torch}"]
+    rows = table(m)
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for n, r in enumerate(rows):
+        lines.append("  ".join(text.ljust(w) for text, w in zip(r, widths)).rstrip())
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    if m.diffs:
+        lines.append("between neighbouring versions:")
+        lines.extend(f"  {d.summary} [{d.fixed}, {d.device}, {d.layer}]" for d in m.diffs)
+    lines.append(f"set-up: {m.setup_seconds:.1f} s ({m.envs_built} environments built, {m.envs_reused} reused); "
+                 f"traces: {m.trace_seconds:.1f} s")
+    if m.bisection is not None:
+        lines.append(m.bisection.line)
+    return "\n".join(lines) + "\n"
+
+
+RENDERER = Renderer("matrix", MATRIX, render, help="the matrix as a terminal table")
