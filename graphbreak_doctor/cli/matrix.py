@@ -10,7 +10,13 @@ import os
 import sys
 from pathlib import Path
 
-from graphbreak_doctor.cli.common import EXIT_OK, UsageError, add_subcommand, int_at_least, names_list
+from graphbreak_doctor.cli.common import (
+    EXIT_OK,
+    UsageError,
+    add_subcommand,
+    int_at_least,
+    names_list,
+)
 from graphbreak_doctor.cli.outputs import OutputSet, add_output_options, write_file
 from graphbreak_doctor.emulation.presets import PRESETS
 from graphbreak_doctor.findings import MODE_CHOICES
@@ -88,11 +94,12 @@ def _plan(args: argparse.Namespace):
     from graphbreak_doctor.matrix.envs import installed
     from graphbreak_doctor.matrix.run import Plan
 
-    impl = args.impl or ("sglang" if args.sglang or (args.bisect and args.bisect[0] == "sglang") else "reference")
-    if impl == "reference" and (args.sglang or (args.bisect and args.bisect[0] == "sglang")):
+    bisect_sglang = bool(args.bisect) and args.bisect[0] == "sglang"
+    impl = args.impl or ("sglang" if args.sglang or bisect_sglang else "reference")
+    if impl == "reference" and (args.sglang or bisect_sglang):
         raise UsageError("--impl reference traces without SGLang: leave out --sglang")
     sglang = args.sglang or ()
-    if impl == "sglang" and not sglang:
+    if impl == "sglang" and not sglang and not bisect_sglang:
         if not installed("sglang"):
             raise UsageError("--impl sglang: give --sglang V1,... (SGLang is not installed here)")
         sglang = (installed("sglang"),)
@@ -127,7 +134,12 @@ def run(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
     from graphbreak_doctor.matrix.envs import Builder, EnvError, default_envs_dir
-    from graphbreak_doctor.matrix.run import Limits, available_versions, bisect, run_cells
+    from graphbreak_doctor.matrix.run import (
+        Limits,
+        available_versions,
+        bisect,
+        run_cells,
+    )
     from graphbreak_doctor.progress import Progress
 
     plan = _plan(args)

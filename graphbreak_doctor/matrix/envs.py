@@ -57,7 +57,7 @@ def _norm(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def _version_key(text: str):
+def version_key(text: str):
     from packaging.version import Version
 
     return Version(text)
@@ -129,7 +129,7 @@ class EnvSpec:
         """The (base, --no-deps) requirement files this release starts from."""
         chosen = None
         for first, base, nodeps in SGLANG_PROFILES:
-            if _version_key(first) <= _version_key(self.sglang):
+            if version_key(first) <= version_key(self.sglang):
                 chosen = (base, nodeps)
         if chosen is None:
             first = SGLANG_PROFILES[0][0]
@@ -257,7 +257,7 @@ class Builder:
         followed = {}
         for name in FOLLOW_RELEASE:
             version, current = release.get(_norm(name)), profile.get(_norm(name))
-            if not version or (current and _version_key(version) <= _version_key(current)):
+            if not version or (current and version_key(version) <= version_key(current)):
                 continue
             self._install(python, f"{name}=={version}", what=f"installing sglang {spec.sglang}'s {name} pin",
                           constraints=constraints)

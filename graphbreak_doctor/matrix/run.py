@@ -11,13 +11,15 @@ cells go on.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
+from itertools import pairwise
 
-from graphbreak_doctor.matrix.envs import Builder, Env, EnvError, EnvSpec, _version_key
+from graphbreak_doctor.matrix.envs import Builder, Env, EnvError, EnvSpec, version_key
 from graphbreak_doctor.matrix.result import (
     CRASHED,
     FAILED,
@@ -63,7 +65,8 @@ def _classify(cell: Cell, outcomes: list) -> Cell:
 
     usage = next((o for o in outcomes if o.usage), None)
     if usage is not None:  # the release does not import or build here
-        cell.status, cell.reason = NOT_RUNNABLE, one_line(usage.message)
+        # Paths inside the cell's environment, from its site-packages on.
+        cell.status, cell.reason = NOT_RUNNABLE, re.sub(r"/\S*/site-packages/", "", one_line(usage.message))
         return cell
     missing = next((o for o in outcomes if o.findings is None), None)
     if missing is not None:
@@ -160,7 +163,9 @@ def _summary(a: Cell, b: Cell, d) -> str:
         parts.append(f"{what + ' ' if what else ''}now behind {op}")
     for op in ops_a.keys() - ops_b.keys():
         parts.append(f"{op} gone from the graph")
-    parts.append(f"{len(d.only_a)} breaks gone, {len(d.only_b)} new")
+    if d.only_a or d.only_b or not parts:
+        parts.append(f"{len(d.only_a)} breaks gone, {len(d.only_b)} new" if d.only_a or d.only_b else
+                     f"no change (fullgraph {d.a.verdict}, {len(d.both)} breaks in both)")
     return "; ".join(parts)
 
 
@@ -172,13 +177,14 @@ def neighbour_diffs(result: MatrixResult) -> list[NeighbourDiff]:
     out = []
     for axis, values, others in (("sglang", result.sglang, result.flashinfer),
                                  ("flashinfer", result.flashinfer, result.sglang or [""])):
-        for older, newer in zip(values, values[1:]):
+        for older, newer in pairwise(values):
             for other in others:
+                pair_a, pair_b = ((older, other), (newer, other)) if axis == "sglang" else \
+                    ((other, older), (other, newer))
                 for device in result.devices:
                     for layer in dict.fromkeys(c.layer for c in result.cells):
-                        pick = (lambda v: (v, other)) if axis == "sglang" else (lambda v: (other, v))
-                        a = result.cell(*pick(older), layer, device)
-                        b = result.cell(*pick(newer), layer, device)
+                        a = result.cell(*pair_a, layer, device)
+                        b = result.cell(*pair_b, layer, device)
                         if a is None or b is None or a.findings is None or b.findings is None:
                             continue
                         if not (a.runnable and b.runnable):
@@ -200,8 +206,8 @@ def available_versions(package: str, low: str, high: str, find_links: list[str])
     line = next((ln for ln in out.stdout.splitlines() if ln.startswith("Available versions:")), None)
     if out.returncode != 0 or line is None:
         raise EnvError(f"cannot list the releases of {package}: {one_line(out.stderr) or 'pip index versions failed'}")
-    lo, hi = _version_key(low), _version_key(high)
-    found = {_version_key(v.strip()): v.strip() for v in line.split(":", 1)[1].split(",") if v.strip()}
+    lo, hi = version_key(low), version_key(high)
+    found = {version_key(v.strip()): v.strip() for v in line.split(":", 1)[1].split(",") if v.strip()}
     return [found[v] for v in sorted(found) if lo <= v <= hi and not v.is_prerelease and not v.is_devrelease]
 
 
