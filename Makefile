@@ -10,7 +10,7 @@ VENVSGL059 := .venv-sglang-0.5.9
 PYTEST_ARGS ?=
 PIP_FLAGS := -q --disable-pip-version-check
 
-.PHONY: trace test test-main test-fi063 test-sglang test-sglang-0.5.9 chromium bench clean venv
+.PHONY: trace test test-main test-fi063 test-sglang test-sglang-0.5.9 chromium bench bench-matrix clean venv
 
 venv: $(VENV)/.installed $(VENV063)/.installed $(VENVSGL)/.installed
 
@@ -87,6 +87,11 @@ bench: $(VENV)/.installed $(VENV063)/.installed
 	$(VENV)/bin/python benchmarks/isolation.py
 	@if [ -f $(VENVSGL)/.installed ]; then \
 	  $(VENVSGL)/bin/python benchmarks/layers.py --env $(VENVSGL) --impl sglang --layers dense,moe; fi
+
+# The matrix's set-up (first and second run) and --jobs 1 vs 2 on four cells
+# (reference layer; environments in a temporary folder).
+bench-matrix: $(VENV)/.installed
+	$(VENV)/bin/python benchmarks/matrix.py
 
 clean:
 	rm -rf $(VENV) $(VENV063) $(VENVSGL) $(VENVSGL059) reports/*.json reports/*.html

@@ -152,6 +152,11 @@ def _cells(version: str, status: str, category: str = "") -> list[Cell]:
     return [Cell("", version, "sm120", "dense", status=status, category=category, reason="x")]
 
 
+def _each(verdict):
+    """A probe of several releases from a verdict of one."""
+    return lambda versions: {v: verdict(v) for v in versions}
+
+
 def test_bisect_finds_the_first_change_in_log_n_cells():
     versions = [f"0.{i}" for i in range(19)]
     asked = []
@@ -160,7 +165,7 @@ def test_bisect_finds_the_first_change_in_log_n_cells():
         asked.append(v)
         return _cells(v, OK) if int(v.split(".")[1]) >= 4 else _cells(v, FAILED, "subprocess")
 
-    b = bisect(versions, probe, "sglang")
+    b = bisect(versions, _each(probe), "sglang")
     assert b.first == "0.4"
     assert asked[:2] == ["0.0", "0.18"]  # the ends first
     assert len(asked) <= 2 + 5  # ceil(log2(18)) probes between the ends
@@ -176,14 +181,14 @@ def test_bisect_steps_over_releases_that_do_not_run():
             return _cells(v, NOT_RUNNABLE)
         return _cells(v, OK) if int(v.split(".")[1]) >= 3 else _cells(v, FAILED, "subprocess")
 
-    b = bisect(versions, probe, "sglang")
+    b = bisect(versions, _each(probe), "sglang")
     assert b.first == "0.3" and not broken & {v for v, verdict in b.probes if verdict != NOT_RUNNABLE}
 
 
 def test_bisect_says_when_nothing_changes_or_an_end_does_not_run():
-    same = bisect(["1", "2", "3"], lambda v: _cells(v, OK), "flashinfer")
+    same = bisect(["1", "2", "3"], _each(lambda v: _cells(v, OK)), "flashinfer")
     assert same.first == "" and "does not change" in same.line and len(same.probes) == 2
-    dead = bisect(["1", "2", "3"], lambda v: _cells(v, NOT_RUNNABLE if v == "1" else OK), "flashinfer")
+    dead = bisect(["1", "2", "3"], _each(lambda v: _cells(v, NOT_RUNNABLE if v == "1" else OK)), "flashinfer")
     assert dead.first == "" and "1 (an end of the range) is not runnable" in dead.line
 
 

@@ -159,11 +159,11 @@ def run(args: argparse.Namespace) -> int:
                                  f"(found {', '.join(versions) or 'none'} in the range)")
             probed = []
 
-            def probe(version: str):
-                one = replace(plan, devices=plan.devices[:1], **{axis: (version,)})
-                result = run_cells(one, builder, limits, progress)
+            def probe(chosen: list[str]) -> dict:
+                some = replace(plan, devices=plan.devices[:1], **{axis: tuple(chosen)})
+                result = run_cells(some, builder, limits, progress)
                 probed.append(result)
-                return result.cells
+                return {v: [c for c in result.cells if getattr(c, axis) == v] for v in chosen}
 
             found = bisect(versions, probe, axis)
             result = _joined(plan, probed, axis)
@@ -187,10 +187,9 @@ def _joined(plan, parts: list, axis: str):
 
     from graphbreak_doctor.matrix.run import neighbour_diffs
 
-    parts = sorted(parts, key=lambda r: Version(getattr(r, axis)[0]))
     first = parts[0]
-    first.cells = [c for r in parts for c in r.cells]
-    setattr(first, axis, [getattr(r, axis)[0] for r in parts])
+    first.cells = sorted((c for r in parts for c in r.cells), key=lambda c: Version(getattr(c, axis)))
+    setattr(first, axis, sorted({getattr(c, axis) for c in first.cells}, key=Version))
     first.setup_seconds = sum(r.setup_seconds for r in parts)
     first.trace_seconds = sum(r.trace_seconds for r in parts)
     first.envs_built = sum(r.envs_built for r in parts)

@@ -221,22 +221,28 @@ def _probe_order(mid: int, lo: int, hi: int) -> list[int]:
     return order
 
 
-def bisect(versions: list[str], probe: Callable[[str], list[Cell]], axis: str) -> Bisection:
+def bisect(versions: list[str], probe: Callable[[list[str]], dict[str, list[Cell]]], axis: str) -> Bisection:
     """The first release in ``versions`` (ordered) whose verdict differs from
-    the first one's, probing O(log n) of them. ``probe`` runs the cells of one
-    release (one per layer); a release that is not runnable is stepped over."""
+    the first one's, probing O(log n) of them. ``probe`` runs the cells of the
+    releases it is given (one per layer each; the two ends at once, in
+    parallel); a release that is not runnable is stepped over."""
     b = Bisection(axis, versions[0], versions[-1], candidates=len(versions))
     seen: dict[int, list[Cell]] = {}
 
-    def run(i: int) -> list[Cell]:
-        if i not in seen:
-            seen[i] = probe(versions[i])
+    def run(*indices: int) -> None:
+        todo = [i for i in indices if i not in seen]
+        if not todo:
+            return
+        found = probe([versions[i] for i in todo])
+        for i in todo:
+            seen[i] = found[versions[i]]
             b.probes.append((versions[i], _verdict(seen[i])))
-        return seen[i]
 
     def runnable(i: int) -> bool:
-        return all(c.runnable for c in run(i))
+        run(i)
+        return all(c.runnable for c in seen[i])
 
+    run(0, len(versions) - 1)
     for end in (0, len(versions) - 1):
         if not runnable(end):
             reason = next(c.reason for c in seen[end] if not c.runnable)
@@ -245,14 +251,14 @@ def bisect(versions: list[str], probe: Callable[[str], list[Cell]], axis: str) -
     lo, hi = 0, len(versions) - 1
     if _verdict(seen[lo]) == _verdict(seen[hi]):
         b.line = (f"bisect {axis}: the verdict does not change from {versions[lo]} to {versions[hi]} "
-                  f"({_verdict(seen[lo])}; {len(b.probes)} cells run)")
+                  f"({_verdict(seen[lo])}; {len(b.probes)} releases probed)")
         return b
     while hi - lo > 1:
         probe_at = next((i for i in _probe_order((lo + hi) // 2, lo, hi) if runnable(i)), None)
         if probe_at is None:
             b.line = (f"bisect {axis}: the verdict changes after {versions[lo]}, by {versions[hi]} "
                       f"({_verdict(seen[lo])} -> {_verdict(seen[hi])}); the releases between are not runnable "
-                      f"here ({len(b.probes)} cells run)")
+                      f"here ({len(b.probes)} releases probed)")
             b.first = versions[hi]
             return b
         if _verdict(seen[probe_at]) == _verdict(seen[lo]):
@@ -262,7 +268,7 @@ def bisect(versions: list[str], probe: Callable[[str], list[Cell]], axis: str) -
     b.first = versions[hi]
     b.line = (f"bisect {axis}: {versions[hi]} is the first release where the verdict changes "
               f"({versions[lo]}: {_verdict(seen[lo])} -> {versions[hi]}: {_verdict(seen[hi])}); "
-              f"{len(b.probes)} cells run of {len(versions)} releases")
+              f"{len(b.probes)} of {len(versions)} releases probed")
     return b
 
 
