@@ -22,7 +22,7 @@ import pytest
 
 from graphbreak_doctor.findings import Findings
 from graphbreak_doctor.matrix.envs import Builder, EnvSpec, installed
-from graphbreak_doctor.matrix.result import FAILED, NOT_RUNNABLE, OK, Cell
+from graphbreak_doctor.matrix.result import CRASHED, FAILED, NOT_RUNNABLE, OK, Cell
 from graphbreak_doctor.matrix.run import bisect
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -172,24 +172,26 @@ def test_bisect_finds_the_first_change_in_log_n_cells():
     assert "0.4 is the first release where the verdict changes" in b.line
 
 
-def test_bisect_steps_over_releases_that_do_not_run():
+def test_bisect_steps_over_releases_without_a_verdict():
     versions = [f"0.{i}" for i in range(9)]
-    broken = {"0.4", "0.5"}
+    broken = {"0.4": NOT_RUNNABLE, "0.5": CRASHED}
 
     def probe(v: str) -> list[Cell]:
         if v in broken:
-            return _cells(v, NOT_RUNNABLE)
+            return _cells(v, broken[v])
         return _cells(v, OK) if int(v.split(".")[1]) >= 3 else _cells(v, FAILED, "subprocess")
 
     b = bisect(versions, _each(probe), "sglang")
-    assert b.first == "0.3" and not broken & {v for v, verdict in b.probes if verdict != NOT_RUNNABLE}
+    assert b.first == "0.3"
+    assert [v for v, _ in b.probes][:4] == ["0.0", "0.8", "0.4", "0.5"]  # the nearest to the middle first
+    assert "stepped over 0.4, 0.5 (no verdict)" in b.line
 
 
 def test_bisect_says_when_nothing_changes_or_an_end_does_not_run():
     same = bisect(["1", "2", "3"], _each(lambda v: _cells(v, OK)), "flashinfer")
     assert same.first == "" and "does not change" in same.line and len(same.probes) == 2
     dead = bisect(["1", "2", "3"], _each(lambda v: _cells(v, NOT_RUNNABLE if v == "1" else OK)), "flashinfer")
-    assert dead.first == "" and "1 (an end of the range) is not runnable" in dead.line
+    assert dead.first == "" and "1 (an end of the range) is not runnable: x" in dead.line
 
 
 @pytest.mark.slow

@@ -47,6 +47,13 @@ class Cell:
     def runnable(self) -> bool:
         return self.status != NOT_RUNNABLE
 
+    @property
+    def decided(self) -> bool:
+        """Traced to a verdict: fullgraph captured the layer or stopped at a
+        break. A crash, a timeout or a cell that did not run says nothing
+        about the versions (bisection steps over it)."""
+        return self.status in (OK, FAILED)
+
     def verdict(self) -> str:
         """What bisection compares: 'ok', 'failed: <category>', 'crashed', ..."""
         return f"{FAILED}: {self.category}" if self.status == FAILED else self.status

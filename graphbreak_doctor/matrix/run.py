@@ -31,7 +31,7 @@ from graphbreak_doctor.matrix.result import (
     MatrixResult,
     NeighbourDiff,
 )
-from graphbreak_doctor.text import one_line
+from graphbreak_doctor.text import counted, one_line
 
 AXES = ("sglang", "flashinfer")
 
@@ -147,8 +147,6 @@ def run_cells(plan: Plan, builder: Builder, limits: Limits, progress: Callable[[
 def _ops(cell: Cell) -> dict[str, str]:
     """The registered ops in the cell's graphs, with what each holds."""
     f = cell.findings
-    if f is None:
-        return {}
     names = {op for g in f.graphs for op in g.registered_ops}
     return {op: f.target.opaque_ops.get(op, "") for op in sorted(names)}
 
@@ -157,15 +155,18 @@ def _summary(a: Cell, b: Cell, d) -> str:
     parts = []
     if d.verdict:
         parts.append(f"fullgraph {d.verdict.a} -> {d.verdict.b}")
-    ops_a, ops_b = _ops(a), _ops(b)
-    for op in ops_b.keys() - ops_a.keys():
+    # Which ops the graph calls is known only where a graph was captured (a
+    # fullgraph-only trace that failed has none).
+    both_captured = a.findings.graphs and b.findings.graphs
+    ops_a, ops_b = (_ops(a), _ops(b)) if both_captured else ({}, {})
+    for op in sorted(ops_b.keys() - ops_a.keys()):
         what = ops_b[op].split(":", 1)[0].split(" (", 1)[0]
         parts.append(f"{what + ' ' if what else ''}now behind {op}")
-    for op in ops_a.keys() - ops_b.keys():
+    for op in sorted(ops_a.keys() - ops_b.keys()):
         parts.append(f"{op} gone from the graph")
     if d.only_a or d.only_b or not parts:
         parts.append(f"{len(d.only_a)} breaks gone, {len(d.only_b)} new" if d.only_a or d.only_b else
-                     f"no change (fullgraph {d.a.verdict}, {len(d.both)} breaks in both)")
+                     f"no change (fullgraph {d.a.verdict}, {counted(len(d.both), 'break')} in both)")
     return "; ".join(parts)
 
 
@@ -185,9 +186,7 @@ def neighbour_diffs(result: MatrixResult) -> list[NeighbourDiff]:
                     for layer in dict.fromkeys(c.layer for c in result.cells):
                         a = result.cell(*pair_a, layer, device)
                         b = result.cell(*pair_b, layer, device)
-                        if a is None or b is None or a.findings is None or b.findings is None:
-                            continue
-                        if not (a.runnable and b.runnable):
+                        if a is None or b is None or not (a.decided and b.decided):
                             continue
                         d = diff(a.findings, b.findings, f"{axis} {older}", f"{axis} {newer}")
                         fixed = (f"flashinfer {other}" if axis == "sglang" else
@@ -238,15 +237,15 @@ def bisect(versions: list[str], probe: Callable[[list[str]], dict[str, list[Cell
             seen[i] = found[versions[i]]
             b.probes.append((versions[i], _verdict(seen[i])))
 
-    def runnable(i: int) -> bool:
+    def decided(i: int) -> bool:
         run(i)
-        return all(c.runnable for c in seen[i])
+        return all(c.decided for c in seen[i])
 
     run(0, len(versions) - 1)
     for end in (0, len(versions) - 1):
-        if not runnable(end):
-            reason = next(c.reason for c in seen[end] if not c.runnable)
-            b.line = f"bisect {axis}: {versions[end]} (an end of the range) is not runnable: {reason}"
+        if not decided(end):
+            cell = next(c for c in seen[end] if not c.decided)
+            b.line = f"bisect {axis}: {versions[end]} (an end of the range) is {cell.status}: {cell.reason}"
             return b
     lo, hi = 0, len(versions) - 1
     if _verdict(seen[lo]) == _verdict(seen[hi]):
@@ -254,11 +253,11 @@ def bisect(versions: list[str], probe: Callable[[list[str]], dict[str, list[Cell
                   f"({_verdict(seen[lo])}; {len(b.probes)} releases probed)")
         return b
     while hi - lo > 1:
-        probe_at = next((i for i in _probe_order((lo + hi) // 2, lo, hi) if runnable(i)), None)
+        probe_at = next((i for i in _probe_order((lo + hi) // 2, lo, hi) if decided(i)), None)
         if probe_at is None:
             b.line = (f"bisect {axis}: the verdict changes after {versions[lo]}, by {versions[hi]} "
-                      f"({_verdict(seen[lo])} -> {_verdict(seen[hi])}); the releases between are not runnable "
-                      f"here ({len(b.probes)} releases probed)")
+                      f"({_verdict(seen[lo])} -> {_verdict(seen[hi])}); the releases between did not run to a "
+                      f"verdict here ({len(b.probes)} releases probed)")
             b.first = versions[hi]
             return b
         if _verdict(seen[probe_at]) == _verdict(seen[lo]):
@@ -266,9 +265,11 @@ def bisect(versions: list[str], probe: Callable[[list[str]], dict[str, list[Cell
         else:
             hi = probe_at
     b.first = versions[hi]
+    skipped = [v for i, v in enumerate(versions) if i in seen and not decided(i)]
     b.line = (f"bisect {axis}: {versions[hi]} is the first release where the verdict changes "
               f"({versions[lo]}: {_verdict(seen[lo])} -> {versions[hi]}: {_verdict(seen[hi])}); "
-              f"{len(b.probes)} of {len(versions)} releases probed")
+              f"{len(b.probes)} of {len(versions)} releases probed"
+              + (f", stepped over {', '.join(skipped)} (no verdict)" if skipped else ""))
     return b
 
 
