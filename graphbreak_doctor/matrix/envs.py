@@ -47,6 +47,11 @@ SGLANG_PROFILES = (
 # configs, a newer one registers some of them itself). An older pin is not
 # followed: the profile's is the first with GLM-5's config.
 FOLLOW_RELEASE = ("transformers",)
+# The kernel package (its Python wrappers; the binaries get stand-ins): a
+# release's own pin replaces the profile's, whichever of the two names it has
+# (the package was renamed; both install the ``sgl_kernel`` module). The
+# wrappers and the fakes SGLang registers for them change together.
+KERNEL_PACKAGES = ("sgl-kernel", "sglang-kernel")
 
 
 class EnvError(Exception):
@@ -148,7 +153,8 @@ class EnvSpec:
         }
 
     def key(self, torch: str) -> str:
-        text = json.dumps([sys.version, torch, str(ROOT), self.requirement_files(), FOLLOW_RELEASE])
+        text = json.dumps([sys.version, torch, str(ROOT), self.requirement_files(), FOLLOW_RELEASE,
+                           KERNEL_PACKAGES])
         return hashlib.sha256(text.encode()).hexdigest()[:10]
 
     def folder_name(self, torch: str) -> str:
@@ -236,7 +242,8 @@ class Builder:
             if "nodeps.txt" in files:
                 self._install(python, "--no-deps", "-r", str(Path(tmp) / "nodeps.txt"),
                               what=f"installing sglang {spec.sglang}", constraints=str(constraints))
-                followed = self._follow_release(python, spec, files["base.txt"], str(constraints))
+                followed = self._follow_release(python, spec, files["base.txt"], files["nodeps.txt"],
+                                                str(constraints))
             self._install(python, "--no-deps", "-e", str(ROOT), what="installing graphbreak-doctor",
                           constraints=str(constraints))
         manifest = {
@@ -246,8 +253,10 @@ class Builder:
         }
         (path / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
 
-    def _follow_release(self, python: str, spec: EnvSpec, base: str, constraints: str) -> dict[str, str]:
-        """Install the release's own pins of FOLLOW_RELEASE where newer than the profile's."""
+    def _follow_release(self, python: str, spec: EnvSpec, base: str, nodeps_text: str,
+                        constraints: str) -> dict[str, str]:
+        """Install the release's own pins of FOLLOW_RELEASE where newer than
+        the profile's, and its kernel package's."""
         code = "import importlib.metadata as m, json; print(json.dumps(m.requires('sglang') or []))"
         out = subprocess.run([python, "-c", code], check=False, capture_output=True, text=True, stdin=subprocess.DEVNULL)
         if out.returncode != 0:
@@ -262,6 +271,16 @@ class Builder:
             self._install(python, f"{name}=={version}", what=f"installing sglang {spec.sglang}'s {name} pin",
                           constraints=constraints)
             followed[name] = version
+        nodeps = _exact_pins(nodeps_text.splitlines())
+        wanted = next(((k, release[k]) for k in KERNEL_PACKAGES if k in release), None)
+        current = next(((k, nodeps[k]) for k in KERNEL_PACKAGES if k in nodeps), None)
+        if wanted and wanted != current:
+            if current:
+                self._uv("pip", "uninstall", "--quiet", "--python", python, current[0],
+                         what=f"removing the profile's {current[0]}")
+            self._install(python, "--no-deps", f"{wanted[0]}=={wanted[1]}",
+                          what=f"installing sglang {spec.sglang}'s {wanted[0]} pin", constraints=constraints)
+            followed[wanted[0]] = wanted[1]
         return followed
 
 
