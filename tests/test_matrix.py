@@ -185,6 +185,9 @@ def test_bisect_steps_over_releases_without_a_verdict():
     assert b.first == "0.3"
     assert [v for v, _ in b.probes][:4] == ["0.0", "0.8", "0.4", "0.5"]  # the nearest to the middle first
     assert "stepped over 0.4, 0.5 (no verdict)" in b.line
+    batches = []
+    wide = bisect(versions, lambda vs: batches.append(vs) or {v: probe(v) for v in vs}, "sglang", width=2)
+    assert wide.first == "0.3" and batches[:3] == [["0.0", "0.8"], ["0.4"], ["0.5", "0.3"]]
 
 
 def test_bisect_says_when_nothing_changes_or_an_end_does_not_run():

@@ -165,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
                 probed.append(result)
                 return {v: [c for c in result.cells if getattr(c, axis) == v] for v in chosen}
 
-            found = bisect(versions, probe, axis)
+            found = bisect(versions, probe, axis, width=limits.jobs)
             result = _joined(plan, probed, axis)
             result.bisection = found
         else:

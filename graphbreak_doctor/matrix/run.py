@@ -220,11 +220,13 @@ def _probe_order(mid: int, lo: int, hi: int) -> list[int]:
     return order
 
 
-def bisect(versions: list[str], probe: Callable[[list[str]], dict[str, list[Cell]]], axis: str) -> Bisection:
+def bisect(versions: list[str], probe: Callable[[list[str]], dict[str, list[Cell]]], axis: str,
+           width: int = 1) -> Bisection:
     """The first release in ``versions`` (ordered) whose verdict differs from
     the first one's, probing O(log n) of them. ``probe`` runs the cells of the
     releases it is given (one per layer each; the two ends at once, in
-    parallel); a release that is not runnable is stepped over."""
+    parallel). A release without a verdict is stepped over: its nearest
+    neighbours are probed next, ``width`` at once."""
     b = Bisection(axis, versions[0], versions[-1], candidates=len(versions))
     seen: dict[int, list[Cell]] = {}
 
@@ -253,7 +255,14 @@ def bisect(versions: list[str], probe: Callable[[list[str]], dict[str, list[Cell
                   f"({_verdict(seen[lo])}; {len(b.probes)} releases probed)")
         return b
     while hi - lo > 1:
-        probe_at = next((i for i in _probe_order((lo + hi) // 2, lo, hi) if decided(i)), None)
+        order = _probe_order((lo + hi) // 2, lo, hi)
+        probe_at = None
+        for n, i in enumerate(order):
+            if n and i not in seen:  # the middle gave no verdict: its neighbours, several at once
+                run(*[j for j in order[n:] if j not in seen][:max(1, width)])
+            if decided(i):
+                probe_at = i
+                break
         if probe_at is None:
             b.line = (f"bisect {axis}: the verdict changes after {versions[lo]}, by {versions[hi]} "
                       f"({_verdict(seen[lo])} -> {_verdict(seen[hi])}); the releases between did not run to a "
