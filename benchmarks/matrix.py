@@ -47,6 +47,7 @@ def main() -> int:
     parser.add_argument("--sglang", help="SGLang releases for the set-up part (default: none, reference layer)")
     parser.add_argument("--flashinfer", default="0.6.3,0.7.4")
     parser.add_argument("--find-links", action="append", default=[])
+    parser.add_argument("--parts", default="setup,jobs", help="which parts to run (default setup,jobs)")
     args = parser.parse_args()
     temp = None if args.envs else tempfile.mkdtemp(prefix="matrix-bench-envs-")
     envs = args.envs or temp
@@ -56,21 +57,25 @@ def main() -> int:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "m.json"
+            parts = args.parts.split(",")
             print(f"set-up ({'sglang ' + args.sglang if args.sglang else 'reference'} x flashinfer "
                   f"{args.flashinfer}; cells traced in fullgraph mode)")
             setup = []
-            for run in ("first", "second"):
+            for run in ("first", "second") if "setup" in parts else ():
                 before = load()
                 data, wall = matrix([*common, *axes, "--mode", "fullgraph"], out)
                 setup.append(data["setup_seconds"])
-                print(f"  {run} run: set-up {data['setup_seconds']:.2f} s ({data['envs_built']} built, "
+                print(f"  {run} run: set-up {data['setup_seconds']:.3f} s ({data['envs_built']} built, "
                       f"{data['envs_reused']} reused), whole run {wall:.1f} s; {before} -> {load()}")
-            ratio = setup[1] / setup[0] if setup[0] else 0.0
-            print(f"  second / first set-up: {ratio:.1%} (target < {TARGET:.0%}: "
-                  f"{'met' if ratio < TARGET else 'NOT met'})")
-            print("traces: 4 cells (reference dense layer, flashinfer x sm120,sm100, fullgraph), environments reused")
+            if setup:
+                ratio = setup[1] / setup[0] if setup[0] else 0.0
+                print(f"  second / first set-up: {ratio:.1%} (target < {TARGET:.0%}: "
+                      f"{'met' if ratio < TARGET else 'NOT met'})")
+            if "jobs" in parts:
+                print("traces: 4 cells (reference dense layer, flashinfer x sm120,sm100, fullgraph), "
+                      "environments reused")
             four = [*common, "--impl", "reference", "--device", "sm120,sm100", "--mode", "fullgraph"]
-            for jobs in ("1", "2"):
+            for jobs in ("1", "2") if "jobs" in parts else ():
                 before = load()
                 data, wall = matrix([*four, "--jobs", jobs], out)
                 print(f"  --jobs {jobs}: traces {data['trace_seconds']:.1f} s, whole run {wall:.1f} s; "

@@ -140,7 +140,7 @@ class MatrixResult:
         return {
             "schema_version": self.schema_version, "kind": self.kind, "layer": self.layer, "impl": self.impl,
             "mode": self.mode, "torch": self.torch, "sglang": self.sglang, "flashinfer": self.flashinfer,
-            "devices": self.devices, "setup_seconds": round(self.setup_seconds, 1),
+            "devices": self.devices, "setup_seconds": round(self.setup_seconds, 3),
             "trace_seconds": round(self.trace_seconds, 1), "envs_built": self.envs_built, "envs_reused": self.envs_reused,
             "cells": [c.to_dict() for c in self.cells],
             "diffs": [d.__dict__ for d in self.diffs],

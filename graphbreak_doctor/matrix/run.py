@@ -165,7 +165,7 @@ def _summary(a: Cell, b: Cell, d) -> str:
     for op in sorted(ops_a.keys() - ops_b.keys()):
         parts.append(f"{op} gone from the graph")
     if d.only_a or d.only_b or not parts:
-        parts.append(f"{len(d.only_a)} breaks gone, {len(d.only_b)} new" if d.only_a or d.only_b else
+        parts.append(f"{counted(len(d.only_a), 'break')} gone, {len(d.only_b)} new" if d.only_a or d.only_b else
                      f"no change (fullgraph {d.a.verdict}, {counted(len(d.both), 'break')} in both)")
     return "; ".join(parts)
 
