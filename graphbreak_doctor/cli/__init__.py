@@ -10,7 +10,16 @@ import sys
 import traceback
 
 from graphbreak_doctor import __version__
-from graphbreak_doctor.cli import baseline, check, diff, fix, ingest, matrix, report, trace
+from graphbreak_doctor.cli import (
+    baseline,
+    check,
+    diff,
+    fix,
+    ingest,
+    matrix,
+    report,
+    trace,
+)
 from graphbreak_doctor.cli.common import (
     EXIT_CODES_HELP,
     EXIT_CRASH,
