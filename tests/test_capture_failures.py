@@ -83,3 +83,18 @@ def test_a_fake_kernel_that_disagrees_with_its_kernel_is_still_a_crash(cli):
     traced = cli("trace", "--target", "fixtures.gate.wrong_fake:target", "--device", "cpu", "--no-html")
     assert traced.returncode == 3
     assert "at fixtures/gate/wrong_fake.py:" in traced.stdout
+
+
+def test_capture_failure_names_are_the_installed_torch_types():
+    """The table is by qualified name (a log read back names the types in
+    text); each must be a type of the installed torch, or a failure of that
+    type would be reported as a crash."""
+    import importlib
+
+    from graphbreak_doctor.capture import exceptions
+
+    for name in exceptions.CAPTURE_FAILURES:
+        module, _, attr = name.rpartition(".")
+        tp = getattr(importlib.import_module(module), attr)
+        assert isinstance(tp, type) and issubclass(tp, Exception), name
+        assert f"{tp.__module__}.{tp.__qualname__}" == name

@@ -164,6 +164,14 @@ def event_for(mode: str, exc: BaseException | None, text: str, stack: list[Frame
     return event
 
 
+def with_causes(event: BreakEvent) -> list[BreakEvent]:
+    """The event's causes, earliest first, then the event."""
+    out = [event]
+    while out[0].cause is not None:
+        out.insert(0, out[0].cause)
+    return out
+
+
 def stack_in_message(exc: BaseException) -> list[Frame]:
     """User frames printed in a capture failure's message ("User stack:")."""
     text = str(exc)

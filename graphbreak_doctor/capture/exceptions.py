@@ -21,7 +21,6 @@ back to the message text and counts that it did.
 
 from __future__ import annotations
 
-import functools
 import logging
 import sys
 import traceback
@@ -43,22 +42,31 @@ _VALUE_TRACKERS = frozenset({"TensorVariable", "SymNodeVariable", "ConstantVaria
                              "LazyVariableTracker", "ListVariable", "TupleVariable", "ConstDictVariable"})
 
 
-@functools.cache
-def _capture_failures() -> dict[type, str]:
-    """Dynamo's exception types that mean "this code cannot be captured as one
-    graph" (not a crash), with the name a finding gets for them."""
-    from torch._dynamo import exc
-    from torch.fx.experimental import symbolic_shapes
-    from torch.utils._sympy.value_ranges import ValueRangeError
-
-    return {
-        symbolic_shapes.GuardOnDataDependentSymNode: "Guard on a data-dependent expression",
-        symbolic_shapes.PendingUnbackedSymbolNotFound: "Unbacked symbol not found",
-        symbolic_shapes.ConstraintViolationError: "Dynamic dimension specialized (constraint violation)",
-        ValueRangeError: "Value ranges conflict (torch._check)",
-        exc.UncapturedHigherOrderOpError: "Higher-order op body cannot be captured",
-        exc.UserError: "UserError",
-    }
+# Dynamo's exception types that mean "this code cannot be captured as one
+# graph" (not a crash), by qualified name, with the name a finding gets for
+# them. Names, not the types: a log read back (ingest/) names them in text,
+# and the live capture matches a raised type by the names along its MRO.
+CAPTURE_FAILURES: dict[str, str] = {
+    "torch.fx.experimental.symbolic_shapes.GuardOnDataDependentSymNode": "Guard on a data-dependent expression",
+    "torch.fx.experimental.symbolic_shapes.PendingUnbackedSymbolNotFound": "Unbacked symbol not found",
+    "torch.fx.experimental.symbolic_shapes.ConstraintViolationError":
+        "Dynamic dimension specialized (constraint violation)",
+    "torch.utils._sympy.value_ranges.ValueRangeError": "Value ranges conflict (torch._check)",
+    "torch._dynamo.exc.UncapturedHigherOrderOpError": "Higher-order op body cannot be captured",
+    "torch._dynamo.exc.UserError": "UserError",
+}
+USER_ERROR = "torch._dynamo.exc.UserError"
+_USER_ERROR_TYPE = "torch._dynamo.exc.UserErrorType."
+# Dynamo wraps a symbolic-shapes error in a UserError. A traceback printed
+# without the chain (Dynamo re-raises with the user's traceback) shows only
+# the UserError; its message still opens with the wrapped error's own words
+# (torch/fx/experimental/symbolic_shapes.py), which name the wrapped type.
+_WRAPPED_PHRASES = (
+    ("Could not guard on data-dependent expression", "torch.fx.experimental.symbolic_shapes.GuardOnDataDependentSymNode"),
+    ("Could not extract specialized integer from data-dependent expression",
+     "torch.fx.experimental.symbolic_shapes.GuardOnDataDependentSymNode"),
+    ("Constraints violated", "torch.fx.experimental.symbolic_shapes.ConstraintViolationError"),
+)
 
 
 def chain(exc: BaseException | None) -> list[BaseException]:
@@ -95,23 +103,51 @@ def failure_kind(exc: BaseException) -> str:
 
     if isinstance(exc, Unsupported):
         return BREAK
-    if isinstance(exc, tuple(_capture_failures())):
+    if _known(type(exc)):
         return CAPTURE
     return CRASH
+
+
+def _known(tp: type) -> str:
+    """The qualified name in CAPTURE_FAILURES of ``tp`` or its nearest base ("" if none)."""
+    return next((_qualified(c) for c in tp.__mro__ if _qualified(c) in CAPTURE_FAILURES), "")
 
 
 def label(exc: BaseException) -> str:
     """The name of a capture failure: the most specific known type on the
     chain (a UserError names its UserErrorType)."""
-    table = _capture_failures()
-    for e in reversed(chain(exc)):
-        for tp, name in table.items():
-            if isinstance(e, tp) and name != "UserError":
-                return name
-    error_type = getattr(exc, "error_type", None)
-    if error_type is not None:
-        return f"UserError ({error_type.name})"
-    return type(exc).__name__
+    names = []
+    for e in chain(exc):
+        names.append(_known(type(e)) or _qualified(type(e)))
+        error_type = getattr(e, "error_type", None)
+        if error_type is not None and hasattr(error_type, "name"):
+            names.append(f"{_USER_ERROR_TYPE}{error_type.name}")
+    return label_of(names)
+
+
+def label_of(names: list[str]) -> str:
+    """The name of a capture failure from the qualified type names along its
+    chain, outermost first (``type_names``; or :func:`names_in_text`)."""
+    for name in reversed(names):
+        if CAPTURE_FAILURES.get(name, "UserError") != "UserError":
+            return CAPTURE_FAILURES[name]
+    member = next((n[len(_USER_ERROR_TYPE):] for n in names if n.startswith(_USER_ERROR_TYPE)), "")
+    if member:
+        return f"UserError ({member})"
+    return "UserError" if USER_ERROR in names else (names[0].rsplit(".", 1)[-1] if names else "")
+
+
+def names_in_text(name: str, message: str, chained: list[str]) -> list[str]:
+    """The qualified type names of a capture failure printed as text: the
+    exception's own, the exceptions it was raised from (``chained``,
+    outermost first) and, for a UserError printed without its chain, the
+    type its message names (:data:`_WRAPPED_PHRASES`)."""
+    names = [name, *chained]
+    if name == USER_ERROR and len(names) == 1:
+        wrapped = next((t for phrase, t in _WRAPPED_PHRASES if phrase in message), "")
+        if wrapped:
+            names.append(wrapped)
+    return names
 
 
 def gb_type(exc: BaseException | None) -> str:

@@ -18,7 +18,7 @@ import torch._dynamo.utils
 
 from graphbreak_doctor.frames import make_frame
 from graphbreak_doctor.capture import exceptions
-from graphbreak_doctor.capture.events import BreakEvent, event_for, parse_stack
+from graphbreak_doctor.capture.events import BreakEvent, event_for, parse_stack, with_causes
 from graphbreak_doctor.findings import UnparsedEvent
 from graphbreak_doctor.patching import UndoLog
 
@@ -30,14 +30,6 @@ LOGGERS = (
 
 _AT = re.compile(r"in user code at (?P<file>.+):(?P<line>\d+)\s*$", re.M)
 _REASON = re.compile(r"Graph Break Reason: (?P<reason>.*)", re.S)
-
-
-def with_causes(event: BreakEvent) -> list[BreakEvent]:
-    """The event's causes, earliest first, then the event."""
-    out = [event]
-    while out[0].cause is not None:
-        out.insert(0, out[0].cause)
-    return out
 
 
 class GraphBreakListener(logging.Handler):

@@ -26,8 +26,9 @@ import torch
 import torch._dynamo
 
 from graphbreak_doctor.capture import exceptions
-from graphbreak_doctor.capture.events import BreakEvent, event_for, frames_from_summary, parse_stack, scrub, stack_in_message
-from graphbreak_doctor.capture.listener import GraphBreakListener, with_causes
+from graphbreak_doctor.capture.events import (BreakEvent, event_for, frames_from_summary, parse_stack, scrub,
+                                              stack_in_message, with_causes)
+from graphbreak_doctor.capture.listener import GraphBreakListener
 from graphbreak_doctor.findings import FULLGRAPH_MODES, Frame, GraphInfo, UnparsedEvent
 from graphbreak_doctor.frames import actionable_frame
 from graphbreak_doctor.patching import UndoLog

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from graphbreak_doctor.analysis.build import build_findings
-from graphbreak_doctor.capture.events import BreakEvent
+from graphbreak_doctor.capture.events import BreakEvent, with_causes
 from graphbreak_doctor.capture.run import ModeResult
 from graphbreak_doctor.findings import Findings, GraphInfo, TargetInfo, UnparsedEvent
 from graphbreak_doctor.ingest.dynamo_text import Crash, Unparsed, parse_report
@@ -102,10 +102,11 @@ class Collection:
         return record
 
     def report(self, record: FileRecord, lines: list[str], source: str, mode: str,
-               resolve: Callable[[BreakEvent], bool] | None = None) -> BreakEvent | Crash | None:
+               resolve: Callable[[BreakEvent], BreakEvent | None] | None = None) -> BreakEvent | Crash | None:
         """Parse one report (cached by its text: logs repeat themselves) and keep it.
 
-        ``resolve`` may hold an event back (returns False): the caller keeps it for later."""
+        ``resolve`` gives the event to keep now (the parsed one, or one made
+        from it), or None: the caller keeps it for later."""
         record.reports += 1
         text = "\n".join(lines)
         outcome = self._parsed.get(text)
@@ -117,14 +118,23 @@ class Collection:
             return None
         if isinstance(outcome, Crash):
             return outcome
-        if resolve is None or resolve(outcome):
-            self.event(record, outcome)
+        keep = outcome if resolve is None else resolve(outcome)
+        if keep is not None:
+            self.event(record, keep)
         return outcome
 
     def event(self, record: FileRecord, event: BreakEvent) -> None:
-        slot = self.events[event.mode].setdefault(_event_key(event), [event, 0])
-        slot[1] += 1
-        record.sites.setdefault(_site(event), None)
+        """Keep ``event``, after the breaks it was raised from (its causes),
+        as the live capture lists them; a follow-up is linked to the cause
+        kept for it."""
+        kept: BreakEvent | None = None
+        for each in with_causes(event):
+            if kept is not None and each.cause is not kept:
+                each = dataclasses.replace(each, cause=kept)
+            slot = self.events[each.mode].setdefault(_event_key(each), [each, 0])
+            slot[1] += 1
+            kept = slot[0]
+            record.sites.setdefault(_site(each), None)
 
     def crash(self, error: str) -> None:
         if error not in self.crashes:

@@ -33,10 +33,13 @@ break) or a :class:`Unparsed` with the reason.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 
-from graphbreak_doctor.capture.events import BreakEvent, parse_stack, parse_unsupported
+from graphbreak_doctor.capture import exceptions
+from graphbreak_doctor.capture.events import (NESTED, BreakEvent, ParsedMessage, first_paragraph, parse_stack,
+                                              parse_unsupported, split_nested)
 
 # torch/_logging/_internal.py (TorchLogsFormatter): "[rankN]:" under
 # torch.distributed, then glog's level+date, time, pid, file:line], then the
@@ -47,7 +50,13 @@ _GLOG = re.compile(
 )
 # torchrun and torch.distributed.elastic prefix every line of a rank's output.
 _RANK = re.compile(r"^\[(?:default)?rank(?P<rank>\d+)\]:\s?")
-EXC_HEADER = re.compile(r"^(?P<name>torch\._dynamo\.exc\.(?P<cls>\w+)): ?(?P<rest>.*)$")
+# The last line of a traceback: a Dynamo exception, or one of the capture
+# failures of other modules (ConstraintViolationError, ...).
+EXC_HEADER = re.compile(
+    r"^(?P<name>torch\._dynamo\.exc\.\w+|"
+    + "|".join(re.escape(name) for name in sorted(exceptions.CAPTURE_FAILURES))
+    + r"): ?(?P<rest>.*)$"
+)
 _BREAK_AT = re.compile(r"in user code at (?P<file>.+):(?P<line>\d+)\s*$")
 _TRACE_REASON = re.compile(r"^Encountered graph break when attempting to trace \w+:.*:\s*$")
 
@@ -55,7 +64,12 @@ BREAK = "Graph break in user code at "
 DUPLICATE = "Graph break (user stack suppressed due to duplicate graph break) in user code at "
 SKIP = "Graph break: torch.compile cannot properly resume from this graph break"
 REASON = "Graph Break Reason:"
-FRAME_MARKERS = ("User code traceback:", "from user code:", "The graph break occurred in the following user code:")
+FRAME_MARKERS = ("User code traceback:", "from user code:", "The graph break occurred in the following user code:",
+                 # A capture failure's message: ConstraintViolationError, the symbolic-shapes errors.
+                 "User stack:", "User Stack (most recent call last):")
+# Python's line between the exceptions of a chain (traceback.py).
+CHAINED = ("The above exception was the direct cause of the following exception:",
+           "During handling of the above exception, another exception occurred:")
 _MESSAGE_LINES = (REASON, "*** While handling this graph break", "Stack variable source attribution:",
                   "torch.compile will skip tracing the frame")
 TRACEBACK = "Traceback (most recent call last):"
@@ -133,6 +147,7 @@ class ReportScanner:
         self.record: str | None = None
         self.phase = ""
         self.tail = False  # the block's trailing exception is being read
+        self.capture = False  # the block is a capture failure's traceback tail
         self.held: tuple[int, Line] | None = None
         self.gap = 0
         self.done: list[Block] = []
@@ -164,6 +179,7 @@ class ReportScanner:
         self.record = line.record
         self.phase = "message"
         self.tail = False
+        self.capture = is_capture_failure(line.text)
         self.gap = 0
 
     def _end(self) -> None:
@@ -200,7 +216,15 @@ class ReportScanner:
 
     def _in_message(self, number: int, line: Line) -> None:
         text = line.text
-        if text.strip() in FRAME_MARKERS:
+        if self.capture and text.strip() not in FRAME_MARKERS:
+            # A capture failure's message has no fixed layout: it runs to its
+            # user frames, or to the next traceback.
+            if text.startswith(TRACEBACK) or text.strip() in CHAINED:
+                self._end()
+                self._take(number, line)
+            else:
+                self._add(line)
+        elif text.strip() in FRAME_MARKERS:
             self.phase = "frames"
             self._add(line)
         elif not text.strip() or _indented(text) or text.startswith(_MESSAGE_LINES):
@@ -292,19 +316,76 @@ def gb_type_of(message: list[str]) -> str:
     return ""
 
 
+def is_capture_failure(text: str) -> bool:
+    """Whether ``text`` is the last line of a capture failure's traceback."""
+    m = EXC_HEADER.match(text)
+    return m is not None and m.group("name") in exceptions.CAPTURE_FAILURES
+
+
+def _break(mode: str, message: str, gb_type: str, stack: list, *, duplicate: bool = False,
+           site=None) -> BreakEvent:
+    """The event of a break reported with ``message``. A follow-up break's
+    message nests the break it was raised from (events.NESTED): that one
+    becomes its ``cause``, as the live capture links them."""
+    parsed = parse_unsupported(message, gb_type)
+    at = site if site is not None else (stack[-1] if stack else None)
+    event = BreakEvent(mode, parsed.gb_type, parsed, stack, at, duplicate=duplicate)
+    nested = split_nested(message)
+    if len(nested) > 1:
+        earlier = NESTED.join(nested[:-1])
+        event.cause = _break(mode, earlier, gb_type_of(nested[-2].splitlines()), stack, duplicate=duplicate, site=at)
+        event.fallbacks.append("cause")
+    return event
+
+
+def _capture_failure(lines: list[str], mode: str, name: str, rest: str) -> BreakEvent:
+    """A capture failure that is not an ``Unsupported`` (capture/exceptions.py),
+    as its traceback prints it: the message, then the user frames."""
+    marker = _marker(lines)
+    text = "\n".join([rest] + lines[1:marker if marker is not None else len(lines)])
+    names = exceptions.names_in_text(name, text, [])
+    label = exceptions.label_of(names)
+    stack = parse_stack("\n".join(_frames_after(lines, marker))) if marker is not None else []
+    return BreakEvent(mode, label, ParsedMessage(label, first_paragraph(text), [], "", ""), stack,
+                      stack[-1] if stack else None, exceptions=names)
+
+
+def with_chain(event: BreakEvent, chained: list[str]) -> BreakEvent:
+    """A capture failure raised from earlier ones (``chained``: their qualified
+    type names, outermost first), named as the live capture names it."""
+    names = [event.exceptions[0], *chained] if event.exceptions else list(chained)
+    label = exceptions.label_of(names)
+    return dataclasses.replace(event, gb_type=label, message=dataclasses.replace(event.message, gb_type=label),
+                               exceptions=names)
+
+
+def chained_names(lines: list[str]) -> list[str]:
+    """The capture failures a traceback shows before its last exception, each
+    followed by Python's line that chains it to the next: their qualified
+    names, outermost first."""
+    names = []
+    for i, text in enumerate(lines):
+        if is_capture_failure(text) and any(t.strip() in CHAINED for t in lines[i + 1:]):
+            names.append(EXC_HEADER.match(text).group("name"))  # type: ignore[union-attr]
+    return names[::-1]
+
+
 def _exception(lines: list[str], mode: str) -> BreakEvent | Crash | Unparsed:
     m = EXC_HEADER.match(lines[0])
     assert m is not None
+    name = m.group("name")
+    if name in exceptions.CAPTURE_FAILURES:
+        return _capture_failure(lines, mode, name, m.group("rest"))
     marker = _marker(lines)
     message = [m.group("rest")] + lines[1:marker if marker is not None else len(lines)]
     gb_type = gb_type_of([lines[0]] + lines[1:marker if marker is not None else len(lines)])
-    if m.group("cls") != "Unsupported":
-        return Crash(f"{m.group('cls')}: {m.group('rest').strip()}")
+    cls = name.rsplit(".", 1)[-1]
+    if cls != "Unsupported":
+        return Crash(f"{cls}: {m.group('rest').strip()}")
     if not gb_type and marker is None:
         return Unparsed("an Unsupported exception without Dynamo's explanation or user code (cut short?)")
     stack = parse_stack("\n".join(_frames_after(lines, marker))) if marker is not None else []
-    parsed = parse_unsupported("\n".join(message), gb_type)
-    return BreakEvent(mode, parsed.gb_type, parsed, stack, stack[-1] if stack else None)
+    return _break(mode, "\n".join(message), gb_type, stack)
 
 
 def _tail(lines: list[str]) -> int | None:
@@ -335,8 +416,7 @@ def parse_report(lines: list[str], mode: str) -> BreakEvent | Crash | Unparsed:
         if marker is None:
             return Unparsed("a skipped frame without its user code (cut short?)")
         stack = parse_stack("\n".join(_frames_after(body, marker)))
-        parsed = parse_unsupported("\n".join(message), gb_type)
-        return BreakEvent("explain", parsed.gb_type, parsed, stack, stack[-1] if stack else None)
+        return _break("explain", "\n".join(message), gb_type, stack)
     if reason_at is None:
         return Unparsed("a graph break without its 'Graph Break Reason' (cut short?)")
     marker = _marker(body, reason_at)
@@ -349,7 +429,6 @@ def parse_report(lines: list[str], mode: str) -> BreakEvent | Crash | Unparsed:
     gb_type = gb_type_of(reason)
     if not gb_type and tail is not None:
         gb_type = gb_type_of(lines[tail:])
-    parsed = parse_unsupported("\n".join(reason), gb_type)
     if first.startswith(DUPLICATE):
         at = _BREAK_AT.search(first)
         if at is None:
@@ -357,9 +436,9 @@ def parse_report(lines: list[str], mode: str) -> BreakEvent | Crash | Unparsed:
         # Only the site's location is in the text. The analysis merges the
         # event with the earlier full report of the same site (by location).
         sites = parse_stack(f'  File "{at.group("file")}", line {at.group("line")}, in {_UNKNOWN}')
-        return BreakEvent("explain", parsed.gb_type, parsed, [], sites[0], duplicate=True)
+        return _break("explain", "\n".join(reason), gb_type, [], duplicate=True, site=sites[0])
     if marker is None:
         return Unparsed("a graph break without its user code traceback (cut short?)")
     stack = parse_stack("\n".join(_frames_after(body, marker)))
-    return BreakEvent("explain", parsed.gb_type, parsed, stack, stack[-1] if stack else None)
+    return _break("explain", "\n".join(reason), gb_type, stack)
 

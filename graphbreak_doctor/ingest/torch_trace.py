@@ -35,7 +35,7 @@ from typing import Any, Iterable
 
 from graphbreak_doctor.capture.events import BreakEvent
 from graphbreak_doctor.ingest.collection import Collection, FileRecord, first_line
-from graphbreak_doctor.ingest.dynamo_text import EXC_HEADER, Crash
+from graphbreak_doctor.ingest.dynamo_text import EXC_HEADER, Crash, chained_names, with_chain
 
 ENVELOPE = re.compile(r"^(?:\[rank\d+\]:)?[VIWEC]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ \S+:\d+\] \{\"")
 _KINDS = (
@@ -177,14 +177,17 @@ class TraceReader:
                 self.collection.unparsed_block(self.record, self._source(number + 1),
                                                "a Dynamo error without its exception line (cut short?)", payload)
             return
-        self._thrown(cid, state, payload[at:], number + 1 + at)
+        self._thrown(cid, state, payload[at:], number + 1 + at, chained_names(payload[:at]))
 
-    def _thrown(self, cid: tuple, state: _Compile, lines: list[str], number: int) -> None:
-        def hold(event: BreakEvent) -> bool:
+    def _thrown(self, cid: tuple, state: _Compile, lines: list[str], number: int,
+                chained: list[str] | None = None) -> None:
+        def hold(event: BreakEvent) -> None:
+            if chained and event.exceptions:
+                event = with_chain(event, chained)
             # Explain mode reports a skipped frame as a graph break of its own.
             if not state.breaks:
                 self.pending.append(_Pending(cid, event))
-            return False
+            return None
 
         outcome = self.collection.report(self.record, lines, self._source(number), "fullgraph", resolve=hold)
         if isinstance(outcome, Crash):
