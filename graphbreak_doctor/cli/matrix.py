@@ -84,7 +84,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                      help="where the environments are kept (default ~/.cache/graphbreak-doctor/matrix-envs)")
     how.add_argument("--find-links", action="append", default=[], metavar="DIR",
                      help="a folder of wheels to install from besides the package index (repeatable; "
-                          "PIP_FIND_LINKS is read too)")
+                          "pip's configured find-links are read too)")
     add_output_options(p, MATRIX, default_on=("matrix-json", "matrix-html"), stem="matrix-<layer>-", what="<impl>")
     p.add_argument("--debug", action="store_true", help="show tracebacks of errors")
     p.set_defaults(func=run)

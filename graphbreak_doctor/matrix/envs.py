@@ -18,6 +18,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import importlib.metadata
+import importlib.util
 import json
 import os
 import re
@@ -90,6 +91,25 @@ def uv_binary() -> str:
         if not found:
             raise EnvError("uv is not installed (pip install -r requirements/ci.txt)") from None
         return found
+
+
+def pip_find_links() -> list[str]:
+    """The wheel folders pip is configured to look in (its configuration
+    files and PIP_FIND_LINKS): uv reads neither, and the installed torch
+    often comes from such a folder (a CPU build no index serves). None
+    where this interpreter has no pip."""
+    if importlib.util.find_spec("pip") is None:
+        return []
+    out = subprocess.run([sys.executable, "-m", "pip", "config", "list"], check=False, capture_output=True,
+                         text=True, stdin=subprocess.DEVNULL)
+    if out.returncode != 0:
+        raise EnvError(f"reading pip's configuration: {one_line(out.stderr) or 'pip config list failed'}")
+    links: list[str] = []
+    for line in out.stdout.splitlines():
+        key, _, value = line.partition("=")
+        if key.strip().endswith(".find-links"):
+            links += [p for p in value.strip().strip("'\"").split() if p]
+    return links
 
 
 def default_envs_dir() -> Path:
@@ -183,8 +203,7 @@ class Builder:
         self.torch = torch_version()
         if not self.torch:
             raise EnvError("torch is not installed in this environment: the matrix holds every cell at its version")
-        links = list(find_links or [])
-        links += [p for p in os.environ.get("PIP_FIND_LINKS", "").split() if p]
+        links = list(find_links or []) + pip_find_links()
         self.find_links = list(dict.fromkeys(links))
 
     def path(self, spec: EnvSpec) -> Path:
