@@ -61,6 +61,22 @@ def test_trace_prints_summary_and_writes_json(cli, tmp_path):
     assert Findings.from_dict(data).to_json() == out.read_text()
 
 
+def test_repeated_target_gives_findings_per_target(cli, tmp_path):
+    out = tmp_path / "findings.json"
+    result = cli("trace", "--target", "fixtures.breaks.subprocess_call:target", "--target",
+                 "fixtures.breaks.logging_calls:target", "--target", "fixtures.breaks.subprocess_call:target",
+                 "--device", "cpu", "--mode", "explain", "--json", str(out), "--no-html")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("target: ") == 2  # the repeated spec is traced once
+    written = sorted(p.name for p in tmp_path.iterdir())
+    assert written == ["findings-fixtures.breaks.logging_calls.target-cpu-explain.json",
+                       "findings-fixtures.breaks.subprocess_call.target-cpu-explain.json"]
+    categories = {name: [b["category"] for b in json.loads((tmp_path / name).read_text())["breaks"]]
+                  for name in written}
+    assert categories[written[1]] == ["subprocess"]
+    assert categories[written[0]] and "subprocess" not in categories[written[0]]
+
+
 def test_same_trace_twice_gives_identical_json(cli, tmp_path):
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     for path in (a, b):

@@ -49,6 +49,9 @@ def add_target_options(p: argparse.ArgumentParser, default_mode: str = "both") -
         for o in provider.options:
             if o.switch:
                 group.add_argument(o.flag, dest=o.name, action="store_const", const=True, default=None, help=o.help)
+            elif o.repeat:
+                group.add_argument(o.flag, dest=o.name, metavar=o.metavar, action="append", help=o.help,
+                                   type=_argparse_type(o))
             else:
                 group.add_argument(o.flag, dest=o.name, metavar=o.metavar, choices=o.choices, help=o.help,
                                    type=_argparse_type(o))

@@ -10,7 +10,9 @@ from typing import Any, Callable, ClassVar, Optional
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from graphbreak_doctor.emulation import flashinfer_dry, torch_surface
+from graphbreak_doctor.emulation.host_memory import HostMemoryMode
+
+from graphbreak_doctor.emulation import cuda_runtime, dsl_dry, flashinfer_dry, torch_surface
 from graphbreak_doctor.emulation.flashinfer_dry import JitRecord
 from graphbreak_doctor.emulation.preset import DevicePreset
 from graphbreak_doctor.emulation.presets import resolve_device
@@ -49,10 +51,22 @@ class EmulatedDevice:
         self._logs: list[UndoLog] = []
         self._modes: list[Optional[FakeTensorMode]] = []
         self._facts: dict = {}
+        # The emulated torch.cuda entry points that ran, in first-call order.
+        self.exercised: list[str] = []
+        # Kernels of Python kernel languages launched dry (dsl_dry.py), each once.
+        self.dry_launches: list[str] = []
 
     @property
     def emulated(self) -> bool:
         return self.preset.emulated
+
+    def _exercised(self, name: str) -> None:
+        if name not in self.exercised:
+            self.exercised.append(name)
+
+    def dry_launch(self, name: str) -> None:
+        if name not in self.dry_launches:
+            self.dry_launches.append(name)
 
     def _record(self, action: str, name: str, path: str, exports: tuple) -> JitRecord:
         request = JitRecord(
@@ -89,9 +103,11 @@ class EmulatedDevice:
                 # while torch still answers for the real machine, so that what
                 # is saved for undo is the real state.
                 flashinfer_dry.import_flashinfer()
-                torch_surface.install(self.preset, log)
+                torch_surface.install(self.preset, log, self._exercised)
+                cuda_runtime.install(log, torch_surface.DEVICE_COUNT, self._exercised)
+                dsl_dry.install(log, self.dry_launch)
                 self._facts = flashinfer_dry.install(self.preset, log, self._record, scratch)
-                mode = FakeTensorMode(allow_non_fake_inputs=True)
+                mode = HostMemoryMode(allow_non_fake_inputs=True)
                 mode.__enter__()
         except BaseException:
             log.undo()
@@ -143,6 +159,8 @@ class EmulatedDevice:
 
                 self._facts = {"flashinfer": getattr(flashinfer, "__version__", None)}
             info.update({k: v for k, v in self._facts.items() if k != "jit_cache"})
+            # Which emulated torch.cuda entry points the target ran.
+            info["emulated_entry_points"] = list(self.exercised)
         return info
 
     def __repr__(self) -> str:

@@ -173,7 +173,7 @@ def _no_op_kernel(handle, args, num_args, result):  # noqa: ARG001
     return 0
 
 
-_NO_OP = _SAFE_CALL(_no_op_kernel)  # kept alive for the life of the process
+NO_OP_KERNEL = _SAFE_CALL(_no_op_kernel)  # kept alive for the life of the process
 
 
 @functools.cache
@@ -188,15 +188,18 @@ def _tvm_ffi_c_api() -> ctypes.CDLL:
     return lib
 
 
-def _export_names(sources: list[Path]) -> tuple[str, ...]:
-    names: list[str] = []
+def _read_sources(sources: list[Path]) -> str:
+    texts = []
     for source in sources:
         try:
-            text = Path(source).read_text(errors="replace")
+            texts.append(Path(source).read_text(errors="replace"))
         except OSError:
             continue
-        names.extend(_EXPORT_RE.findall(text))
-    return tuple(dict.fromkeys(names))
+    return "\n".join(texts)
+
+
+def _export_names(sources: list[Path]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(_EXPORT_RE.findall(_read_sources(sources))))
 
 
 # ------------------------------------------------ kernels that answer
@@ -231,16 +234,38 @@ def _cutlass_moe_init(*args: Any) -> Any:
     return STATE.prepared["fused_moe_runner"]
 
 
-# (JitSpec name pattern, export) -> answer; an answer of None is a no-op.
-ANSWERS: list[tuple[re.Pattern, str, Callable[..., Any]]] = [
-    (re.compile(r"^fused_moe_(\d+|sm\d+)"), "init", _cutlass_moe_init),
+# The batch attention modules' `plan` (prefill, decode, MLA) is a host-side
+# scheduler returning the plan as an `Array<int64_t>`; FlashInfer's Python
+# keeps it and hands it back to `run` (asserting it is not None) without
+# reading it. Only the dry kernels would read it. Sixteen zeros: the length
+# of the prefill plan. Where the C++ plan returns the plan together with the
+# bytes it staged in the host workspace (`Tuple<Array<int64_t>, int64_t>`,
+# FlashInfer's MLA plan since 0.7), the answer is that pair, nothing staged.
+_PLAN_INFO_LENGTH = 16
+_STAGED_PLAN = "Tuple<Array<int64_t>, int64_t>"
+
+
+def _attention_plan(*args: Any) -> Any:
+    return [0] * _PLAN_INFO_LENGTH
+
+
+def _staged_attention_plan(*args: Any) -> Any:
+    return ([0] * _PLAN_INFO_LENGTH, 0)
+
+
+# (JitSpec name pattern, export, the module's sources must say) -> answer;
+# the first that fits is taken; an answer of None is a no-op.
+ANSWERS: list[tuple[re.Pattern, str, str, Callable[..., Any]]] = [
+    (re.compile(r"^fused_moe_(\d+|sm\d+)"), "init", "", _cutlass_moe_init),
+    (re.compile(r"^batch_"), "plan", _STAGED_PLAN, _staged_attention_plan),
+    (re.compile(r"^batch_"), "plan", "", _attention_plan),
 ]
 
 
-def answers_for(name: str, exports: tuple[str, ...]) -> dict[str, Callable[..., Any]]:
-    out = {}
-    for pattern, export, answer in ANSWERS:
-        if export in exports and pattern.search(name):
+def answers_for(name: str, exports: tuple[str, ...], source_text: str = "") -> dict[str, Callable[..., Any]]:
+    out: dict[str, Callable[..., Any]] = {}
+    for pattern, export, says, answer in ANSWERS:
+        if export in exports and export not in out and pattern.search(name) and says in source_text:
             out[export] = answer
     return out
 
@@ -261,7 +286,7 @@ def prepare_answers() -> None:
     when the emulation is entered: the dry loader runs inside FlashInfer calls
     that Dynamo may be tracing, and must then only use what exists already."""
     with STATE.lock:
-        for _pattern, _export, answer in ANSWERS:
+        for *_match, answer in ANSWERS:
             _as_function(answer)
         for answer in _CUTLASS_MOE_RUNNER.values():
             if answer is not None:
@@ -296,6 +321,7 @@ def dry_module(
     name: str,
     exports: tuple[str, ...],
     answers: Optional[dict[str, Optional[Callable[..., Any]]]] = None,
+    source_text: str = "",
 ):
     """A tvm_ffi Module named after `name` whose `exports` are no-op kernels,
     except those in `answers` (see ANSWERS).
@@ -305,14 +331,14 @@ def dry_module(
     """
     import tvm_ffi
 
-    answers = answers if answers is not None else answers_for(name, exports)
+    answers = answers if answers is not None else answers_for(name, exports, source_text)
     prefix = f"{_SYMBOL_PREFIX}{name}__"
     lib = _tvm_ffi_c_api()
     for export in exports:
         symbol = f"__tvm_ffi_{prefix}{export}"
         if symbol not in STATE.registered_symbols:
             answer = answers.get(export)
-            entry = _NO_OP if answer is None else _answer_symbol(symbol, answer)
+            entry = NO_OP_KERNEL if answer is None else _answer_symbol(symbol, answer)
             rc = lib.TVMFFIEnvModRegisterSystemLibSymbol(
                 symbol.encode(), ctypes.cast(entry, ctypes.c_void_p)
             )
@@ -392,7 +418,7 @@ def _dry_load(path: str, fmt: str = "so") -> Any:  # noqa: ARG001
     name = Path(path).stem
     sources = _spec_sources(name) or _sources_beside(path)
     exports = _export_names(sources)
-    module = dry_module(name, exports)
+    module = dry_module(name, exports, source_text=_read_sources(sources))
     if _opens_cubin_loader(sources) and not Path(path).exists():
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(_cubin_loader_stub(), path)
@@ -687,6 +713,12 @@ def install_artifact_mirror(root: Path, log: UndoLog) -> None:
     cache.mkdir(parents=True, exist_ok=True)
     bmm_sha = _write_checksummed(mirror / paths.TRTLLM_GEN_BMM, _bmm_files(fused_moe_jit))
     log.setattr(hashes, "TRTLLM_GEN_BMM", bmm_sha)
+    if hasattr(paths, "TRTLLM_GEN_FMHA") and hasattr(hashes, "TRTLLM_GEN_FMHA"):
+        # TensorRT-LLM's attention kernels (trtllm-gen FMHA, MLA decode):
+        # the module is built against one header of the release, never parsed
+        # in Python; a dry build only needs it to exist.
+        fmha = {"include/flashInferMetaInfo.h": b"// graphbreak-doctor dry artifact: FMHA kernel manifest\n"}
+        log.setattr(hashes, "TRTLLM_GEN_FMHA", _write_checksummed(mirror / paths.TRTLLM_GEN_FMHA, fmha))
 
     repository = str(mirror) + "/"
     real_repository = cubin_loader.FLASHINFER_CUBINS_REPOSITORY

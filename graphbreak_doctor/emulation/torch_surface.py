@@ -96,7 +96,7 @@ class _PlainProperties:
     """Fallback holder with the same attribute names (CUDA builds of torch)."""
 
 
-_DEVICE_COUNT = 1
+DEVICE_COUNT = 1
 
 
 def _index(device: Any) -> int:
@@ -114,13 +114,28 @@ def _index(device: Any) -> int:
 
 def _checked(device: Any) -> int:
     idx = _index(device)
-    if idx < 0 or idx >= _DEVICE_COUNT:
+    if idx < 0 or idx >= DEVICE_COUNT:
         raise AssertionError("Invalid device id")
     return idx
 
 
-def build_surface(preset: DevicePreset) -> dict[str, Callable[..., Any]]:
-    """Replacements for `torch.cuda.<name>`, closed over one preset."""
+def _noting(name: str, fn: Callable[..., Any], note: Callable[[str], None]) -> Callable[..., Any]:
+    """``fn``, which first notes that the emulated ``name`` was called."""
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        note(name)
+        return fn(*args, **kwargs)
+
+    return call
+
+
+def _ignore(_name: str) -> None:
+    return None
+
+
+def build_surface(preset: DevicePreset, note: Callable[[str], None] = _ignore) -> dict[str, Callable[..., Any]]:
+    """Replacements for `torch.cuda.<name>`, closed over one preset; each
+    calls ``note("torch.cuda.<name>")`` when it runs."""
     props = device_properties(preset)
     total = props.total_memory
 
@@ -137,7 +152,7 @@ def build_surface(preset: DevicePreset) -> dict[str, Callable[..., Any]]:
         return props.name
 
     def device_count():
-        return _DEVICE_COUNT
+        return DEVICE_COUNT
 
     def current_device():
         return 0
@@ -166,6 +181,7 @@ def build_surface(preset: DevicePreset) -> dict[str, Callable[..., Any]]:
         "is_current_stream_capturing": is_current_stream_capturing,
         "mem_get_info": mem_get_info,
     }
+    surface = {name: _noting(f"torch.cuda.{name}", fn, note) for name, fn in surface.items()}
     for name, fn in surface.items():
         original = getattr(torch.cuda, name)
         fn.__name__ = original.__name__
@@ -199,11 +215,12 @@ def dynamo_tables() -> list[dict]:
     ]
 
 
-def install(preset: DevicePreset, log: UndoLog) -> dict[str, Callable[..., Any]]:
-    """Install the surface for `preset`; every change is recorded in `log`."""
+def install(preset: DevicePreset, log: UndoLog, note: Callable[[str], None] = _ignore) -> dict[str, Callable[..., Any]]:
+    """Install the surface for `preset`; every change is recorded in `log`,
+    every call of an emulated function noted with ``note``."""
     tables = dynamo_tables()
     log.call_on_undo(_rule_map_rebuilt_check(tables[0]))
-    surface = build_surface(preset)
+    surface = build_surface(preset, note)
     for name, replacement in surface.items():
         original = getattr(torch.cuda, name)
         for table in tables:
@@ -214,7 +231,7 @@ def install(preset: DevicePreset, log: UndoLog) -> dict[str, Callable[..., Any]]
     # variants (flashinfer/quantization/fp4_quantization.py
     # get_fp4_quantization_module: "120" -> "120f" when CUDA >= 12.9).
     log.setattr(torch.version, "cuda", preset.cuda)
-    install_c_surface(log)
+    install_c_surface(log, note)
     device_guard.install(log)
     install_device_switch(log)
     install_mem_pool(log)
@@ -241,13 +258,23 @@ def _rule_map_rebuilt_check(rules: dict) -> Callable[[], None]:
 # torch._C._cuda_getCurrentRawStream(index). Dynamo's rule for them comes from
 # their qualified names in trace_rules.torch_c_binding_in_graph_functions; the
 # replacement gets exactly that rule.
-C_NAMES = ("_cuda_getCurrentRawStream", "_cuda_exchangeDevice", "_cuda_maybeExchangeDevice")
+C_NAMES = ("_cuda_getCurrentRawStream", "_cuda_getCurrentBlasHandle", "_cuda_exchangeDevice",
+           "_cuda_maybeExchangeDevice")
 
 
-def _c_surface() -> dict[str, Callable[..., Any]]:
+_BLAS_HANDLE = 0x7E570000
+
+
+def _c_surface(note: Callable[[str], None]) -> dict[str, Callable[..., Any]]:
     def _cuda_getCurrentRawStream(device_index):  # the null (default) stream
         _checked(device_index)
         return 0
+
+    # The cuBLAS handle torch keeps per device and stream, as an address
+    # (torch.cuda.current_blas_handle; FlashInfer 0.6's FP8 GEMM hands it to
+    # its kernels, which run dry here). A made-up, non-null address.
+    def _cuda_getCurrentBlasHandle():
+        return _BLAS_HANDLE
 
     # torch/csrc/cuda/Module.cpp THCPModule_cudaExchangeDevice: a negative index
     # is a no-op returning -1; otherwise the previous device (always 0 here).
@@ -263,11 +290,13 @@ def _c_surface() -> dict[str, Callable[..., Any]]:
         _checked(int(device))
         return 0
 
-    return {
+    functions = {
         "_cuda_getCurrentRawStream": _cuda_getCurrentRawStream,
+        "_cuda_getCurrentBlasHandle": _cuda_getCurrentBlasHandle,
         "_cuda_exchangeDevice": _cuda_exchangeDevice,
         "_cuda_maybeExchangeDevice": _cuda_maybeExchangeDevice,
     }
+    return {name: _noting(f"torch._C.{name}", fn, note) for name, fn in functions.items()}
 
 
 # torch.cuda.<python name> -> torch._C.<binding> on a CUDA build.
@@ -359,17 +388,18 @@ def install_mem_pool(log: UndoLog) -> None:
             log.replace_code(getattr(new, "__func__", new), bodies["call"])
 
 
-def install_c_surface(log: UndoLog) -> None:
+def install_c_surface(log: UndoLog, note: Callable[[str], None] = _ignore) -> None:
     from torch._dynamo import trace_rules
 
     rule_map = trace_rules.get_torch_obj_rule_map()
-    for name, replacement in _c_surface().items():
+    for name, replacement in _c_surface(note).items():
         if hasattr(torch._C, name):  # a CUDA build: the real one answers
             continue
         rule = trace_rules.torch_c_binding_in_graph_functions.get(f"torch._C.{name}")
         if rule is not None:
             log.setitem(rule_map, replacement, rule)
         replacement.__module__ = "torch._C"
+        replacement.__name__ = replacement.__qualname__ = name
         log.setattr(torch._C, name, replacement)
 
 

@@ -3,6 +3,7 @@ running the target once to see how it is called, and writing call text."""
 
 from __future__ import annotations
 
+import functools
 import inspect
 import linecache
 import os
@@ -35,13 +36,27 @@ def source_of(frame: Frame | None, fallback: str = "") -> str:
     return f"    {frame.code}" if frame.code else fallback
 
 
+@functools.lru_cache(maxsize=4096)
+def _realpath(path: str) -> str:
+    return os.path.realpath(path)
+
+
+# sys.modules by real file path; rebuilt when modules were imported or removed
+# since (a trace asks once per break and frame: scanning every module each
+# time cost seconds per trace).
+_BY_FILE: dict[str, types.ModuleType] = {}
+_INDEXED: list[int] = [-1]
+
+
 def module_of_file(path: str) -> types.ModuleType | None:
-    real = os.path.realpath(path)
-    for module in list(sys.modules.values()):
-        file = getattr(module, "__file__", None)
-        if file and os.path.realpath(file) == real:
-            return module
-    return None
+    if _INDEXED[0] != len(sys.modules):
+        _BY_FILE.clear()
+        for module in list(sys.modules.values()):
+            file = getattr(module, "__file__", None)
+            if file:
+                _BY_FILE.setdefault(_realpath(file), module)
+        _INDEXED[0] = len(sys.modules)
+    return _BY_FILE.get(_realpath(path))
 
 
 def _code_of(obj: Any) -> types.CodeType | None:

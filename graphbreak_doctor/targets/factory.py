@@ -91,13 +91,14 @@ class FactoryProvider(TargetProvider):
     name = "factory"
     title = "a target of your own"
     options = (
-        Option("--target", "a factory pkg.module:factory returning (fn, args[, kwargs])", metavar="M:F",
-               selects=True),
+        Option("--target", "a factory pkg.module:factory returning (fn, args[, kwargs]); repeat it to "
+               "trace several targets, each in workers of its own", metavar="M:F", selects=True, repeat=True),
     )
 
     def select(self, options: Mapping[str, Any]) -> list[Selection]:
-        spec = options["target"]
-        return [Selection(self.name, slug(spec.replace(":", ".")), {"spec": spec}, spec=spec)]
+        specs = options["target"]
+        specs = [specs] if isinstance(specs, str) else list(dict.fromkeys(specs))
+        return [Selection(self.name, slug(spec.replace(":", ".")), {"spec": spec}, spec=spec) for spec in specs]
 
     def build(self, selection: Selection, device: str, log: UndoLog) -> Target:
         spec = selection.options["spec"]

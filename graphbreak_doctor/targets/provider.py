@@ -31,6 +31,8 @@ class Option:
     selects: bool = False
     # Takes no value: given, it is True; not given, None (like any option left out).
     switch: bool = False
+    # May be given more than once: its value is the list of what was given.
+    repeat: bool = False
 
     @property
     def name(self) -> str:

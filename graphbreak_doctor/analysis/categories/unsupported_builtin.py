@@ -20,7 +20,14 @@ CATEGORY = Category(
            # functions not implemented in python (GB0177).
            Rule(gb_ids=frozenset({"GB0082", "GB8977", "GB0177"}),
                 culprits=("torch.cuda.", "torch._utils.", "torch._C."),
-                stdlib_culprit=True),),
+                stdlib_culprit=True),
+           # Python objects Dynamo has no graph value for: a typing construct
+           # subscripted with a class it keeps opaque (`Optional[torch.Generator]`
+           # in a signature defined on the traced path, GB9137), an object
+           # with no proxy handed to an operation (`assert runners` over a list
+           # of runner objects, GB0055), a sort whose key gives objects it
+           # cannot compare (tuples of runner attributes, GB0207).
+           Rule(gb_ids=frozenset({"GB9137", "GB0055", "GB0207"})),),
     advice="precompute-builtin",
     ladder=("use-registered-op", "hoist-call", "compiler-disable", "wrap-custom-op"),
     priority=70,

@@ -32,6 +32,7 @@ import torch
 
 from graphbreak_doctor.emulation import sglang as sglang_emulation
 from graphbreak_doctor.emulation import dsl_dry, standins
+from graphbreak_doctor.emulation.device import EmulatedDevice
 from graphbreak_doctor.findings import TargetInfo
 from graphbreak_doctor.patching import UndoLog
 from graphbreak_doctor.targets import Target, TargetError
@@ -112,7 +113,13 @@ def build_layer(kind: str, *, config: str | None, tokens: int, device: str, cold
     with sglang_emulation.platform_window():
         _import_sglang()
         standins.finish(installed)
-    launched = dsl_dry.install(log)
+    # Triton is imported with SGLang: on an emulated GPU its kernels too are
+    # launched dry from now on (a real GPU launches them).
+    device = EmulatedDevice.active()
+    launched: list[str] = []
+    if device is not None:
+        dsl_dry.install(log, device.dry_launch)
+        launched = device.dry_launches
     sglang_emulation.inductor_as_eager(log)
     release = runtime.version()
     info = TargetInfo(

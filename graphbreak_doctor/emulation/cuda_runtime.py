@@ -1,0 +1,227 @@
+"""The CUDA runtime state kernel libraries touch outside their kernels.
+
+A CPU build of torch has the Python half of ``torch.cuda`` but not the C half:
+``torch.cuda.init()`` and ``synchronize()`` raise "Torch not compiled with CUDA
+enabled", ``torch.cuda.default_generators`` is empty and
+``torch.Generator(device="cuda")`` is refused. Kernel libraries call these in
+their Python wrappers -- FlashInfer's samplers draw their Philox seed and
+offset from the CUDA default generator (``torch.cuda.init()``, then
+``default_generators[i].get_state()``). This module gives the emulated GPU
+that state:
+
+- ``torch.cuda._lazy_init`` (what ``init`` and every lazy caller run) and
+  ``torch.cuda.synchronize`` keep their function objects and get emulated
+  bodies (their code is swapped, see ``UndoLog.replace_code``). Dynamo keys
+  its rules on the function objects, so it classifies them exactly as the
+  originals: in-graph functions; ``synchronize`` becomes the
+  ``streams::synchronize_device`` op, which the emulated memory
+  (host_memory.py) runs on its fake rule, a no-op.
+- ``torch.cuda.default_generators`` holds one emulated CUDA generator and
+  ``torch.Generator(device="cuda")`` makes another. A CUDA generator's state is
+  Philox's: 16 bytes, the seed and the offset as two int64. The emulated one
+  keeps exactly that (a real host tensor), so code that reads it
+  (``seed, offset = state.view(torch.int64)``) sees what it sees on a GPU.
+  ``torch.Generator`` itself stays the real class; an emulated generator is
+  an instance of it, and Dynamo is shown it as a real CUDA generator.
+
+Memory statistics (``memory_allocated``, ``memory_stats``, ...) need nothing:
+they answer zero while CUDA is not initialized, which ``is_initialized`` keeps
+saying. ``mem_get_info``, streams and device switches are in torch_surface.py.
+
+Every emulated entry point that runs is noted (``note(name)``), so the
+findings can say which parts of the emulation a trace exercised.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Callable
+
+import torch
+
+from graphbreak_doctor.patching import UndoLog
+
+# The names ``note`` receives for the entry points of this module.
+INIT = "torch.cuda.init"
+SYNCHRONIZE = "torch.cuda.synchronize"
+CUDA_GENERATOR = "torch.Generator(device='cuda')"
+GENERATOR_STATE = "torch.Generator(cuda) state"
+
+_PHILOX_DEFAULT_SEED = 67280421310721  # torch's default_rng_seed_val
+
+_note: Callable[[str], None] = lambda _name: None  # noqa: E731  (set by install)
+
+
+def noted(name: str) -> None:
+    """Called from the swapped bodies below (they run with torch.cuda's
+    globals, so they reach this module through ``sys.modules``)."""
+    _note(name)
+
+
+def _lazy_init_body():
+    __import__("graphbreak_doctor.emulation.cuda_runtime", fromlist=["noted"]).noted("torch.cuda.init")
+
+
+def _synchronize_body(device=None):
+    __import__("graphbreak_doctor.emulation.cuda_runtime", fromlist=["noted"]).noted("torch.cuda.synchronize")
+
+
+class CudaGenerator(torch._C.Generator):
+    """A CUDA (Philox) generator on the emulated GPU: seed and offset.
+
+    Dynamo never traces these methods: it breaks on every stateful method of
+    any ``torch._C.Generator`` instance ("torch.Generator method"), this
+    subclass's as a real CUDA generator's. It is named as the class it
+    stands for, so a finding names a CUDA generator the way it would on a
+    GPU (``torch._C.Generator.get_state``)."""
+
+    __module__ = "torch._C"
+    __qualname__ = "Generator"
+
+    _device: torch.device
+    _seed: int
+    _offset: int
+
+    @property
+    def device(self) -> torch.device:
+        return self._device
+
+    def get_state(self) -> torch.Tensor:
+        _note(GENERATOR_STATE)
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+        with unset_fake_temporarily():  # host memory, whatever mode is active
+            return torch.tensor([self._seed, self._offset], dtype=torch.int64).view(torch.uint8)
+
+    def set_state(self, new_state: torch.Tensor) -> "CudaGenerator":
+        _note(GENERATOR_STATE)
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+        with unset_fake_temporarily():
+            state = new_state.detach().to("cpu")
+            if state.dtype != torch.uint8 or state.numel() != 16:
+                raise RuntimeError("RNG state must be a torch.ByteTensor of 16 bytes (Philox seed and offset)")
+            self._seed, self._offset = (int(v) for v in state.view(torch.int64))
+        return self
+
+    def manual_seed(self, seed: int) -> "CudaGenerator":
+        _note(GENERATOR_STATE)
+        self._seed, self._offset = int(seed), 0
+        return self
+
+    def seed(self) -> int:
+        _note(GENERATOR_STATE)
+        import random
+
+        self._seed, self._offset = random.getrandbits(63), 0
+        return self._seed
+
+    def initial_seed(self) -> int:
+        _note(GENERATOR_STATE)
+        return self._seed
+
+    def get_offset(self) -> int:
+        _note(GENERATOR_STATE)
+        return self._offset
+
+    def set_offset(self, offset: int) -> "CudaGenerator":
+        _note(GENERATOR_STATE)
+        self._offset = int(offset)
+        return self
+
+    def graphsafe_get_state(self) -> "CudaGenerator":
+        _note(GENERATOR_STATE)
+        return self
+
+    def graphsafe_set_state(self, state: "CudaGenerator") -> "CudaGenerator":
+        _note(GENERATOR_STATE)
+        self._seed, self._offset = state._seed, state._offset
+        return self
+
+    def clone_state(self) -> "CudaGenerator":
+        _note(GENERATOR_STATE)
+        twin = _cuda_generator(self._device)
+        twin._seed, twin._offset = self._seed, self._offset
+        return twin
+
+    def __repr__(self) -> str:
+        return f"<emulated torch.Generator on {self._device}>"
+
+
+def _cuda_generator(device: Any) -> CudaGenerator:
+    # Made without calling the class (whose call the emulation answers).
+    index = device if isinstance(device, int) else torch.device(device).index or 0
+    generator = torch._C.Generator.__new__(CudaGenerator)
+    generator._device = torch.device("cuda", index)
+    generator._seed, generator._offset = _PHILOX_DEFAULT_SEED, 0
+    return generator
+
+
+def install(log: UndoLog, device_count: int, note: Callable[[str], None]) -> None:
+    """Install the emulated runtime state; every change is recorded in ``log``."""
+    if torch.backends.cuda.is_built():  # a CUDA build: the real runtime answers
+        return
+    log.setattr(sys.modules[__name__], "_note", note)
+    log.replace_code(torch.cuda._lazy_init, _lazy_init_body.__code__)
+    log.replace_code(torch.cuda.synchronize, _synchronize_body.__code__)
+    # A plain tuple, as on a GPU: traced code indexes it without a break.
+    generators = tuple(_cuda_generator(i) for i in range(device_count))
+    log.setattr(torch.cuda, "default_generators", generators)
+    _generator_for_cuda(log)
+    _dynamo_sees_a_generator(log)
+
+
+def _generator_for_cuda(log: UndoLog) -> None:
+    """``torch.Generator(device="cuda")`` makes an emulated generator. The
+    class stays what it is (Dynamo reads ``Optional[torch.Generator]`` in a
+    traced signature as a constant only for the real class): its metaclass,
+    a Python class, answers the call."""
+    meta = type(torch._C.Generator)
+    call = meta.__call__
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        if cls is torch._C.Generator:
+            device = kwargs.get("device", args[0] if args else "cpu")
+            if torch.device(device).type == "cuda":
+                _note(CUDA_GENERATOR)
+                return _cuda_generator(device)
+        return call(cls, *args, **kwargs)
+
+    log.setattr(meta, "__call__", __call__)
+
+
+def _dynamo_sees_a_generator(log: UndoLog) -> None:
+    """Dynamo wraps an object whose type is exactly ``torch._C.Generator`` as
+    a plain object and breaks on each of its stateful methods, which it finds
+    on the C class ("torch.Generator method"). A subclass would be taken for
+    an opaque script object instead, and its Python methods for code to
+    inline. So Dynamo is shown the emulated generator as a real CUDA
+    generator: wrapped as a plain object, with the C class's methods."""
+    from torch._dynamo import trace_rules
+    from torch._dynamo.variables.builder import VariableBuilder
+    from torch._dynamo.variables.misc import GetAttrVariable
+    from torch._dynamo.variables.user_defined import UserDefinedObjectVariable
+
+    wrap = VariableBuilder._wrap
+    base_method = UserDefinedObjectVariable._maybe_get_baseclass_method
+    getattr_vt = UserDefinedObjectVariable.var_getattr
+    stateful = trace_rules._GENERATOR_METHODS_THAT_GRAPH_BREAK
+
+    def _wrap(self, value: Any):
+        if type(value) is CudaGenerator:
+            return self.wrap_user_defined(value)
+        return wrap(self, value)
+
+    def _maybe_get_baseclass_method(self, name: str) -> Any:
+        if type(self.value) is CudaGenerator and name in stateful:
+            return getattr(torch._C.Generator, name)
+        return base_method(self, name)
+
+    def var_getattr(self, tx: Any, name: str) -> Any:
+        if type(self.value) is CudaGenerator and name in stateful:
+            return GetAttrVariable(self, name)  # calling it is call_method(name)
+        return getattr_vt(self, tx, name)
+
+    log.setattr(VariableBuilder, "_wrap", _wrap)
+    log.setattr(UserDefinedObjectVariable, "_maybe_get_baseclass_method", _maybe_get_baseclass_method)
+    log.setattr(UserDefinedObjectVariable, "var_getattr", var_getattr)
