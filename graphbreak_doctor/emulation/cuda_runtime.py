@@ -59,11 +59,13 @@ def noted(name: str) -> None:
 
 
 def _lazy_init_body():
-    __import__("graphbreak_doctor.emulation.cuda_runtime", fromlist=["noted"]).noted("torch.cuda.init")
+    runtime = __import__("graphbreak_doctor.emulation.cuda_runtime", fromlist=["noted"])
+    runtime.noted(runtime.INIT)
 
 
 def _synchronize_body(device=None):
-    __import__("graphbreak_doctor.emulation.cuda_runtime", fromlist=["noted"]).noted("torch.cuda.synchronize")
+    runtime = __import__("graphbreak_doctor.emulation.cuda_runtime", fromlist=["noted"])
+    runtime.noted(runtime.SYNCHRONIZE)
 
 
 class CudaGenerator(torch._C.Generator):
