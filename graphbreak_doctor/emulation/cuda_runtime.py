@@ -24,6 +24,17 @@ that state:
   ``torch.Generator`` itself stays the real class; an emulated generator is
   an instance of it, and Dynamo is shown it as a real CUDA generator.
 
+- ``torch.cuda.Stream()`` and ``torch.cuda.Event()`` make an emulated stream
+  and event (``CudaStream``, a ``torch.Stream`` on the CUDA device type, and
+  ``CudaEvent``). A CPU build refuses to make either: their C base classes
+  are placeholders, and a generic ``torch.Stream`` on the CUDA device type
+  exists but refuses every call ("not linked with support for cuda
+  devices"). On a fake device work never waits, so waiting, recording and
+  synchronizing do nothing; a model that builds a side stream (SGLang's
+  DeepSeek model overlaps its shared experts on one) builds and runs as on
+  a GPU. ``torch.cuda.current_stream()`` (torch_surface.py) answers with one
+  too.
+
 Memory statistics (``memory_allocated``, ``memory_stats``, ...) need nothing:
 they answer zero while CUDA is not initialized, which ``is_initialized`` keeps
 saying. ``mem_get_info``, streams and device switches are in torch_surface.py.
@@ -46,6 +57,8 @@ INIT = "torch.cuda.init"
 SYNCHRONIZE = "torch.cuda.synchronize"
 CUDA_GENERATOR = "torch.Generator(device='cuda')"
 GENERATOR_STATE = "torch.Generator(cuda) state"
+STREAM = "torch.cuda.Stream()"
+EVENT = "torch.cuda.Event()"
 
 _PHILOX_DEFAULT_SEED = 67280421310721  # torch's default_rng_seed_val
 
@@ -150,6 +163,63 @@ class CudaGenerator(torch._C.Generator):
         return f"<emulated torch.Generator on {self._device}>"
 
 
+class CudaStream(torch.Stream):
+    """A stream on the emulated GPU (see the module doc)."""
+
+    @property
+    def cuda_stream(self) -> int:
+        """The raw handle: the null stream is 0, as on a GPU; another stream
+        answers a made-up, distinct handle (never dereferenced: kernels run dry)."""
+        return 0 if self.stream_id == 0 else 0x5000 + self.stream_id
+
+    def wait_stream(self, stream: Any) -> None:
+        return None
+
+    def wait_event(self, event: Any) -> None:
+        return None
+
+    def record_event(self, event: Any = None) -> Any:
+        return event if event is not None else cuda_event()
+
+    def synchronize(self) -> None:
+        return None
+
+    def query(self) -> bool:
+        return True
+
+
+class CudaEvent(torch.Event):
+    """An event on the emulated GPU: always complete."""
+
+    def record(self, stream: Any = None) -> None:
+        return None
+
+    def wait(self, stream: Any = None) -> None:
+        return None
+
+    def synchronize(self) -> None:
+        return None
+
+    def query(self) -> bool:
+        return True
+
+    def elapsed_time(self, end_event: Any) -> float:
+        return 0.0
+
+
+_stream_ids = iter(range(1, 1 << 30))
+
+
+def cuda_stream(stream_id: int | None = None, device_index: int = 0) -> CudaStream:
+    """The default stream (``stream_id`` 0) or a new one."""
+    number = next(_stream_ids) if stream_id is None else stream_id
+    return CudaStream(stream_id=number, device_index=device_index, device_type=1)
+
+
+def cuda_event() -> CudaEvent:
+    return torch.Event.__new__(CudaEvent)
+
+
 def _cuda_generator(device: Any) -> CudaGenerator:
     # Made without calling the class (whose call the emulation answers).
     index = device if isinstance(device, int) else torch.device(device).index or 0
@@ -171,6 +241,24 @@ def install(log: UndoLog, device_count: int, note: Callable[[str], None]) -> Non
     log.setattr(torch.cuda, "default_generators", generators)
     _generator_for_cuda(log)
     _dynamo_sees_a_generator(log)
+    _streams_and_events(log)
+
+
+def _streams_and_events(log: UndoLog) -> None:
+    """``torch.cuda.Stream(...)`` and ``torch.cuda.Event(...)`` answer with the
+    emulated kinds (instances of other classes, so Python runs no
+    ``__init__`` of the placeholder bases)."""
+
+    def new_stream(cls: type, device: Any = None, priority: int = 0, **kwargs: Any) -> CudaStream:
+        _note(STREAM)
+        return cuda_stream()
+
+    def new_event(cls: type, *args: Any, **kwargs: Any) -> CudaEvent:
+        _note(EVENT)
+        return cuda_event()
+
+    log.setattr(torch.cuda.Stream, "__new__", staticmethod(new_stream))
+    log.setattr(torch.cuda.Event, "__new__", staticmethod(new_event))
 
 
 def _generator_for_cuda(log: UndoLog) -> None:

@@ -38,6 +38,8 @@ from graphbreak_doctor.patching import UndoLog
 # caches its CuTe DSL kernels that way).
 _CUTE_PROVIDER = "cutlass.cutlass_dsl.tvm_ffi_provider"
 _CUTE_LOADED = "cutlass.base_dsl.export.external_binary_module"
+# Where a kernel compiled without tvm-ffi runs (it loads a CUDA library first).
+_CUTE_EXECUTOR = "cutlass.base_dsl.jit_executor"
 # Set on each dry replacement, so that a second install keeps the first.
 _DRY = "_graphbreak_doctor_dry"
 
@@ -65,7 +67,7 @@ def install(log: UndoLog, launched: Callable[[str], None]) -> None:
 
     if "triton" in sys.modules:
         _triton(log, record)
-    for name, patch in ((_CUTE_PROVIDER, _cute), (_CUTE_LOADED, _cute_loaded)):
+    for name, patch in ((_CUTE_PROVIDER, _cute), (_CUTE_LOADED, _cute_loaded), (_CUTE_EXECUTOR, _cute_executor)):
         module = sys.modules.get(name)
         if module is not None:
             patch(log, record, module)
@@ -192,6 +194,34 @@ def _cute_loaded(log: UndoLog, record, module: Any) -> None:
 
     setattr(dry_lookup, _DRY, True)
     log.setattr(cls, "__getattr__", dry_lookup)
+
+
+_executor_record: Callable[[Any], None] = lambda _kernel: None  # set by _cute_executor
+
+
+def executor_launched(kernel: Any) -> None:
+    """Called from the swapped body of ``run_compiled_program``."""
+    _executor_record(kernel)
+
+
+def _run_compiled_program_body(self, exe_args):
+    dry = __import__("graphbreak_doctor.emulation.dsl_dry", fromlist=["executor_launched"])
+    return dry.executor_launched(self)
+
+
+def _cute_executor(log: UndoLog, record, module: Any) -> None:
+    """A CuTe DSL kernel compiled without tvm-ffi (SGLang compiles its own
+    that way) runs through ``JitCompiledFunction.run_compiled_program``,
+    which loads the compiled CUDA library (the driver) and launches. Its body
+    is swapped for a recorded no-op; the function object, its name and file
+    stay, so a trace sees the DSL's own function."""
+    cls = getattr(module, "JitCompiledFunction", None)
+    run = vars(cls).get("run_compiled_program") if cls is not None else None
+    if run is None or getattr(run, _DRY, False):
+        return
+    log.setattr(sys.modules[__name__], "_executor_record", record)
+    log.replace_code(run, _run_compiled_program_body.__code__)
+    log.setattr(run, _DRY, True)
 
 
 class _Named:

@@ -262,6 +262,28 @@ ANSWERS: list[tuple[re.Pattern, str, str, Callable[..., Any]]] = [
 ]
 
 
+# Host-side planners the dry kernels do not answer (yet): FlashInfer code
+# whose Python goes on with values its C++ computes on the host, where a
+# no-op answers None. Keyed by the Python module that asks; what to say.
+UNANSWERED = {
+    "flashinfer.mla._sparse_mla_sm120": (
+        "FlashInfer's SM120 sparse MLA plans each call on the host in its C++ (inspect_metadata, "
+        "metadata_candidates, resolve_attention), which the emulation does not answer"),
+}
+
+
+def unanswered_planner(error: BaseException) -> str:
+    """What ``UNANSWERED`` says of the planner ``error`` came out of, or ''."""
+    tb = error.__traceback__
+    while tb is not None:
+        module = tb.tb_frame.f_globals.get("__name__", "")
+        for prefix, why in UNANSWERED.items():
+            if module == prefix or module.startswith(prefix + "."):
+                return why
+        tb = tb.tb_next
+    return ""
+
+
 def answers_for(name: str, exports: tuple[str, ...], source_text: str = "") -> dict[str, Callable[..., Any]]:
     out: dict[str, Callable[..., Any]] = {}
     for pattern, export, says, answer in ANSWERS:

@@ -56,6 +56,10 @@ SGL_KERNEL_SCHEMAS = {
     "fp8_scaled_mm": "fp8_scaled_mm(Tensor mat_a, Tensor mat_b, Tensor scales_a, Tensor scales_b, ScalarType out_dtype, Tensor? bias) -> Tensor",
     "moe_fused_gate": "moe_fused_gate(Tensor input, Tensor bias, int num_expert_group, int topk_group, int topk, int num_fused_shared_experts, float routed_scaling_factor, bool apply_routed_scaling_factor_on_output) -> (Tensor[])",
     "scaled_fp4_quant": "scaled_fp4_quant(Tensor! output, Tensor! input, Tensor! output_scale, Tensor! input_scale) -> ()",
+    # The DSA indexer's top-k (whole decoder layers).
+    "fast_topk": "fast_topk(Tensor score, Tensor indices, Tensor lengths, Tensor? row_starts) -> ()",
+    "fast_topk_transform_fused": "fast_topk_transform_fused(Tensor score, Tensor lengths, Tensor dst_page_table, Tensor src_page_table, Tensor cu_seqlens_q, Tensor? row_starts) -> ()",
+    "fast_topk_transform_ragged_fused": "fast_topk_transform_ragged_fused(Tensor score, Tensor lengths, Tensor topk_indices_ragged, Tensor topk_indices_offset, Tensor ? row_starts) -> ()",
 }
 
 # torchvision/csrc/ops/nms.cpp and ops/quantized/cpu/qnms_kernel.cpp.

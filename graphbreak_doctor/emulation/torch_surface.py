@@ -47,7 +47,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from graphbreak_doctor.emulation.preset import GIB, KIB, DevicePreset
-from . import device_guard
+from . import cuda_runtime, device_guard
 from graphbreak_doctor.patching import UndoLog
 
 
@@ -158,10 +158,10 @@ def build_surface(preset: DevicePreset, note: Callable[[str], None] = _ignore) -
         return 0
 
     def current_stream(device=None):
-        return torch.Stream(stream_id=0, device_index=_checked(device), device_type=1)
+        return cuda_runtime.cuda_stream(0, _checked(device))
 
     def default_stream(device=None):
-        return torch.Stream(stream_id=0, device_index=_checked(device), device_type=1)
+        return cuda_runtime.cuda_stream(0, _checked(device))
 
     def is_current_stream_capturing():
         return False

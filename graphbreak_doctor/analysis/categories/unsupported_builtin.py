@@ -26,8 +26,11 @@ CATEGORY = Category(
            # in a signature defined on the traced path, GB9137), an object
            # with no proxy handed to an operation (`assert runners` over a list
            # of runner objects, GB0055), a sort whose key gives objects it
-           # cannot compare (tuples of runner attributes, GB0207).
-           Rule(gb_ids=frozenset({"GB9137", "GB0055", "GB0207"})),),
+           # cannot compare (tuples of runner attributes, GB0207), an op
+           # called with a non-contiguous `out=` tensor (SGLang's MLA
+           # `torch.bmm(..., out=view)`, GB0242), a user class built with
+           # `object.__new__` (SGLang's residual-stream records, GB2404).
+           Rule(gb_ids=frozenset({"GB9137", "GB0055", "GB0207", "GB0242", "GB2404"})),),
     advice="precompute-builtin",
     ladder=("use-registered-op", "hoist-call", "compiler-disable", "wrap-custom-op"),
     priority=70,

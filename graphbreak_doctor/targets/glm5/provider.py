@@ -17,6 +17,7 @@ from graphbreak_doctor.targets.provider import Option, Selection, TargetProvider
 
 LAYER_CHOICES = ("dense", "moe", "all")
 IMPL_CHOICES = ("sglang", "reference")
+PHASES = ("extend", "decode")  # forward.PHASES, named here without importing SGLang's side
 DEFAULT_TOKENS = 128
 DEFAULT_TP = 1
 REFERENCE_NOTE = ("implementation: graphbreak-doctor's re-creation of SGLang's layer, calling FlashInfer directly "
@@ -49,13 +50,31 @@ class Glm5Provider(TargetProvider):
                          "project's re-creation calling FlashInfer directly (default: sglang when installed)",
                choices=IMPL_CHOICES),
         Option("--cold", "--impl sglang: skip SGLang's eager warm-up before tracing", switch=True),
+        Option("--whole-layer", "--impl sglang: the whole decoder layer (norms, MLA attention with the DSA "
+                                "indexer, MLP or MoE) called with a ForwardBatch, not only the MLP block",
+               switch=True),
+        Option("--model", "SGLang's GLM-5 model forward with its layers cut to one of each kind, as SGLang's "
+                          "piecewise runner compiles it (--impl sglang)", switch=True, selects=True),
+        Option("--forward", "--whole-layer / --model: the batch, extend (prefill; default) or decode",
+               choices=PHASES),
     )
 
     def select(self, options: Mapping[str, Any]) -> list[Selection]:
         from graphbreak_doctor.targets.glm5 import sglang
 
-        layer = options["layer"]
+        layer = options.get("layer")
+        model = bool(options.get("model"))
+        if model and layer:
+            raise ValueError("--model traces the model's forward: leave out --layer")
+        if not model and options.get("forward") and not options.get("whole_layer"):
+            raise ValueError("--forward applies to --whole-layer and --model")
+        if (model or options.get("whole_layer")) and options.get("impl") == "reference":
+            raise ValueError("--whole-layer and --model trace SGLang's own modules: they need --impl sglang")
+        if model and options.get("whole_layer"):
+            raise ValueError("--model already traces whole layers: leave out --whole-layer")
         impl = options.get("impl") or ("sglang" if sglang.available() else "reference")
+        if (model or options.get("whole_layer")) and impl != "sglang":
+            raise ValueError("--whole-layer and --model need SGLang installed (see README, SGLang's own layers)")
         if impl == "sglang":
             if not sglang.available():
                 raise ValueError("--impl sglang needs SGLang installed (see README, SGLang's own layers)")
@@ -63,11 +82,14 @@ class Glm5Provider(TargetProvider):
                 raise ValueError("--tp applies to --impl reference: SGLang's tensor parallelism needs one process per rank")
         elif options.get("cold"):
             raise ValueError("--cold applies to --impl sglang (the reference layer has no warm-up)")
-        return self.layer_selections(layer, impl, config=options.get("config"), tokens=options.get("tokens"),
-                                     tp=options.get("tp"), cold=bool(options.get("cold")))
+        scope = "model" if model else "layer" if options.get("whole_layer") else "block"
+        return self.layer_selections("model" if model else layer, impl, config=options.get("config"),
+                                     tokens=options.get("tokens"), tp=options.get("tp"), cold=bool(options.get("cold")),
+                                     scope=scope, phase=options.get("forward") or "extend")
 
     def layer_selections(self, layer: str, impl: str, *, config: str | None = None, tokens: int | None = None,
-                         tp: int | None = None, cold: bool = False) -> list[Selection]:
+                         tp: int | None = None, cold: bool = False, scope: str = "block",
+                         phase: str = "extend") -> list[Selection]:
         """The selections of ``--layer`` for ``impl``, whether or not this
         environment can build them (a matrix cell runs in another one)."""
         from graphbreak_doctor.targets.glm5.config import load_config
@@ -75,6 +97,9 @@ class Glm5Provider(TargetProvider):
         # Read now, so a bad --config is a usage error before anything is traced.
         loaded = load_config(config)
         kinds = ["dense", "moe"] if layer == "all" else [layer]
+        if scope != "block":
+            return [self._stack_selection(kind, impl, loaded, tokens=tokens, cold=cold, scope=scope, phase=phase,
+                                          all=layer == "all") for kind in kinds]
         common = {
             "config": loaded.path,
             "tokens": tokens or DEFAULT_TOKENS,
@@ -87,6 +112,16 @@ class Glm5Provider(TargetProvider):
         return [Selection(self.name, f"{prefix}-{kind}", {"kind": kind, **common},
                           spec=f"{prefix}:{kind}:{loaded.layer_indices(kind)[0]}") for kind in kinds]
 
+    def _stack_selection(self, kind: str, impl: str, loaded: Any, *, tokens: int | None, cold: bool, scope: str,
+                         phase: str, all: bool) -> Selection:
+        options = {"kind": kind, "config": loaded.path, "tokens": tokens or DEFAULT_TOKENS, "tp": DEFAULT_TP,
+                   "all": all, "impl": impl, "cold": cold, "scope": scope, "phase": phase}
+        if kind == "model":
+            return Selection(self.name, f"glm5-sglang-model-{phase}", options, spec=f"glm5-sglang:model:{phase}")
+        index = loaded.layer_indices(kind)[0]
+        return Selection(self.name, f"glm5-sglang-{kind}-layer-{phase}", options,
+                         spec=f"glm5-sglang:{kind}:{index}:layer:{phase}")
+
     def build(self, selection: Selection, device: str, log: UndoLog) -> Target:
         o = selection.options
         try:
@@ -94,7 +129,8 @@ class Glm5Provider(TargetProvider):
                 from graphbreak_doctor.targets.glm5.sglang import builder as sglang
 
                 target = sglang.build_layer(o["kind"], config=o["config"], tokens=o["tokens"], device=device,
-                                            cold=o["cold"], log=log)
+                                            cold=o["cold"], log=log, scope=o.get("scope", "block"),
+                                            phase=o.get("phase", "extend"))
             else:
                 from graphbreak_doctor.targets.glm5 import builder as glm5
 

@@ -15,6 +15,12 @@ its modules build (the fusions of a tc_piecewise deployment):
 - piecewise mode: SGLang's tc_piecewise state (runtime.piecewise_state);
 - SGLang's eager warm-up (one forward), unless ``--cold``.
 
+With ``--whole-layer`` (scope "layer") the target is the whole
+``DeepseekV2DecoderLayer`` and with ``--model`` (scope "model") the model's
+forward (``DeepseekV2Model``, what SGLang's piecewise runner compiles), both
+built by SGLang's dummy-weight loader and called with a ForwardBatch, its
+KV pool and attention metadata (forward.py).
+
 What SGLang cannot do on an emulated device without help is in
 emulation/sglang.py, emulation/standins.py and emulation/dsl_dry.py; the
 findings list what was used (``facts["emulation"]``, ``stand_ins``).
@@ -31,13 +37,13 @@ from typing import Any
 import torch
 
 from graphbreak_doctor.emulation import sglang as sglang_emulation
-from graphbreak_doctor.emulation import dsl_dry, standins
+from graphbreak_doctor.emulation import dsl_dry, flashinfer_dry, standins
 from graphbreak_doctor.emulation.device import EmulatedDevice
 from graphbreak_doctor.findings import TargetInfo
 from graphbreak_doctor.patching import UndoLog
 from graphbreak_doctor.targets import Target, TargetError
 from graphbreak_doctor.targets.glm5.config import load_config
-from graphbreak_doctor.targets.glm5.sglang import runtime
+from graphbreak_doctor.targets.glm5.sglang import forward, runtime
 from graphbreak_doctor.text import one_line
 
 MODEL = "GLM-5 (GlmMoeDsaForCausalLM)"
@@ -101,11 +107,14 @@ def _import_sglang() -> None:
             raise TargetError(f"importing SGLang failed ({name}): {type(e).__name__}: {e}") from e
 
 
-def build_layer(kind: str, *, config: str | None, tokens: int, device: str, cold: bool, log: UndoLog) -> Target:
-    """SGLang's block for one GLM-5 layer kind; call inside the device. The
-    module itself is built by the target's ``prepare`` (see the module doc)."""
+def build_layer(kind: str, *, config: str | None, tokens: int, device: str, cold: bool, log: UndoLog,
+                scope: str = "block", phase: str = "extend") -> Target:
+    """SGLang's block (scope "block"), whole decoder layer ("layer") for one
+    GLM-5 layer kind, or the reduced model ("model", kind "model"); call
+    inside the device. The module itself is built by the target's
+    ``prepare`` (see the module doc)."""
     cfg = load_config(config)
-    same = cfg.layer_indices(kind)
+    same = cfg.layer_indices("moe" if kind == "model" else kind)
     index = same[0]
     scratch = _scratch(device, log)
     installed = standins.install(log)
@@ -122,23 +131,36 @@ def build_layer(kind: str, *, config: str | None, tokens: int, device: str, cold
         launched = device.dry_launches
     sglang_emulation.inductor_as_eager(log)
     release = runtime.version()
+    if kind == "model":
+        spec, title = f"glm5-sglang:model:{phase}", f"{MODEL} model forward (reduced), {phase}, SGLang {release}"
+    else:
+        spec = f"glm5-sglang:{kind}:{index}" + ("" if scope == "block" else f":layer:{phase}")
+        whole = "" if scope == "block" else f"whole decoder layer, {phase}, "
+        title = f"{MODEL} {kind} layer {index}, {whole}SGLang {release}"
     info = TargetInfo(
-        spec=f"glm5-sglang:{kind}:{index}",
+        spec=spec,
         provider="glm5",
-        title=f"{MODEL} {kind} layer {index}, SGLang {release}",
+        title=title,
         shapes={"hidden_size": cfg.hidden_size},
-        notes=[f"layers {same[0]}-{same[-1]} run the same code"] if len(same) > 1 else [],
+        notes=[f"layers {same[0]}-{same[-1]} run the same code"] if len(same) > 1 and kind != "model" else [],
         facts={"impl": "sglang", "sglang_version": release, "model": MODEL, "layer_kind": kind,
-               "layer_index": index, "config": cfg.path, "quant_profile": cfg.quant.path},
+               "layer_index": index if kind != "model" else None, "config": cfg.path,
+               "quant_profile": cfg.quant.path, "scope": scope, **({} if scope == "block" else {"phase": phase})},
         stand_ins=installed.lines,
     )
     pin = runtime.torch_pin()
     if pin and pin != torch.__version__.split("+")[0]:
         info.notes.append(f"SGLang {release} pins torch {pin}; traced on torch {torch.__version__.split('+')[0]}")
     target = Target(fn=_not_prepared, info=info)
-    target.prepare = lambda mode, mode_log: _prepare(target, mode, mode_log, kind=kind, index=index,
-                                                     config_dir=str(Path(cfg.path).parent), tokens=tokens,
-                                                     cold=cold, launched=launched)
+    config_dir = str(Path(cfg.path).parent)
+    if scope == "block":
+        target.prepare = lambda mode, mode_log: _prepare(target, mode, mode_log, kind=kind, index=index,
+                                                         config_dir=config_dir, tokens=tokens, cold=cold,
+                                                         launched=launched)
+    else:
+        target.prepare = lambda mode, mode_log: _prepare_stack(target, mode, mode_log, scope=scope, phase=phase,
+                                                               index=index, config_dir=config_dir, tokens=tokens,
+                                                               cold=cold, launched=launched)
     return target
 
 
@@ -168,18 +190,87 @@ def _prepare(target: Target, mode: str, log: UndoLog, *, kind: str, index: int, 
             raise TargetError(f"SGLang's eager warm-up failed: {type(e).__name__}: {one_line(str(e), 200)} "
                               "(--cold skips it)") from e
     target.fn, target.args = block.forward, args
-    _describe(target.info, block, rt, mode=mode, tokens=tokens, cold=cold, folded=folded, launched=launched)
+    _describe(target.info, block, rt, mode=mode, tokens=tokens, cold=cold, folded=folded, launched=launched,
+              mlp=block.mlp)
 
 
-def _set_up_and_build(kind: str, index: int, config_dir: str, log: UndoLog, *,
-                      prefill: str | None) -> tuple[runtime.Runtime, MlpBlock]:
+def _prepare_stack(target: Target, mode: str, log: UndoLog, *, scope: str, phase: str, index: int,
+                   config_dir: str, tokens: int, cold: bool, launched: list[str]) -> None:
+    """Scopes "layer" and "model": the model through SGLang's loader, then the
+    forward state (forward.py) and the call."""
+    piecewise = mode == "piecewise"
+    settings = forward.settings(log)
+    with sglang_emulation.platform_window():
+        try:
+            rt = _set_up(True, config_dir, log, prefill="tc_piecewise" if piecewise else None)
+            hf = rt.model_config.hf_config
+            full = hf.num_hidden_layers
+            layers = forward.reduced_layer_count(hf) if scope == "model" else index + 1
+            with sglang_emulation.consistent_fake_weights():
+                model = forward.build_model(rt, layers)
+        except ValueError as e:  # SGLang's own refusal (a device or backend it does not support)
+            raise TargetError(f"SGLang {runtime.version()} refuses to build GLM-5 here: {one_line(str(e), 300)}") from e
+        folded = sglang_emulation.fold_platform_probes(log)
+    try:
+        state = forward.make_state(rt, layers, phase, tokens)
+    except Exception as e:
+        raise TargetError(f"SGLang's attention metadata for a {phase} batch could not be built here: "
+                          f"{type(e).__name__}: {one_line(str(e), 200)}") from e
+    log.enter(torch.no_grad())
+    log.enter(state.context())
+    if piecewise:
+        log.enter(runtime.piecewise_state(model.model, index, rt.quant_config, state.batch.input_ids.shape[0],
+                                          layer_model=model.model, forward_batch=state.batch))
+    batch = state.batch
+    if scope == "model":
+        call = model.model
+        args: tuple = (batch.input_ids, batch.positions, batch)
+    else:
+        call = forward.DecoderLayerCall(model.model, index)
+        hidden = torch.empty(batch.input_ids.shape[0], hf.hidden_size, dtype=torch.bfloat16, device="cuda")
+        args = (batch.positions, hidden, batch)
+    if not cold:
+        try:
+            call(*args)
+        except Exception as e:
+            why = flashinfer_dry.unanswered_planner(e)
+            if why:
+                raise TargetError(f"cannot run SGLang's {phase} forward on an emulated "
+                                  f"{torch.cuda.get_device_name()}: {why}") from e
+            raise TargetError(f"SGLang's eager warm-up failed: {type(e).__name__}: {one_line(str(e), 200)} "
+                              "(--cold skips it)") from e
+    target.fn, target.args = call.forward, args
+    info = target.info
+    _describe(info, call, rt, mode=mode, tokens=tokens, cold=cold, folded=folded, launched=launched,
+              mlp=None if scope == "model" else call.layer.mlp)
+    info.facts.update(layers_built=layers, model_layers=full, values_used=state.values + settings)
+    kinds = forward.layer_kinds(hf, layers)
+    if scope == "model":
+        info.notes.insert(0, f"implementation: SGLang {info.facts['sglang_version']}'s own DeepseekV2Model forward "
+                             f"(what its piecewise runner compiles), {layers} of {full} decoder layers: the fewest "
+                             f"that hold each kind ({sum(1 for k in kinds if not k[0])} dense, "
+                             f"{sum(1 for k in kinds if k[0])} MoE); SGLang builds the next-N (MTP) layer only "
+                             "for speculative decoding, in its draft model")
+    else:
+        info.notes.insert(0, f"implementation: SGLang {info.facts['sglang_version']}'s own DeepseekV2DecoderLayer "
+                             f"{index}, entered as the first layer of its stack (a fresh residual stream)")
+    info.notes.append(f"forward batch: {state.values[0]}")
+
+
+def _set_up(moe: bool, config_dir: str, log: UndoLog, *, prefill: str | None) -> runtime.Runtime:
     rt = runtime.set_up(config_dir, log, prefill_backend=prefill)
-    if kind == "moe" and runtime.moe_backend().is_auto() and torch.cuda.get_device_capability()[0] >= 10:
+    if moe and runtime.moe_backend().is_auto() and torch.cuda.get_device_capability()[0] >= 10:
         # Older releases leave "auto" on Blackwell: SGLang's own cutlass MoE,
         # through sgl-kernel ops no stand-in declares.
         rt = runtime.set_up(config_dir, log, prefill_backend=prefill, moe_runner_backend="flashinfer_cutlass")
         rt.notes.append("SGLang left the MoE runner backend at auto here (its own cutlass MoE through sgl-kernel "
                         "ops, which are not emulated); traced with --moe-runner-backend flashinfer_cutlass")
+    return rt
+
+
+def _set_up_and_build(kind: str, index: int, config_dir: str, log: UndoLog, *,
+                      prefill: str | None) -> tuple[runtime.Runtime, MlpBlock]:
+    rt = _set_up(kind == "moe", config_dir, log, prefill=prefill)
     block = _build_block(kind, index, rt)
     with sglang_emulation.consistent_fake_weights():
         _process_weights(block)
@@ -230,16 +321,16 @@ def _registered(qualname: str) -> bool:
     return hasattr(getattr(torch.ops, namespace), name)
 
 
-def _describe(info: TargetInfo, block: MlpBlock, rt: runtime.Runtime, *, mode: str, tokens: int, cold: bool,
-              folded: list[str], launched: list[str]) -> None:
-    mlp = block.mlp
-    cls = type(mlp)
+def _describe(info: TargetInfo, module: torch.nn.Module, rt: runtime.Runtime, *, mode: str, tokens: int, cold: bool,
+              folded: list[str], launched: list[str], mlp: torch.nn.Module | None = None) -> None:
+    """``module``: what is traced; ``mlp``: its MLP block, if it is one layer's."""
     config = rt.model_config.hf_config
-    info.function = block.forward.__qualname__
+    info.function = module.forward.__qualname__
     info.shapes.update(tokens=tokens, tp=1)
-    if info.facts["layer_kind"] == "dense":
+    kind = info.facts["layer_kind"]
+    if kind in ("dense", "model"):
         info.shapes["intermediate_size"] = config.intermediate_size
-    else:
+    if kind in ("moe", "model"):
         info.shapes.update(moe_intermediate_size=config.moe_intermediate_size,
                            n_routed_experts=config.n_routed_experts, experts_per_tok=config.num_experts_per_tok)
         experts = getattr(mlp, "experts", None)
@@ -247,8 +338,10 @@ def _describe(info: TargetInfo, block: MlpBlock, rt: runtime.Runtime, *, mode: s
         if total is not None:
             info.facts["experts_in_kernel"] = total
     state = "tc_piecewise (SGLang's piecewise CUDA-graph compile state)" if mode == "piecewise" else "plain"
-    info.notes.insert(0, f"implementation: SGLang {info.facts['sglang_version']}'s own {cls.__name__} "
-                         f"({cls.__module__}) behind its RMSNorm, built through SGLang's set-up calls")
+    cls = type(mlp if isinstance(module, MlpBlock) else getattr(module, "layer", module))
+    if isinstance(module, MlpBlock):
+        info.notes.insert(0, f"implementation: SGLang {info.facts['sglang_version']}'s own {cls.__name__} "
+                             f"({cls.__module__}) behind its RMSNorm, built through SGLang's set-up calls")
     info.notes.append(f"compile state: {state}; eager warm-up: "
                       + ("skipped (--cold)" if cold else "ran first, as SGLang warms up before it compiles"))
     info.notes.extend(rt.notes)

@@ -216,10 +216,13 @@ def set_up(config_dir: str, log: UndoLog, *, prefill_backend: str | None = None,
     return runtime
 
 
-def piecewise_state(module: torch.nn.Module, layer_id: int, quant_config: Any, tokens: int) -> Any:
+def piecewise_state(module: torch.nn.Module, layer_id: int, quant_config: Any, tokens: int, *,
+                    layer_model: torch.nn.Module | None = None, forward_batch: Any = None) -> Any:
     """SGLang's tc_piecewise compile state for one layer: the flag and the
     forward context its piecewise runner sets around compiling and capturing
-    (newer releases: ``tc_piecewise_cuda_graph``; older: ``piecewise_context_manager``)."""
+    (newer releases: ``tc_piecewise_cuda_graph``; older: ``piecewise_context_manager``).
+    With ``layer_model`` (a stack of decoder layers), the per-layer lists are
+    SGLang's own collection from it, and ``forward_batch`` is the batch."""
     import contextlib
 
     form, enable = require(
@@ -231,15 +234,20 @@ def piecewise_state(module: torch.nn.Module, layer_id: int, quant_config: Any, t
     )[form]
     context = importlib.import_module(module_name)
     set_context = getattr(context, ("set_tc_piecewise_forward_context", "set_forward_context")[form])
-    n = layer_id + 1
-    moe_layers, moe_fusions = [None] * n, [None] * n
-    experts = getattr(module, "experts", None)
-    if experts is not None:  # the MoE block: its experts run through the piecewise op
-        moe_layers[layer_id], moe_fusions[layer_id] = experts, module
+    if layer_model is not None:
+        _, collect = require("sglang.srt.model_executor.model_runner_components.layer_setup:"
+                             "compute_attention_and_moe_layers")
+        attention, moe_layers, moe_fusions, indexers, companions = collect(layer_model)
+    else:
+        n = layer_id + 1
+        attention, moe_layers, moe_fusions, indexers, companions = ([None] * n for _ in range(5))
+        experts = getattr(module, "experts", None)
+        if experts is not None:  # the MoE block: its experts run through the piecewise op
+            moe_layers[layer_id], moe_fusions[layer_id] = experts, module
     stack = contextlib.ExitStack()
     stack.enter_context(enable())
-    stack.enter_context(call(set_context, None, [None] * n, quant_config, moe_layers, moe_fusions,
-                             dsa_indexers=[None] * n, mha_companion_layers=[None] * n,
+    stack.enter_context(call(set_context, forward_batch, attention, quant_config, moe_layers, moe_fusions,
+                             dsa_indexers=indexers, mha_companion_layers=companions,
                              num_tokens=tokens, raw_num_tokens=tokens))
     return stack
 

@@ -1,0 +1,128 @@
+"""SGLang's whole GLM-5 decoder layer and its model forward
+(``trace --whole-layer`` / ``trace --model``), with a ForwardBatch, a KV pool
+and attention metadata, in the SGLang environment (``make test-sglang``;
+skipped where SGLang is not installed)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from graphbreak_doctor.findings import Findings
+
+HAS_SGLANG = importlib.util.find_spec("sglang") is not None
+pytestmark = [pytest.mark.sglang, pytest.mark.skipif(not HAS_SGLANG, reason="SGLang is not installed")]
+
+ROOT = Path(__file__).resolve().parents[1]
+
+_traced: dict = {}
+
+
+def traced(cli, *args: str) -> tuple[int, Findings | None, str]:
+    """(exit code, findings, stderr) of `trace ARGS --json`, once per arguments."""
+    if args not in _traced:
+        out = Path(tempfile.mkdtemp()) / "findings.json"
+        result = cli("trace", *args, "--json", str(out), "--no-html")
+        findings = Findings.from_json(out.read_text()) if out.exists() else None
+        _traced[args] = (result.returncode, findings, result.stderr)
+    return _traced[args]
+
+
+def value(findings: Findings, start: str) -> str:
+    (line,) = [v for v in findings.target.facts["values_used"] if v.startswith(start)]
+    return line
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layer,phase", [("dense", "extend"), ("moe", "decode")])
+def test_whole_layer_traces_with_a_forward_batch_on_sm100(cli, layer, phase):
+    code, findings, stderr = traced(cli, "--layer", layer, "--whole-layer", "--forward", phase, "--device", "sm100",
+                                    "--mode", "both", "--tokens", "16")
+    assert code == 0 and findings is not None, stderr[-3000:]
+    facts = findings.target.facts
+    assert (facts["scope"], facts["phase"], facts["layer_kind"]) == ("layer", phase, layer)
+    assert findings.target.function == "DecoderLayerCall.forward"
+    assert findings.fullgraph.ran and not findings.fullgraph.crashed
+    # The verdict is either a clean graph or a break the findings list.
+    assert findings.fullgraph.ok or findings.break_by_id(findings.fullgraph.break_id) is not None
+    assert findings.breaks, "the layer's attention prologue has known breaks on this release"
+    # Where the trace went: SGLang's attention (DSA) code and its MLP or MoE.
+    files = {f.file for b in findings.breaks for f in b.stack}
+    assert any("/layers/attention/dsa/" in f for f in files), sorted(files)[:20]
+    # The values SGLang computes from tensors, and what was used.
+    mode = "EXTEND (1 request, 16 new tokens)" if phase == "extend" else "DECODE (16 requests, 16 new tokens)"
+    assert value(findings, "forward mode:") == f"forward mode: {mode}"
+    assert "trtllm" in value(findings, "attention backend:")
+    assert value(findings, "KV cache:").startswith("KV cache: fp8_e4m3")
+    assert any(v.startswith("SGLANG_FP8_PAGED_MQA_LOGITS_TORCH=1") for v in facts["values_used"])
+
+
+@pytest.mark.slow
+def test_model_forward_is_cut_to_one_layer_of_each_kind(cli):
+    code, findings, stderr = traced(cli, "--model", "--device", "sm100", "--mode", "fullgraph", "--tokens", "16")
+    assert code == 0 and findings is not None, stderr[-3000:]
+    facts = findings.target.facts
+    assert (facts["scope"], facts["layers_built"], facts["model_layers"]) == ("model", 4, 78)
+    assert findings.target.function == "DeepseekV2Model.forward"
+    assert any("3 dense, 1 MoE" in n for n in findings.target.notes)
+    assert findings.fullgraph.ran and not findings.fullgraph.crashed
+
+
+@pytest.mark.slow
+def test_a_plain_torch_compile_of_the_same_layer_and_batch_agrees(cli, tmp_path):
+    """fixtures.sglang_plain builds the same whole layer and batch and runs
+    torch._dynamo.explain and torch.compile(fullgraph=True, backend="eager")
+    on it, with none of the doctor's capture: the fullgraph verdicts agree,
+    the first failure is at the line the doctor names, and every break
+    explain lists is at a frame the doctor found."""
+    args = ("--layer", "dense", "--whole-layer", "--forward", "extend", "--device", "sm100", "--mode", "both",
+            "--tokens", "16")
+    code, live, stderr = traced(cli, *args)
+    assert code == 0 and live is not None, stderr[-3000:]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, "-m", "fixtures.sglang_plain", "--layer", "dense", "--whole-layer",
+                           "--forward", "extend", "--device", "sm100", "--tokens", "16"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    plain = json.loads(done.stdout.strip().splitlines()[-1])
+    assert plain["fullgraph"]["ok"] is live.fullgraph.ok
+    if not live.fullgraph.ok:
+        site = live.break_by_id(live.fullgraph.break_id).site
+        named = {(f["file"], f["line"]) for f in plain["fullgraph"]["stack"]}
+        short = "/".join(Path(site.file).parts[-4:])
+        assert (site.file, site.line) in named or f"{short}:{site.line}" in plain["fullgraph"].get("message", "")
+    frame = lambda f: (f.file, f.line)  # noqa: E731
+    sites = {frame(b.site) for b in live.breaks} | {frame(f) for b in live.breaks for f in b.stack}
+    assert plain["explain"]["break_reasons"]
+    for reason in plain["explain"]["break_reasons"]:
+        if reason["stack"]:
+            assert (reason["stack"][-1]["file"], reason["stack"][-1]["line"]) in sites, reason
+
+
+@pytest.mark.slow
+def test_sm120_says_which_planner_the_emulation_does_not_answer(cli):
+    code, findings, stderr = traced(cli, "--layer", "dense", "--whole-layer", "--device", "sm120", "--mode",
+                                    "explain", "--tokens", "16")
+    assert code == 2 and findings is None
+    errors = [line for line in stderr.splitlines() if line.startswith("graphbreak-doctor: error:")]
+    assert len(errors) == 1 and "SM120 sparse MLA" in errors[0], stderr[-2000:]
+    assert "Traceback" not in stderr
+
+
+@pytest.mark.parametrize("args,says", [
+    (("--model", "--layer", "dense"), "leave out --layer"),
+    (("--layer", "dense", "--forward", "decode"), "--forward applies to --whole-layer and --model"),
+    (("--layer", "dense", "--whole-layer", "--impl", "reference"), "need --impl sglang"),
+    (("--model", "--whole-layer"), "leave out --whole-layer"),
+])
+def test_options_that_do_not_fit_together_are_usage_errors(cli, args, says):
+    result = cli("trace", *args, "--no-html")
+    assert result.returncode == 2
+    assert says in result.stderr and "Traceback" not in result.stderr
