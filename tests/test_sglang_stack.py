@@ -100,10 +100,13 @@ def test_a_plain_torch_compile_of_the_same_layer_and_batch_agrees(cli, tmp_path)
         assert (site.file, site.line) in named or f"{short}:{site.line}" in plain["fullgraph"].get("message", "")
     frame = lambda f: (f.file, f.line)  # noqa: E731
     sites = {frame(b.site) for b in live.breaks} | {frame(f) for b in live.breaks for f in b.stack}
-    assert plain["explain"]["break_reasons"]
-    for reason in plain["explain"]["break_reasons"]:
-        if reason["stack"]:
-            assert (reason["stack"][-1]["file"], reason["stack"][-1]["line"]) in sites, reason
+    # "step_unsupported" entries name where Dynamo compiled what it had before
+    # an instruction it could not step over (in an outer frame); the failing
+    # step's own reason is listed beside them.
+    reasons = [r for r in plain["explain"]["break_reasons"] if r["reason"] != "step_unsupported"]
+    assert reasons
+    for reason in reasons:
+        assert (reason["stack"][-1]["file"], reason["stack"][-1]["line"]) in sites, reason
 
 
 @pytest.mark.slow

@@ -29,8 +29,11 @@ CATEGORY = Category(
            # cannot compare (tuples of runner attributes, GB0207), an op
            # called with a non-contiguous `out=` tensor (SGLang's MLA
            # `torch.bmm(..., out=view)`, GB0242), a user class built with
-           # `object.__new__` (SGLang's residual-stream records, GB2404).
-           Rule(gb_ids=frozenset({"GB9137", "GB0055", "GB0207", "GB0242", "GB2404"})),),
+           # `object.__new__` (SGLang's residual-stream records, GB2404), a
+           # tensor's address as an int (`int(t.data_ptr())` in FlashInfer's
+           # CuTe pointers, GB3775), `==` on objects Dynamo keeps opaque
+           # (CuTe DSL's argument checks, GB9648).
+           Rule(gb_ids=frozenset({"GB9137", "GB0055", "GB0207", "GB0242", "GB2404", "GB3775", "GB9648"})),),
     advice="precompute-builtin",
     ladder=("use-registered-op", "hoist-call", "compiler-disable", "wrap-custom-op"),
     priority=70,

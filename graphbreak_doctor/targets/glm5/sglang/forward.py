@@ -95,7 +95,7 @@ class ForwardState:
         return context.forward_context(context.ForwardContext(attn_backend=self.backend), forward_batch=self.batch)
 
 
-def _runner(rt: runtime.Runtime, layers: int, batch_size: int, context_len: int) -> Any:
+def _runner(rt: runtime.Runtime, layers: int, batch_size: int, context_len: int, page: int) -> Any:
     """A model runner with what the attention backend and the KV pools read
     (SGLang's attention test kit makes its runner the same way)."""
     _, runner_cls = runtime.require("sglang.srt.model_executor.model_runner:ModelRunner")
@@ -105,7 +105,6 @@ def _runner(rt: runtime.Runtime, layers: int, batch_size: int, context_len: int)
     resolved = importlib.import_module("sglang.srt.arg_groups.overrides").resolution_result
     server_args, model_config = rt.server_args, rt.model_config
     hf = model_config.hf_config
-    page = int(resolved(server_args, "page_size") or 1)
     kv_dtype_name = str(resolved(server_args, "kv_cache_dtype") or "auto")
     kv_dtype = torch.float8_e4m3fn if kv_dtype_name == "fp8_e4m3" else model_config.dtype
 
@@ -147,9 +146,10 @@ def make_state(rt: runtime.Runtime, layers: int, phase: str, tokens: int) -> For
         mode, seq_lens, new = batch_info.ForwardMode.EXTEND, [tokens], [tokens]
     prefix = [s - n for s, n in zip(seq_lens, new)]
     batch_size = len(seq_lens)
-    context_len = max(seq_lens)
-    runner = _runner(rt, layers, batch_size, context_len)
-    page = runner.page_size
+    page = int(resolved(rt.server_args, "page_size") or 1)
+    # Whole pages per request: the pool views its buffers page by page.
+    context_len = -(-max(seq_lens) // page) * page
+    runner = _runner(rt, layers, batch_size, context_len, page)
     name = str(resolved(rt.server_args, "attention_backend") or "dsa")
     backend = backends[name](runner)
     # The KV slots: each request owns a run of whole pages after page 0.
