@@ -45,6 +45,7 @@ findings can say which parts of the emulation a trace exercised.
 
 from __future__ import annotations
 
+import itertools
 import sys
 from typing import Any, Callable
 
@@ -207,7 +208,7 @@ class CudaEvent(torch.Event):
         return 0.0
 
 
-_stream_ids = iter(range(1, 1 << 30))
+_stream_ids = itertools.count(1)
 
 
 def cuda_stream(stream_id: int | None = None, device_index: int = 0) -> CudaStream:

@@ -17,7 +17,7 @@ from graphbreak_doctor.targets.provider import Option, Selection, TargetProvider
 
 LAYER_CHOICES = ("dense", "moe", "all")
 IMPL_CHOICES = ("sglang", "reference")
-PHASES = ("extend", "decode")  # forward.PHASES, named here without importing SGLang's side
+PHASES = ("extend", "decode")  # the batch of --whole-layer / --model (sglang/forward.py make_state)
 DEFAULT_TOKENS = 128
 DEFAULT_TP = 1
 REFERENCE_NOTE = ("implementation: graphbreak-doctor's re-creation of SGLang's layer, calling FlashInfer directly "

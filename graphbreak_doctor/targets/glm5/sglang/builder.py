@@ -159,8 +159,9 @@ def build_layer(kind: str, *, config: str | None, tokens: int, device: str, cold
                                                          launched=launched)
     else:
         target.prepare = lambda mode, mode_log: _prepare_stack(target, mode, mode_log, scope=scope, phase=phase,
-                                                               index=index, config_dir=config_dir, tokens=tokens,
-                                                               cold=cold, launched=launched)
+                                                               moe=kind != "dense", index=index,
+                                                               config_dir=config_dir, tokens=tokens, cold=cold,
+                                                               launched=launched)
     return target
 
 
@@ -194,7 +195,7 @@ def _prepare(target: Target, mode: str, log: UndoLog, *, kind: str, index: int, 
               mlp=block.mlp)
 
 
-def _prepare_stack(target: Target, mode: str, log: UndoLog, *, scope: str, phase: str, index: int,
+def _prepare_stack(target: Target, mode: str, log: UndoLog, *, scope: str, phase: str, moe: bool, index: int,
                    config_dir: str, tokens: int, cold: bool, launched: list[str]) -> None:
     """Scopes "layer" and "model": the model through SGLang's loader, then the
     forward state (forward.py) and the call."""
@@ -202,7 +203,7 @@ def _prepare_stack(target: Target, mode: str, log: UndoLog, *, scope: str, phase
     settings = forward.settings(log)
     with sglang_emulation.platform_window():
         try:
-            rt = _set_up(True, config_dir, log, prefill="tc_piecewise" if piecewise else None)
+            rt = _set_up(moe, config_dir, log, prefill="tc_piecewise" if piecewise else None)
             hf = rt.model_config.hf_config
             full = hf.num_hidden_layers
             layers = forward.reduced_layer_count(hf) if scope == "model" else index + 1

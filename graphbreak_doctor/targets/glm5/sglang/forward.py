@@ -23,7 +23,6 @@ import torch
 from graphbreak_doctor.patching import UndoLog
 from graphbreak_doctor.targets.glm5.sglang import runtime
 
-PHASES = ("extend", "decode")
 # A decode step's requests each hold this many tokens (prompt + generated):
 # past the DSA indexer's top-k (2048 for GLM-5), so the indexer scores keys
 # as it does for a long request rather than taking them all.
@@ -210,5 +209,5 @@ class DecoderLayerCall(torch.nn.Module):
         return self.layer(positions, hidden_states, forward_batch, zero_allocator)
 
 
-__all__ = ["DECODE_CONTEXT", "DecoderLayerCall", "ForwardState", "PHASES", "SETTINGS", "build_model", "make_state",
+__all__ = ["DECODE_CONTEXT", "DecoderLayerCall", "ForwardState", "SETTINGS", "build_model", "make_state",
            "reduced_layer_count", "settings"]
