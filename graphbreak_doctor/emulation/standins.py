@@ -216,10 +216,10 @@ def finish(out: StandIns) -> None:
         torch.library.register_fake(qualname, _no_op, lib=out.library)
         ours.append(name)
     if ours:
-        out.lines.append(f"sgl_kernel::{{{','.join(ours)}}}: the library's schemas, no kernel, a no-op fake "
+        out.lines.append(f"sgl_kernel::{{{', '.join(ours)}}}: the library's schemas, no kernel, a no-op fake "
                          "(kernels that only write their Tensor! arguments)")
     if theirs:
-        out.lines.append(f"sgl_kernel::{{{','.join(theirs)}}}: the library's schemas, no kernel (the framework "
+        out.lines.append(f"sgl_kernel::{{{', '.join(theirs)}}}: the library's schemas, no kernel (the framework "
                          "registers their fakes)")
 
 
