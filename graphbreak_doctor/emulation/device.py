@@ -161,6 +161,12 @@ class EmulatedDevice:
             info.update({k: v for k, v in self._facts.items() if k != "jit_cache"})
             # Which emulated torch.cuda entry points the target ran.
             info["emulated_entry_points"] = list(self.exercised)
+            # FlashInfer host code built for this machine, for the modules this device loaded.
+            loaded = {r.name for r in self.jit_requests if r.action == "load"}
+            host = {name: list(lib.exports) if not lib.unavailable else f"not built: {lib.unavailable}"
+                    for name, lib in flashinfer_dry.STATE.host_libraries.items() if name in loaded}
+            if host:
+                info["flashinfer_host_code"] = host
         return info
 
     def __repr__(self) -> str:

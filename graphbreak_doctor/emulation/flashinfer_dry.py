@@ -59,11 +59,11 @@ import threading
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from graphbreak_doctor.emulation import host_build
 from graphbreak_doctor.emulation.preset import DevicePreset
 from graphbreak_doctor.patching import UndoLog
 
 SO_LOADER = "ffi.Module.load_from_file.so"
-_EXPORT_RE = re.compile(r"TVM_FFI_DLL_EXPORT_TYPED_FUNC\(\s*([A-Za-z_]\w*)\s*,")
 _SYMBOL_PREFIX = "graphbreak_doctor_dry_"
 
 
@@ -111,6 +111,13 @@ class DryJitState:
         self.converted: dict[Any, Any] = {}  # answer callable -> tvm_ffi.Function
         self.stub_lock = threading.Lock()
         self.stub_path: Optional[Path] = None
+        # Host code built for this machine (host_build.py), per module name.
+        self.host_lock = threading.Lock()
+        self.host_libraries: dict[str, host_build.HostLibrary] = {}
+        self.host_modules: dict[str, Any] = {}
+        self.host_functions: dict[str, dict[str, Any]] = {}
+        # tvm-ffi's own .so loader, while the dry one is installed.
+        self.real_so_loader: Any = None
 
     def next_seq(self) -> int:
         with self.lock:
@@ -199,7 +206,7 @@ def _read_sources(sources: list[Path]) -> str:
 
 
 def _export_names(sources: list[Path]) -> tuple[str, ...]:
-    return tuple(dict.fromkeys(_EXPORT_RE.findall(_read_sources(sources))))
+    return host_build.export_names(_read_sources(sources))
 
 
 # ------------------------------------------------ kernels that answer
@@ -262,26 +269,78 @@ ANSWERS: list[tuple[re.Pattern, str, str, Callable[..., Any]]] = [
 ]
 
 
-# Host-side planners the dry kernels do not answer (yet): FlashInfer code
-# whose Python goes on with values its C++ computes on the host, where a
-# no-op answers None. Keyed by the Python module that asks; what to say.
-UNANSWERED = {
-    "flashinfer.mla._sparse_mla_sm120": (
-        "FlashInfer's SM120 sparse MLA plans each call on the host in its C++ (inspect_metadata, "
-        "metadata_candidates, resolve_attention), which the emulation does not answer"),
-}
+# Modules whose host-side C++ (a planner that reads shapes and strides and
+# returns sizes and a plan object) the emulation compiles for this machine, so
+# that those exports answer with FlashInfer's own code (host_build.py); their
+# kernels stay dry. (JitSpec name pattern, the Python package that asks, what
+# the host code does.)
+HOST_CODE: list[tuple[re.Pattern, str, str]] = [
+    (re.compile(r"^sparse_mla_sm120$"), "flashinfer.mla._sparse_mla_sm120",
+     "FlashInfer's SM120 sparse MLA plans each call on the host in its C++ (inspect_metadata, "
+     "metadata_candidates, resolve_attention)"),
+]
+
+
+def _host_code_of(name: str) -> Optional[tuple[re.Pattern, str, str]]:
+    return next((entry for entry in HOST_CODE if entry[0].search(name)), None)
 
 
 def unanswered_planner(error: BaseException) -> str:
-    """What ``UNANSWERED`` says of the planner ``error`` came out of, or ''."""
+    """Why the emulation could not answer the host planner `error` came out
+    of (its host code could not be built here), or ''."""
     tb = error.__traceback__
     while tb is not None:
         module = tb.tb_frame.f_globals.get("__name__", "")
-        for prefix, why in UNANSWERED.items():
-            if module == prefix or module.startswith(prefix + "."):
-                return why
+        for pattern, package, what in HOST_CODE:
+            if module == package or module.startswith(package + "."):
+                unbuilt = [lib.unavailable for name, lib in STATE.host_libraries.items()
+                           if pattern.search(name) and lib.unavailable]
+                if unbuilt:
+                    return f"{what}; the emulation builds that code for this machine, but cannot here: {unbuilt[0]}"
         tb = tb.tb_next
     return ""
+
+
+def _include_flags(name: str, headers: Optional[Path]) -> list[str]:
+    """The include flags FlashInfer's own build of `name` uses, with CUDA's
+    host headers from `headers` (jit/cpp_ext.py build_common_cflags)."""
+    cpp_ext = sys.modules.get("flashinfer.jit.cpp_ext")
+    common = getattr(cpp_ext, "build_common_cflags", None)
+    if common is None or headers is None:
+        return []
+    spec = _spec(name)
+    flags: list[str] = []
+    for flag in common(str(headers.parent), getattr(spec, "extra_include_dirs", None)):
+        flag = str(flag).replace("$cuda_home/include", str(headers))
+        flags += flag.split(" ", 1) if flag.startswith("-isystem ") else [flag]
+    return flags
+
+
+def _build_host_code(name: str, sources: list[Path]) -> host_build.HostLibrary:
+    library = host_build.build(name, sources, _include_flags(name, host_build.cuda_host_headers()))
+    if library.unavailable or library.path is None or not library.exports:
+        return library
+    import tvm_ffi
+
+    module = STATE.real_so_loader(str(library.path), "so")
+    # Loaded for good, as tvm_ffi.load_module loads: objects made by its code
+    # (FlashInfer's plan objects) may outlive any Python reference to it,
+    # until the interpreter's very end.
+    tvm_ffi.get_global_func("ffi.ModuleGlobalsAdd")(module)
+    STATE.host_modules[name] = module
+    STATE.host_functions[name] = {export: module.get_function(export) for export in library.exports}
+    return library
+
+
+def host_functions(name: str, sources: list[Path]) -> dict[str, Any]:
+    """Export -> FlashInfer's own host function, for a module in HOST_CODE
+    (built once per process; see host_build.py)."""
+    if _host_code_of(name) is None or STATE.real_so_loader is None:
+        return {}
+    with STATE.host_lock:
+        if name not in STATE.host_libraries:
+            STATE.host_libraries[name] = _build_host_code(name, sources)
+    return dict(STATE.host_functions.get(name, {}))
 
 
 def answers_for(name: str, exports: tuple[str, ...], source_text: str = "") -> dict[str, Callable[..., Any]]:
@@ -370,11 +429,14 @@ def dry_module(
     return tvm_ffi.system_lib(prefix)
 
 
-def _spec_sources(name: str) -> list[Path]:
+def _spec(name: str) -> Any:
     core = sys.modules.get("flashinfer.jit.core")
     registry = getattr(core, "jit_spec_registry", None)
-    spec = registry.get_all_specs().get(name) if registry is not None else None
-    return list(getattr(spec, "sources", None) or [])
+    return registry.get_all_specs().get(name) if registry is not None else None
+
+
+def _spec_sources(name: str) -> list[Path]:
+    return list(getattr(_spec(name), "sources", None) or [])
 
 
 def _sources_beside(path: str) -> list[Path]:
@@ -440,7 +502,8 @@ def _dry_load(path: str, fmt: str = "so") -> Any:  # noqa: ARG001
     name = Path(path).stem
     sources = _spec_sources(name) or _sources_beside(path)
     exports = _export_names(sources)
-    module = dry_module(name, exports, source_text=_read_sources(sources))
+    answers = {**answers_for(name, exports, _read_sources(sources)), **host_functions(name, sources)}
+    module = dry_module(name, exports, answers)
     if _opens_cubin_loader(sources) and not Path(path).exists():
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(_cubin_loader_stub(), path)
@@ -627,10 +690,16 @@ def install(
     targets.update(emulated)
 
     original_loader = tvm_ffi.registry.get_global_func(SO_LOADER)
-    tvm_ffi.register_global_func(SO_LOADER, _dry_load, override=True)
+    # The loader runs inside FlashInfer calls that a compiled function may be
+    # executing; Dynamo would compile the Python it calls (tvm-ffi's, and
+    # FlashInfer's build flags), so it runs with Dynamo off.
+    import torch._dynamo
+
+    tvm_ffi.register_global_func(SO_LOADER, torch._dynamo.disable(_dry_load), override=True)
     log.call_on_undo(
         lambda: tvm_ffi.register_global_func(SO_LOADER, original_loader, override=True)
     )
+    log.setattr(STATE, "real_so_loader", original_loader)
 
     install_artifact_mirror(root, log)
     _keep_scratch_buffers(log)
