@@ -85,19 +85,20 @@ def test_model_forward_is_cut_to_one_layer_of_each_kind(cli, device):
 
 
 @pytest.mark.slow
-def test_a_plain_torch_compile_of_the_same_layer_and_batch_agrees(cli, tmp_path):
+@pytest.mark.parametrize("device", ["sm100", "sm120"])
+def test_a_plain_torch_compile_of_the_same_layer_and_batch_agrees(cli, tmp_path, device):
     """fixtures.sglang_plain builds the same whole layer and batch and runs
     torch._dynamo.explain and torch.compile(fullgraph=True, backend="eager")
     on it, with none of the doctor's capture: the fullgraph verdicts agree,
     the first failure is at the line the doctor names, and every break
     explain lists is at a frame the doctor found."""
-    args = ("--layer", "dense", "--whole-layer", "--forward", "extend", "--device", "sm100", "--mode", "both",
+    args = ("--layer", "dense", "--whole-layer", "--forward", "extend", "--device", device, "--mode", "both",
             "--tokens", "16")
     code, live, stderr = traced(cli, *args)
     assert code == 0 and live is not None, stderr[-3000:]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     done = subprocess.run([sys.executable, "-m", "fixtures.sglang_plain", "--layer", "dense", "--whole-layer",
-                           "--forward", "extend", "--device", "sm100", "--tokens", "16"], cwd=ROOT, env=env,
+                           "--forward", "extend", "--device", device, "--tokens", "16"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     plain = json.loads(done.stdout.strip().splitlines()[-1])

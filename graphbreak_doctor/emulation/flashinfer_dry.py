@@ -364,8 +364,9 @@ def _as_function(answer: Callable[..., Any]) -> Any:
 
 def prepare_answers() -> None:
     """Convert every answer and build the runner modules, once per process,
-    when the emulation is entered: the dry loader runs inside FlashInfer calls
-    that Dynamo may be tracing, and must then only use what exists already."""
+    when the emulation is entered: answers run inside FlashInfer calls that a
+    compiled function may be executing (outside the loader, which runs with
+    Dynamo off), and must then only use what exists already."""
     with STATE.lock:
         for *_match, answer in ANSWERS:
             _as_function(answer)

@@ -49,7 +49,7 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Optional
 
 EXPORT_RE = re.compile(r"TVM_FFI_DLL_EXPORT_TYPED_FUNC\(\s*([A-Za-z_]\w*)\s*,")
 
@@ -165,7 +165,12 @@ def _key(cxx: str, flags: list[str], sources: list[Path]) -> str:
     return digest.hexdigest()[:20]
 
 
-def build(name: str, sources: list[Path], include_flags: list[str], workers: Optional[int] = None) -> HostLibrary:
+def _from_manifest(name: str, manifest: Path) -> HostLibrary:
+    facts = json.loads(manifest.read_text())
+    return HostLibrary(name, manifest.parent / facts["library"], tuple(facts["exports"]), dict(facts["left_out"]))
+
+
+def build(name: str, sources: list[Path], include_flags: list[str]) -> HostLibrary:
     """Build (or find in the cache) the host library of module `name`."""
     import tvm_ffi
 
@@ -184,8 +189,7 @@ def build(name: str, sources: list[Path], include_flags: list[str], workers: Opt
     folder = cache_root() / "host-build" / f"{name}-{_key(cxx, flags, sources)}"
     manifest = folder / "library.json"
     if manifest.is_file():
-        facts = json.loads(manifest.read_text())
-        return HostLibrary(name, folder / facts["library"], tuple(facts["exports"]), dict(facts["left_out"]))
+        return _from_manifest(name, manifest)
 
     folder.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=folder.parent))
@@ -194,24 +198,27 @@ def build(name: str, sources: list[Path], include_flags: list[str], workers: Opt
         stub.write_text(_DEVICE_NAMES)
         compile_flags = [*flags, "-include", str(stub)]
         objects = {source: work / f"{i}-{source.stem}.o" for i, source in enumerate(sources)}
-        with concurrent.futures.ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
             errors = dict(zip(sources, pool.map(
                 lambda s: _compile(cxx, compile_flags, s, objects[s]), sources)))
         built = [objects[s] for s in sources if not errors[s]]
         out.left_out.update({s.name: why for s, why in errors.items() if why})
         candidates = [e for s in sources if not errors[s] for e in export_names(s.read_text(errors="replace"))]
         tvm_ffi_lib = Path(tvm_ffi.libinfo.find_libtvm_ffi())
-        with concurrent.futures.ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
             links = dict(zip(candidates, pool.map(
                 lambda e: _link(cxx, built, [e], work / f"probe-{e}.so", tvm_ffi_lib), candidates)))
         kept = [e for e in candidates if not links[e]]
         out.left_out.update({e: why for e, why in links.items() if why})
+        if not kept:  # not cached: a broken compiler or header set may be fixed
+            first = next(iter(out.left_out.values()), "no sources")
+            out.unavailable = f"none of the module's exports builds for the host ({first})"
+            return out
         library = f"lib{name}_host.so"
-        if kept:
-            why = _link(cxx, built, kept, work / library, tvm_ffi_lib)
-            if why:
-                out.unavailable = f"linking the host library failed: {why}"
-                return out
+        why = _link(cxx, built, kept, work / library, tvm_ffi_lib)
+        if why:
+            out.unavailable = f"linking the host library failed: {why}"
+            return out
         for leftover in work.iterdir():
             if leftover.name != library:
                 leftover.unlink()
@@ -224,14 +231,4 @@ def build(name: str, sources: list[Path], include_flags: list[str], workers: Opt
                 raise
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    facts = json.loads(manifest.read_text())
-    return HostLibrary(name, folder / facts["library"], tuple(facts["exports"]), dict(facts["left_out"]))
-
-
-def functions(library: HostLibrary, load: Callable[[str], Any]) -> tuple[Any, dict[str, Any]]:
-    """(module, export -> tvm_ffi.Function) of a built library, loaded with `load`
-    (tvm-ffi's own .so loader)."""
-    if library.path is None or not library.exports:
-        return None, {}
-    module = load(str(library.path))
-    return module, {name: module.get_function(name) for name in library.exports}
+    return _from_manifest(name, manifest)
