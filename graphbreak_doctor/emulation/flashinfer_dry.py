@@ -114,7 +114,6 @@ class DryJitState:
         # Host code built for this machine (host_build.py), per module name.
         self.host_lock = threading.Lock()
         self.host_libraries: dict[str, host_build.HostLibrary] = {}
-        self.host_modules: dict[str, Any] = {}
         self.host_functions: dict[str, dict[str, Any]] = {}
         # tvm-ffi's own .so loader, while the dry one is installed.
         self.real_so_loader: Any = None
@@ -317,7 +316,9 @@ def _include_flags(name: str, headers: Optional[Path]) -> list[str]:
 
 
 def _build_host_code(name: str, sources: list[Path]) -> host_build.HostLibrary:
-    library = host_build.build(name, sources, _include_flags(name, host_build.cuda_host_headers()))
+    flashinfer = sys.modules["flashinfer"]
+    library = host_build.build(name, sources, _include_flags(name, host_build.cuda_host_headers()),
+                               identity=f"flashinfer {getattr(flashinfer, '__version__', '')}")
     if library.unavailable or library.path is None or not library.exports:
         return library
     import tvm_ffi
@@ -327,7 +328,6 @@ def _build_host_code(name: str, sources: list[Path]) -> host_build.HostLibrary:
     # (FlashInfer's plan objects) may outlive any Python reference to it,
     # until the interpreter's very end.
     tvm_ffi.get_global_func("ffi.ModuleGlobalsAdd")(module)
-    STATE.host_modules[name] = module
     STATE.host_functions[name] = {export: module.get_function(export) for export in library.exports}
     return library
 

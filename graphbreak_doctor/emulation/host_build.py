@@ -30,9 +30,9 @@ How a library is made from a module's sources:
   planner.
 
 Libraries are cached by the hash of what went into them (compiler, flags,
-sources, tvm-ffi version) in ``<cache>/graphbreak-doctor/host-build/``
-(``$XDG_CACHE_HOME`` or ``~/.cache``; ``GRAPHBREAK_DOCTOR_CACHE`` overrides
-the whole path). A build writes into a temporary folder and renames it into
+sources, tvm-ffi version, and the caller's ``identity``: FlashInfer's version,
+which stands for the headers the sources include) in ``host-build/`` of the
+doctor's cache folder (``graphbreak_doctor/cache.py``). A build writes into a temporary folder and renames it into
 place, so concurrent traces never see half a library.
 """
 
@@ -50,6 +50,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 from typing import Optional
+
+from graphbreak_doctor.cache import cache_root
 
 EXPORT_RE = re.compile(r"TVM_FFI_DLL_EXPORT_TYPED_FUNC\(\s*([A-Za-z_]\w*)\s*,")
 
@@ -86,18 +88,11 @@ def export_names(text: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(EXPORT_RE.findall(text)))
 
 
-def cache_root() -> Path:
-    override = os.environ.get("GRAPHBREAK_DOCTOR_CACHE")
-    if override:
-        return Path(override)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "graphbreak-doctor"
-
-
 def compiler() -> Optional[str]:
     for candidate in (os.environ.get("CXX"), "c++", "g++", "clang++"):
-        if candidate and shutil.which(candidate):
-            return shutil.which(candidate)
+        found = shutil.which(candidate) if candidate else None
+        if found:
+            return found
     return None
 
 
@@ -152,12 +147,12 @@ def _link(cxx: str, objects: list[Path], exports: list[str], out: Path, tvm_ffi_
     return "" if result.returncode == 0 else _first_error(result.stderr)
 
 
-def _key(cxx: str, flags: list[str], sources: list[Path]) -> str:
+def _key(cxx: str, flags: list[str], sources: list[Path], identity: str) -> str:
     import tvm_ffi
 
     digest = hashlib.sha256()
     version = subprocess.run([cxx, "--version"], capture_output=True, text=True, check=False).stdout
-    for part in (version, " ".join(flags), getattr(tvm_ffi, "__version__", ""), _DEVICE_NAMES):
+    for part in (version, " ".join(flags), getattr(tvm_ffi, "__version__", ""), _DEVICE_NAMES, identity):
         digest.update(part.encode())
     for source in sources:
         digest.update(str(source).encode())
@@ -170,8 +165,9 @@ def _from_manifest(name: str, manifest: Path) -> HostLibrary:
     return HostLibrary(name, manifest.parent / facts["library"], tuple(facts["exports"]), dict(facts["left_out"]))
 
 
-def build(name: str, sources: list[Path], include_flags: list[str]) -> HostLibrary:
-    """Build (or find in the cache) the host library of module `name`."""
+def build(name: str, sources: list[Path], include_flags: list[str], identity: str = "") -> HostLibrary:
+    """Build (or find in the cache) the host library of module `name`;
+    `identity` names what the sources come from (their headers are not hashed)."""
     import tvm_ffi
 
     out = HostLibrary(name)
@@ -186,7 +182,7 @@ def build(name: str, sources: list[Path], include_flags: list[str]) -> HostLibra
         return out
     sources = [Path(s) for s in sources if Path(s).is_file()]
     flags = [*_FLAGS, *include_flags, f"-I{headers}"]
-    folder = cache_root() / "host-build" / f"{name}-{_key(cxx, flags, sources)}"
+    folder = cache_root() / "host-build" / f"{name}-{_key(cxx, flags, sources, identity)}"
     manifest = folder / "library.json"
     if manifest.is_file():
         return _from_manifest(name, manifest)

@@ -20,7 +20,6 @@ import hashlib
 import importlib.metadata
 import importlib.util
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -30,6 +29,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from graphbreak_doctor.cache import cache_root
 from graphbreak_doctor.text import one_line
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -113,8 +113,7 @@ def pip_find_links() -> list[str]:
 
 
 def default_envs_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "graphbreak-doctor" / "matrix-envs"
+    return cache_root() / "matrix-envs"
 
 
 def _pin(lines: list[str], package: str, version: str) -> list[str]:

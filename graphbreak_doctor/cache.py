@@ -1,0 +1,17 @@
+"""The doctor's own cache folder: ``$GRAPHBREAK_DOCTOR_CACHE``, else
+``graphbreak-doctor`` under ``$XDG_CACHE_HOME`` (default ``~/.cache``).
+What lives there: the matrix's environments (``matrix-envs/``) and host builds
+of FlashInfer's planners (``host-build/``)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def cache_root() -> Path:
+    override = os.environ.get("GRAPHBREAK_DOCTOR_CACHE")
+    if override:
+        return Path(override)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "graphbreak-doctor"
