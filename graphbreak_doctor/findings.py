@@ -22,6 +22,9 @@ SCHEMA_VERSION = 1
 # SGLang's piecewise runner does. --mode both is explain + fullgraph.
 MODE_CHOICES = ("explain", "fullgraph", "both", "piecewise")
 FULLGRAPH_MODES = ("fullgraph", "piecewise")
+# The compile map's run (graphbreak_doctor.compile_map): not a trace mode of the
+# target itself; its findings carry the regions only.
+MAP_MODE = "map"
 
 # How a trace ended: traced to the end, or not.
 COMPLETE, CRASHED, TIMED_OUT, INTERRUPTED = "complete", "crashed", "timed out", "interrupted"
@@ -233,6 +236,40 @@ class Rung:
     culprit: str = ""
 
 
+@dataclass
+class Region:
+    """A ``torch.compile`` call the target's code made while it was built and
+    run (graphbreak_doctor.capture.regions), traced with its own options."""
+
+    # The compiled function ("sglang.srt.layers.moe.topk._biased_grouped_topk_postprocess").
+    function: str
+    site: Frame
+    # The options the code gave torch.compile (fullgraph, dynamic, backend, mode).
+    options: dict[str, Any] = field(default_factory=dict)
+    # Per phase that entered it: calls, and the distinct shapes of the tensor
+    # arguments ("[16, 6144], [16, 32, 1]"). Empty: only registered.
+    calls: dict[str, int] = field(default_factory=dict)
+    shapes: dict[str, list[str]] = field(default_factory=dict)
+    # How it was traced ("fullgraph" when it asks for fullgraph, else
+    # "explain"; "" when no phase entered it) and with which phase's call.
+    traced: str = ""
+    traced_phase: str = ""
+    # REGION_OK, REGION_BREAKS, REGION_FAILS or REGION_CRASHED ("" untraced).
+    verdict: str = ""
+    graphs: int = 0
+    error: str = ""
+    breaks: list[Break] = field(default_factory=list)
+
+    @property
+    def entered(self) -> bool:
+        return bool(self.calls)
+
+
+# A region's verdict: one graph; several graphs (explain); fullgraph failed;
+# the trace crashed (not a graph break).
+REGION_OK, REGION_BREAKS, REGION_FAILS, REGION_CRASHED = "ok", "graph breaks", "fails", "crashed"
+
+
 # The fix ladder's default step limit (--steps).
 DEFAULT_FIX_STEPS = 10
 
@@ -277,6 +314,9 @@ class Findings:
     # Added after schema 1 shipped: distinct breaks per fact read from
     # Dynamo's message text, not from its objects ({"culprit": 2}).
     message_fallbacks: dict[str, int] = field(default_factory=dict)
+    # Added after schema 1 shipped: the torch.compile regions the target's own
+    # code registered and entered (a serving framework's compile map).
+    regions: list[Region] = field(default_factory=list)
 
     def incomplete(self) -> str:
         """Why this diagnosis cannot be vouched for, as a sentence; "" when it is whole."""

@@ -10,11 +10,24 @@ import dataclasses
 
 from graphbreak_doctor.analysis import consequences
 from graphbreak_doctor.analysis.group import root_causes
-from graphbreak_doctor.findings import COMPLETE, FULLGRAPH_MODES, Break, Findings, Hazard
+from graphbreak_doctor.findings import COMPLETE, FULLGRAPH_MODES, MAP_MODE, Break, Findings, Hazard
 
 
 def merge_modes(parts: list[Findings]) -> Findings:
-    """``parts`` in mode order (explain before fullgraph), one per mode."""
+    """``parts`` in mode order (explain before fullgraph), one per mode, and
+    the compile map's (MAP_MODE), whose regions join the result; a map that
+    did not finish is a note, not the diagnosis's outcome."""
+    maps = [p for p in parts if p.modes == [MAP_MODE]]
+    out = _merge_traces([p for p in parts if p.modes != [MAP_MODE]])
+    for part in maps:
+        out.regions += part.regions
+        why = part.incomplete()
+        if why:
+            out.target.notes.append(f"compile map: {why}")
+    return out
+
+
+def _merge_traces(parts: list[Findings]) -> Findings:
     if len(parts) == 1:
         return parts[0]
     first = parts[0]

@@ -246,8 +246,10 @@ def _check_eager(target: Target) -> None:
         raise TargetError(f"the target raises without torch.compile: {type(e).__name__}: {one_line(str(e))}") from e
 
 
-def run(target: Target, mode: str, *, decompile: bool = True, on_event: Callable[[BreakEvent], None] | None = None) -> ModeResult:
-    """Trace ``target`` once in ``mode`` ('explain', 'fullgraph' or 'piecewise')."""
+def run(target: Target, mode: str, *, decompile: bool = True, on_event: Callable[[BreakEvent], None] | None = None,
+        dynamic: bool | None = None) -> ModeResult:
+    """Trace ``target`` once in ``mode`` ('explain', 'fullgraph' or 'piecewise');
+    ``dynamic`` is torch.compile's option of that name (a region's own)."""
     result = ModeResult(mode=mode)
     fullgraph = mode in FULLGRAPH_MODES
     split_ops = target.split_ops if mode == "piecewise" else ()
@@ -268,7 +270,8 @@ def run(target: Target, mode: str, *, decompile: bool = True, on_event: Callable
         try:
             # Inside the try: torch.compile reads the callable's attributes
             # (functools.update_wrapper), which a target may make raise.
-            compiled = torch.compile(target.fn, fullgraph=fullgraph, backend=_backend(result, split_ops))
+            compiled = torch.compile(target.fn, fullgraph=fullgraph, backend=_backend(result, split_ops),
+                                     dynamic=dynamic)
             _call(compiled, target.args, target.kwargs)
             result.ok = True
         except Exception as e:

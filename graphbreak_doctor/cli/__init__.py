@@ -59,8 +59,25 @@ def _fail(message: str, code: int, debug: bool, what: str = "error") -> int:
     return code
 
 
+def _command_line_values(argv: list[str]) -> list[str]:
+    """``--sglang-args --enable-torch-compile`` as ``--sglang-args=--enable-torch-compile``:
+    an option whose value is a command line takes the next word, whatever it
+    starts with (argparse would read a lone "--flag" as an option of its own)."""
+    from graphbreak_doctor.targets.registry import PROVIDERS
+
+    flags = {o.flag for p in PROVIDERS for o in p.options if o.command_line}
+    out, words = [], iter(argv)
+    for word in words:
+        if word in flags:
+            value = next(words, None)
+            out.append(word if value is None else f"{word}={value}")
+        else:
+            out.append(word)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    argv = _command_line_values(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
     try:
         args = build_parser().parse_args(argv)

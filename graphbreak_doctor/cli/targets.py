@@ -10,9 +10,9 @@ from typing import Any
 
 from graphbreak_doctor.cli.common import UsageError, int_at_least
 from graphbreak_doctor.emulation.presets import DEFAULT_DEVICE, PRESETS
-from graphbreak_doctor.findings import MODE_CHOICES, Findings, modes_for
+from graphbreak_doctor.findings import MAP_MODE, MODE_CHOICES, Findings, modes_for
 from graphbreak_doctor.jobs import Job, Outcome, run_in_process, run_jobs
-from graphbreak_doctor.jobs.job import FIX, TRACE
+from graphbreak_doctor.jobs.job import FIX, MAP, TRACE
 from graphbreak_doctor.progress import Progress
 from graphbreak_doctor.targets.provider import Option, Selection, TargetProvider
 from graphbreak_doctor.targets.registry import PROVIDERS
@@ -124,14 +124,18 @@ def run(args: argparse.Namespace, jobs: list[Job], progress: Progress) -> list[O
 
 
 def run_diagnoses(args: argparse.Namespace, selected: list[Selection], progress: Progress) -> list[Findings]:
-    """One findings per selected target, its modes joined."""
+    """One findings per selected target, its modes joined (and its compile
+    map, for a target whose provider asks for one: traced first, so that an
+    --in-process run records torch.compile before the target's code loads)."""
     from graphbreak_doctor.analysis.merge import merge_modes
 
     modes = modes_for(args.mode)
-    jobs = [Job(TRACE, s, args.device, m, debug=args.debug) for s in selected for m in modes]
-    outcomes = run(args, jobs, progress)
-    per_target = [outcomes[i:i + len(modes)] for i in range(0, len(outcomes), len(modes))]
-    return [merge_modes([o.as_findings() for o in group]) for group in per_target]
+    # --mode piecewise asks for one compile path (tc_piecewise), not for the launch's map.
+    mapped = args.mode != "piecewise"
+    groups = [[Job(MAP, s, args.device, MAP_MODE, debug=args.debug)] * (mapped and bool(s.options.get("compile_map")))
+              + [Job(TRACE, s, args.device, m, debug=args.debug) for m in modes] for s in selected]
+    outcomes = iter(run(args, [job for group in groups for job in group], progress))
+    return [merge_modes([next(outcomes).as_findings() for _ in group]) for group in groups]
 
 
 def run_fixes(args: argparse.Namespace, selected: list[Selection], progress: Progress) -> list[Findings]:

@@ -17,12 +17,13 @@ from graphbreak_doctor.findings import (
 )
 from graphbreak_doctor.targets.provider import Selection
 
-TRACE, FIX = "trace", "fix"
+# TRACE: one mode; FIX: the fix ladder; MAP: the compile map (compile_map.py).
+TRACE, FIX, MAP = "trace", "fix", "map"
 
 
 @dataclass(frozen=True)
 class Job:
-    kind: str  # TRACE (one mode) or FIX (the fix ladder)
+    kind: str  # TRACE, FIX or MAP
     selection: Selection
     device: str
     mode: str

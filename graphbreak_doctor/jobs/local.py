@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Callable
 
 from graphbreak_doctor.findings import CRASHED
-from graphbreak_doctor.jobs.job import FIX, Interrupted, Job, Outcome
+from graphbreak_doctor.jobs.job import FIX, MAP, Interrupted, Job, Outcome
 from graphbreak_doctor.targets import TargetError
 from graphbreak_doctor.text import one_line
 
@@ -37,6 +37,10 @@ def run_in_process(job: Job, progress: Callable[[str], None] = lambda _m: None, 
             from graphbreak_doctor.fix.ladder import fix
 
             findings = fix(build, mode=job.mode, device=job.device, max_steps=job.steps, progress=progress)
+        elif job.kind == MAP:
+            from graphbreak_doctor.compile_map import map_regions
+
+            findings = map_regions(build, device=job.device, progress=progress)
         else:
             findings = trace_mode(build, job.mode, device=job.device, progress=progress)
     except TargetError as e:

@@ -32,7 +32,7 @@ from graphbreak_doctor.frames import short_path
 from graphbreak_doctor.analysis.group import call_graph, node_id
 from graphbreak_doctor.analysis.registry import doc_url
 from graphbreak_doctor.findings import Break, Findings, Frame, TargetInfo
-from graphbreak_doctor.render import svg
+from graphbreak_doctor.render import compile_map, svg
 from graphbreak_doctor.render.renderer import FINDINGS, Renderer
 from graphbreak_doctor.text import counted as _plural
 
@@ -167,6 +167,10 @@ def render(findings: Findings) -> str:
         style=Markup(style),
         script=Markup(script),
         csp=_csp(script),
+        compile_rows=compile_map.rows(findings),
+        compile_phases=compile_map.phase_lines(findings),
+        compile_registered=compile_map.registered_only(findings),
+        compile_args=compile_map.launch_arguments(findings),
         **_card_context(findings),
     )
     return page

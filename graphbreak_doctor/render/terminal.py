@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from graphbreak_doctor.findings import COMPLETE, Findings, Fix
+from graphbreak_doctor.render import compile_map
 from graphbreak_doctor.frames import short_path as _short
 from graphbreak_doctor.render.renderer import FINDINGS, Renderer
 from graphbreak_doctor.text import counted as _n
@@ -89,6 +90,7 @@ def render(findings: Findings) -> str:
         for j in b.jit:
             lines.append(f"      JIT: this call {j.action}s {j.name} at trace time")
     lines.extend(_behind_ops(findings))
+    lines.extend(compile_map.terminal_lines(findings))
     lines.extend(f"stand-in: {s}" for s in findings.target.stand_ins)
     kinds: dict[str, list] = {}
     for h in findings.hazards:

@@ -28,6 +28,12 @@ class Target:
     # the trace: puts the target's code in the state it is compiled in for
     # that mode (a serving framework's capture state, its eager warm-up).
     prepare: Callable[[str, Any], None] | None = None
+    # Called with the build's undo log and a phase marker (a context manager
+    # factory, ``phase(name)``): runs each phase the target's framework runs
+    # (a server's prefill and decode forwards), each inside its marker, so
+    # the torch.compile regions each phase enters are found
+    # (graphbreak_doctor.capture.regions). None: the target has no phases.
+    discover: Callable[[Any, Callable[[str], Any]], None] | None = None
 
     @property
     def spec(self) -> str:

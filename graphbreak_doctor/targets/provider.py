@@ -33,6 +33,9 @@ class Option:
     switch: bool = False
     # May be given more than once: its value is the list of what was given.
     repeat: bool = False
+    # Its value is a command line of its own, which may start with "-"
+    # (``--sglang-args --enable-torch-compile``): the next word is its value.
+    command_line: bool = False
 
     @property
     def name(self) -> str:

@@ -9,15 +9,16 @@ when SGLang is installed.
 
 from __future__ import annotations
 
+import shlex
 from typing import Any, Mapping
 
 from graphbreak_doctor.patching import UndoLog
 from graphbreak_doctor.targets import Target, TargetError
+from graphbreak_doctor.targets.glm5.sglang import PHASES
 from graphbreak_doctor.targets.provider import Option, Selection, TargetProvider
 
 LAYER_CHOICES = ("dense", "moe", "all")
 IMPL_CHOICES = ("sglang", "reference")
-PHASES = ("extend", "decode")  # the batch of --whole-layer / --model (sglang/forward.py make_state)
 DEFAULT_TOKENS = 128
 DEFAULT_TP = 1
 REFERENCE_NOTE = ("implementation: graphbreak-doctor's re-creation of SGLang's layer, calling FlashInfer directly "
@@ -33,6 +34,40 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise ValueError(f"expected an integer >= 1, got {text!r}")
     return value
+
+
+def launch_arguments(text: str | None, config: str | None) -> tuple[tuple[str, ...], str | None]:
+    """``--sglang-args`` split as a shell does, and the config folder: the
+    user's ``--model-path``, if given, is the model's config (and --config
+    is then left out)."""
+    if text is None:
+        return (), config
+    try:
+        args = shlex.split(text)
+    except ValueError as e:
+        raise ValueError(f"--sglang-args: {e} in {text!r}") from e
+    if not args:
+        raise ValueError("--sglang-args is empty: give SGLang's launch arguments, or leave it out")
+    model_path = None
+    rest: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--model-path":
+            if i + 1 >= len(args):
+                raise ValueError(f"--sglang-args: {arg} needs a value")
+            model_path, i = args[i + 1], i + 2
+            continue
+        if arg.startswith("--model-path="):
+            model_path = arg.split("=", 1)[1]
+        else:
+            rest.append(arg)
+        i += 1
+    if model_path is not None:
+        if config is not None:
+            raise ValueError("--sglang-args names --model-path and --config names another: give one")
+        config = model_path
+    return tuple(rest), config
 
 
 class Glm5Provider(TargetProvider):
@@ -57,6 +92,10 @@ class Glm5Provider(TargetProvider):
                           "piecewise runner compiles it (--impl sglang)", switch=True, selects=True),
         Option("--forward", "--whole-layer / --model: the batch, extend (prefill; default) or decode",
                choices=PHASES),
+        Option("--sglang-args", "--impl sglang: the server's launch arguments (what follows "
+                                "`python -m sglang.launch_server`), read by the installed SGLang itself; "
+                                "--model-path defaults to the GLM-5-NVFP4 config (--config)", metavar="ARGS",
+               command_line=True),
     )
 
     def select(self, options: Mapping[str, Any]) -> list[Selection]:
@@ -83,13 +122,18 @@ class Glm5Provider(TargetProvider):
         elif options.get("cold"):
             raise ValueError("--cold applies to --impl sglang (the reference layer has no warm-up)")
         scope = "model" if model else "layer" if options.get("whole_layer") else "block"
-        return self.layer_selections("model" if model else layer, impl, config=options.get("config"),
+        launch, config = launch_arguments(options.get("sglang_args"), options.get("config"))
+        if launch and not sglang.available():
+            raise ValueError("--sglang-args needs SGLang installed: SGLang itself reads them")
+        if launch and impl != "sglang":
+            raise ValueError("--sglang-args applies to --impl sglang (SGLang reads them)")
+        return self.layer_selections("model" if model else layer, impl, config=config,
                                      tokens=options.get("tokens"), tp=options.get("tp"), cold=bool(options.get("cold")),
-                                     scope=scope, phase=options.get("forward") or "extend")
+                                     scope=scope, phase=options.get("forward") or "extend", launch=launch)
 
     def layer_selections(self, layer: str, impl: str, *, config: str | None = None, tokens: int | None = None,
                          tp: int | None = None, cold: bool = False, scope: str = "block",
-                         phase: str = "extend") -> list[Selection]:
+                         phase: str = "extend", launch: tuple[str, ...] = ()) -> list[Selection]:
         """The selections of ``--layer`` for ``impl``, whether or not this
         environment can build them (a matrix cell runs in another one)."""
         from graphbreak_doctor.targets.glm5.config import load_config
@@ -99,7 +143,7 @@ class Glm5Provider(TargetProvider):
         kinds = ["dense", "moe"] if layer == "all" else [layer]
         if scope != "block":
             return [self._stack_selection(kind, impl, loaded, tokens=tokens, cold=cold, scope=scope, phase=phase,
-                                          all=layer == "all") for kind in kinds]
+                                          all=layer == "all", launch=launch) for kind in kinds]
         common = {
             "config": loaded.path,
             "tokens": tokens or DEFAULT_TOKENS,
@@ -107,15 +151,18 @@ class Glm5Provider(TargetProvider):
             "all": layer == "all",
             "impl": impl,
             "cold": cold,
+            "launch": list(launch),
         }
         prefix = "glm5-sglang" if impl == "sglang" else "glm5"
         return [Selection(self.name, f"{prefix}-{kind}", {"kind": kind, **common},
                           spec=f"{prefix}:{kind}:{loaded.layer_indices(kind)[0]}") for kind in kinds]
 
     def _stack_selection(self, kind: str, impl: str, loaded: Any, *, tokens: int | None, cold: bool, scope: str,
-                         phase: str, all: bool) -> Selection:
+                         phase: str, all: bool, launch: tuple[str, ...]) -> Selection:
         options = {"kind": kind, "config": loaded.path, "tokens": tokens or DEFAULT_TOKENS, "tp": DEFAULT_TP,
-                   "all": all, "impl": impl, "cold": cold, "scope": scope, "phase": phase}
+                   "all": all, "impl": impl, "cold": cold, "scope": scope, "phase": phase, "launch": list(launch),
+                   # The model's forward: its compile map too (the regions each phase enters).
+                   "compile_map": kind == "model"}
         if kind == "model":
             return Selection(self.name, f"glm5-sglang-model-{phase}", options, spec=f"glm5-sglang:model:{phase}")
         index = loaded.layer_indices(kind)[0]
@@ -130,7 +177,7 @@ class Glm5Provider(TargetProvider):
 
                 target = sglang.build_layer(o["kind"], config=o["config"], tokens=o["tokens"], device=device,
                                             cold=o["cold"], log=log, scope=o.get("scope", "block"),
-                                            phase=o.get("phase", "extend"))
+                                            phase=o.get("phase", "extend"), launch_args=tuple(o.get("launch", ())))
             else:
                 from graphbreak_doctor.targets.glm5 import builder as glm5
 

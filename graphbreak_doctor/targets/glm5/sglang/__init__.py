@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import importlib.util
 
+# The batches of --whole-layer / --model (forward.py make_state), and the
+# phases a server runs, in order: prefill, then decode.
+PHASES = ("extend", "decode")
+
 
 def available() -> bool:
     """Whether SGLang is installed (it is imported only inside the device)."""

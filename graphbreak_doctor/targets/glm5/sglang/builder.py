@@ -32,7 +32,7 @@ import contextlib
 import importlib
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -43,7 +43,7 @@ from graphbreak_doctor.findings import TargetInfo
 from graphbreak_doctor.patching import UndoLog
 from graphbreak_doctor.targets import Target, TargetError
 from graphbreak_doctor.targets.glm5.config import load_config
-from graphbreak_doctor.targets.glm5.sglang import forward, runtime
+from graphbreak_doctor.targets.glm5.sglang import PHASES, forward, runtime
 from graphbreak_doctor.text import one_line
 
 MODEL = "GLM-5 (GlmMoeDsaForCausalLM)"
@@ -108,7 +108,7 @@ def _import_sglang() -> None:
 
 
 def build_layer(kind: str, *, config: str | None, tokens: int, device: str, cold: bool, log: UndoLog,
-                scope: str = "block", phase: str = "extend") -> Target:
+                scope: str = "block", phase: str = "extend", launch_args: tuple[str, ...] = ()) -> Target:
     """SGLang's block (scope "block"), whole decoder layer ("layer") for one
     GLM-5 layer kind, or the reduced model ("model", kind "model"); call
     inside the device. The module itself is built by the target's
@@ -156,12 +156,16 @@ def build_layer(kind: str, *, config: str | None, tokens: int, device: str, cold
     if scope == "block":
         target.prepare = lambda mode, mode_log: _prepare(target, mode, mode_log, kind=kind, index=index,
                                                          config_dir=config_dir, tokens=tokens, cold=cold,
-                                                         launched=launched)
+                                                         launched=launched, launch_args=launch_args)
     else:
         target.prepare = lambda mode, mode_log: _prepare_stack(target, mode, mode_log, scope=scope, phase=phase,
                                                                moe=kind != "dense", index=index,
                                                                config_dir=config_dir, tokens=tokens, cold=cold,
-                                                               launched=launched)
+                                                               launched=launched, launch_args=launch_args)
+    if scope == "model":
+        target.discover = lambda mode_log, phase_scope: _discover(target, mode_log, phase_scope,
+                                                                  config_dir=config_dir, tokens=tokens,
+                                                                  launched=launched, launch_args=launch_args)
     return target
 
 
@@ -170,11 +174,11 @@ def _not_prepared(*args: Any, **kwargs: Any) -> Any:
 
 
 def _prepare(target: Target, mode: str, log: UndoLog, *, kind: str, index: int, config_dir: str, tokens: int,
-             cold: bool, launched: list[str]) -> None:
+             cold: bool, launched: list[str], launch_args: tuple[str, ...]) -> None:
     piecewise = mode == "piecewise"
     with sglang_emulation.platform_window():
         try:
-            rt, block = _set_up_and_build(kind, index, config_dir, log, prefill="tc_piecewise" if piecewise else None)
+            rt, block = _set_up_and_build(kind, index, config_dir, log, piecewise=piecewise, launch_args=launch_args)
         except ValueError as e:  # SGLang's own refusal (a device or backend it does not support)
             raise TargetError(f"SGLang {runtime.version()} refuses to build the {kind} layer here: "
                               f"{one_line(str(e), 300)}") from e
@@ -195,28 +199,57 @@ def _prepare(target: Target, mode: str, log: UndoLog, *, kind: str, index: int, 
               mlp=block.mlp)
 
 
-def _prepare_stack(target: Target, mode: str, log: UndoLog, *, scope: str, phase: str, moe: bool, index: int,
-                   config_dir: str, tokens: int, cold: bool, launched: list[str]) -> None:
-    """Scopes "layer" and "model": the model through SGLang's loader, then the
-    forward state (forward.py) and the call."""
-    piecewise = mode == "piecewise"
-    settings = forward.settings(log)
+def _model(config_dir: str, log: UndoLog, *, layers_for: Callable[[Any], int], piecewise: bool,
+           launch_args: tuple[str, ...]) -> tuple[runtime.Runtime, torch.nn.Module, int, int, list[str]]:
+    """SGLang's set-up for the launch, then the model with ``layers_for(hf_config)``
+    decoder layers through SGLang's loader: (runtime, model, layers built,
+    the model's layers, folded probes)."""
     with sglang_emulation.platform_window():
         try:
-            rt = _set_up(moe, config_dir, log, prefill="tc_piecewise" if piecewise else None)
-            hf = rt.model_config.hf_config
-            full = hf.num_hidden_layers
-            layers = forward.reduced_layer_count(hf) if scope == "model" else index + 1
+            rt = _set_up(True, config_dir, log, piecewise=piecewise, launch_args=launch_args)
+            full = rt.model_config.hf_config.num_hidden_layers
+            layers = layers_for(rt.model_config.hf_config)
             with sglang_emulation.consistent_fake_weights():
                 model = forward.build_model(rt, layers)
         except ValueError as e:  # SGLang's own refusal (a device or backend it does not support)
             raise TargetError(f"SGLang {runtime.version()} refuses to build GLM-5 here: {one_line(str(e), 300)}") from e
         folded = sglang_emulation.fold_platform_probes(log)
+    return rt, model, layers, full, folded
+
+
+def _forward_state(rt: runtime.Runtime, layers: int, phase: str, tokens: int) -> forward.ForwardState:
     try:
-        state = forward.make_state(rt, layers, phase, tokens)
+        return forward.make_state(rt, layers, phase, tokens)
     except Exception as e:
         raise TargetError(f"SGLang's attention metadata for a {phase} batch could not be built here: "
                           f"{type(e).__name__}: {one_line(str(e), 200)}") from e
+
+
+def _run_eagerly(call: Callable[..., Any], args: tuple, phase: str, what: str) -> None:
+    """Run SGLang's forward as its server does before (or instead of) compiling."""
+    try:
+        call(*args)
+    except Exception as e:
+        why = flashinfer_dry.unanswered_planner(e)
+        if why:
+            raise TargetError(f"cannot run SGLang's {phase} forward on an emulated "
+                              f"{torch.cuda.get_device_name()}: {why}") from e
+        raise TargetError(f"SGLang's {what} failed: {type(e).__name__}: {one_line(str(e), 200)}"
+                          + (" (--cold skips it)" if what == "eager warm-up" else "")) from e
+
+
+def _prepare_stack(target: Target, mode: str, log: UndoLog, *, scope: str, phase: str, moe: bool, index: int,
+                   config_dir: str, tokens: int, cold: bool, launched: list[str],
+                   launch_args: tuple[str, ...]) -> None:
+    """Scopes "layer" and "model": the model through SGLang's loader, then the
+    forward state (forward.py) and the call."""
+    piecewise = mode == "piecewise"
+    settings = forward.settings(log)
+    rt, model, layers, full, folded = _model(
+        config_dir, log, piecewise=piecewise, launch_args=launch_args,
+        layers_for=forward.reduced_layer_count if scope == "model" else lambda _hf: index + 1)
+    hf = rt.model_config.hf_config
+    state = _forward_state(rt, layers, phase, tokens)
     log.enter(torch.no_grad())
     log.enter(state.context())
     if piecewise:
@@ -231,47 +264,68 @@ def _prepare_stack(target: Target, mode: str, log: UndoLog, *, scope: str, phase
         hidden = torch.empty(batch.input_ids.shape[0], hf.hidden_size, dtype=torch.bfloat16, device="cuda")
         args = (batch.positions, hidden, batch)
     if not cold:
-        try:
-            call(*args)
-        except Exception as e:
-            why = flashinfer_dry.unanswered_planner(e)
-            if why:
-                raise TargetError(f"cannot run SGLang's {phase} forward on an emulated "
-                                  f"{torch.cuda.get_device_name()}: {why}") from e
-            raise TargetError(f"SGLang's eager warm-up failed: {type(e).__name__}: {one_line(str(e), 200)} "
-                              "(--cold skips it)") from e
+        _run_eagerly(call, args, phase, "eager warm-up")
     target.fn, target.args = call.forward, args
     info = target.info
     _describe(info, call, rt, mode=mode, tokens=tokens, cold=cold, folded=folded, launched=launched,
               mlp=None if scope == "model" else call.layer.mlp)
     info.facts.update(layers_built=layers, model_layers=full, values_used=state.values + settings)
-    kinds = forward.layer_kinds(hf, layers)
     if scope == "model":
-        info.notes.insert(0, f"implementation: SGLang {info.facts['sglang_version']}'s own DeepseekV2Model forward "
-                             f"(what its piecewise runner compiles), {layers} of {full} decoder layers: the fewest "
-                             f"that hold each kind ({sum(1 for k in kinds if not k[0])} dense, "
-                             f"{sum(1 for k in kinds if k[0])} MoE); SGLang builds the next-N (MTP) layer only "
-                             "for speculative decoding, in its draft model")
+        info.notes.insert(0, _model_note(info, hf, layers, full))
     else:
         info.notes.insert(0, f"implementation: SGLang {info.facts['sglang_version']}'s own DeepseekV2DecoderLayer "
                              f"{index}, entered as the first layer of its stack (a fresh residual stream)")
     info.notes.append(f"forward batch: {state.values[0]}")
 
 
-def _set_up(moe: bool, config_dir: str, log: UndoLog, *, prefill: str | None) -> runtime.Runtime:
-    rt = runtime.set_up(config_dir, log, prefill_backend=prefill)
+def _model_note(info: TargetInfo, hf: Any, layers: int, full: int) -> str:
+    kinds = forward.layer_kinds(hf, layers)
+    return (f"implementation: SGLang {info.facts['sglang_version']}'s own DeepseekV2Model forward "
+            f"(what its piecewise runner compiles), {layers} of {full} decoder layers: the fewest "
+            f"that hold each kind ({sum(1 for k in kinds if not k[0])} dense, "
+            f"{sum(1 for k in kinds if k[0])} MoE); SGLang builds the next-N (MTP) layer only "
+            "for speculative decoding, in its draft model")
+
+
+def _discover(target: Target, log: UndoLog, phase_scope: Callable[[str], Any], *, config_dir: str, tokens: int,
+              launched: list[str], launch_args: tuple[str, ...]) -> None:
+    """The model as the resolved launch runs it: one forward per phase
+    (extend, then decode), each inside ``phase_scope(phase)``, so that the
+    torch.compile regions each phase enters are known (capture/regions.py).
+    The forwards run as SGLang runs them outside any compile of its own."""
+    settings = forward.settings(log)
+    rt, model, layers, full, folded = _model(config_dir, log, piecewise=False, launch_args=launch_args,
+                                       layers_for=forward.reduced_layer_count)
+    log.enter(torch.no_grad())
+    values: list[str] = []
+    for phase in PHASES:
+        state = _forward_state(rt, layers, phase, tokens)
+        batch = state.batch
+        with state.context(), phase_scope(phase):
+            _run_eagerly(model.model, (batch.input_ids, batch.positions, batch), phase, f"{phase} forward")
+        values.append(f"{phase}: {state.values[0]}")
+    info = target.info
+    _describe(info, model.model, rt, mode="map", tokens=tokens, cold=False, folded=folded, launched=launched)
+    info.facts.update(layers_built=layers, model_layers=full, values_used=values + settings)
+    info.notes.insert(0, _model_note(info, rt.model_config.hf_config, layers, full))
+
+
+def _set_up(moe: bool, config_dir: str, log: UndoLog, *, piecewise: bool,
+            launch_args: tuple[str, ...]) -> runtime.Runtime:
+    rt = runtime.set_up(config_dir, log, launch_args=launch_args, piecewise=piecewise)
     if moe and runtime.moe_backend().is_auto() and torch.cuda.get_device_capability()[0] >= 10:
         # Older releases leave "auto" on Blackwell: SGLang's own cutlass MoE,
         # through sgl-kernel ops no stand-in declares.
-        rt = runtime.set_up(config_dir, log, prefill_backend=prefill, moe_runner_backend="flashinfer_cutlass")
+        rt = runtime.set_up(config_dir, log, launch_args=launch_args, piecewise=piecewise,
+                            moe_runner_backend="flashinfer_cutlass")
         rt.notes.append("SGLang left the MoE runner backend at auto here (its own cutlass MoE through sgl-kernel "
                         "ops, which are not emulated); traced with --moe-runner-backend flashinfer_cutlass")
     return rt
 
 
-def _set_up_and_build(kind: str, index: int, config_dir: str, log: UndoLog, *,
-                      prefill: str | None) -> tuple[runtime.Runtime, MlpBlock]:
-    rt = _set_up(kind == "moe", config_dir, log, prefill=prefill)
+def _set_up_and_build(kind: str, index: int, config_dir: str, log: UndoLog, *, piecewise: bool,
+                      launch_args: tuple[str, ...]) -> tuple[runtime.Runtime, MlpBlock]:
+    rt = _set_up(kind == "moe", config_dir, log, piecewise=piecewise, launch_args=launch_args)
     block = _build_block(kind, index, rt)
     with sglang_emulation.consistent_fake_weights():
         _process_weights(block)
@@ -350,6 +404,7 @@ def _describe(info: TargetInfo, module: torch.nn.Module, rt: runtime.Runtime, *,
         sglang_module=f"{cls.__module__}.{cls.__qualname__}",
         quant_config=type(rt.quant_config).__name__,
         compile_state=state,
+        launch=rt.launch,
         warm_up=not cold,
         **_backend_names(),
         emulation=_emulation_changes(folded),

@@ -22,6 +22,8 @@ import torch
 
 from graphbreak_doctor.patching import UndoLog
 from graphbreak_doctor.targets import TargetError
+from graphbreak_doctor.targets.glm5.sglang import launch
+from graphbreak_doctor.text import one_line
 
 
 def version() -> str:
@@ -73,6 +75,9 @@ class Runtime:
     # Context managers to hold while modules are built (e.g. the shared-experts config).
     building: list[Callable[[], Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # The launch: the whole argument line SGLang parsed, what it resolved that
+    # decides compiling and capture, and what it logged about them.
+    launch: dict[str, Any] = field(default_factory=dict)
 
 
 def _free_port() -> int:
@@ -117,15 +122,10 @@ def _model_parallel(log: UndoLog) -> None:
         log.call_on_undo(destroy)
 
 
-def _server_args(config_dir: str, moe_runner_backend: str | None) -> Any:
-    _, server_args_cls = require("sglang.srt.server_args:ServerArgs")
-    extra = {"moe_runner_backend": moe_runner_backend} if moe_runner_backend else {}
-    return server_args_cls(model_path=config_dir, quantization="modelopt_fp4", tp_size=1, **extra)
-
-
-def _publish(server_args: Any, prefill_backend: str | None, notes: list[str]) -> None:
+def _publish(server_args: Any) -> None:
     """Make the server arguments the process's configuration: the runtime
-    context (newer releases) or the global server arguments (older ones)."""
+    context (newer releases, which resolve the arguments here) or the global
+    server arguments (older ones, which resolved them when they were made)."""
     form, publish = require("sglang.srt.runtime_context:publish",
                             "sglang.srt.server_args:set_global_server_args_for_scheduler")
     if form == 0:
@@ -135,11 +135,6 @@ def _publish(server_args: Any, prefill_backend: str | None, notes: list[str]) ->
         parallel = importlib.import_module("sglang.srt.distributed.parallel_state")
         if getattr(parallel, "_WORLD", None) is not None:
             context.get_parallel().override_permanently(world_group=parallel._WORLD)
-        if prefill_backend:
-            prefill = context.get_exec().graph.cuda_graph_config.prefill
-            prefill.backend = prefill_backend
-            notes.append(f"SGLang's prefill CUDA-graph backend set to {prefill_backend} before the layer was "
-                         "built (what decides the fusions a tc_piecewise deployment builds)")
     else:
         publish(server_args)
 
@@ -193,14 +188,30 @@ def moe_backend() -> Any:
     return require("sglang.srt.layers.moe.utils:get_moe_runner_backend")[1]()
 
 
-def set_up(config_dir: str, log: UndoLog, *, prefill_backend: str | None = None,
+def set_up(config_dir: str, log: UndoLog, *, launch_args: tuple[str, ...] = (), piecewise: bool = False,
            moe_runner_backend: str | None = None) -> Runtime:
     """SGLang's set-up for GLM-5-NVFP4 from ``config_dir`` (config.json +
-    hf_quant_config.json); undone with ``log`` where SGLang offers a teardown."""
-    notes: list[str] = []
+    hf_quant_config.json) and the user's launch arguments, parsed and resolved
+    by SGLang itself (launch.py); ``piecewise``: the launch asks for the
+    tc_piecewise prefill runner, and a release that lacks it or turns it off
+    says so (TargetError). Undone with ``log`` where SGLang offers a teardown."""
     _distributed(log)
-    server_args = _server_args(config_dir, moe_runner_backend)
-    _publish(server_args, prefill_backend, notes)
+    extra = ("--moe-runner-backend", moe_runner_backend) if moe_runner_backend else ()
+    with launch.sglang_log() as said:
+        _, server_args_cls = require("sglang.srt.server_args:ServerArgs")
+        server_args, argv, parser = launch.parse(server_args_cls, version(), config_dir, list(launch_args),
+                                                 piecewise=piecewise, extra=extra)
+        try:
+            _publish(server_args)
+        except (ValueError, AssertionError) as e:  # the release's own checks of the resolved launch
+            raise TargetError(f"SGLang {version()} rejects the launch arguments: {type(e).__name__}: "
+                              f"{one_line(str(e), 400)}") from e
+    fields = launch.resolved(server_args)
+    if piecewise and launch.prefill_compiled(fields) is False:
+        force = launch.forcing_flag(parser)
+        why = "; ".join(said) or "its resolved arguments leave tc_piecewise off"
+        raise TargetError(f"SGLang {version()} does not compile the prefill with tc_piecewise for this launch: "
+                          f"{why}" + (f" ({force} keeps it on)" if force else ""))
     _model_parallel(log)
     _backend_configs(server_args)
     _, model_config_cls = require("sglang.srt.configs.model_config:ModelConfig")
@@ -211,7 +222,9 @@ def set_up(config_dir: str, log: UndoLog, *, prefill_backend: str | None = None,
     if quant_config is None:
         raise TargetError(f"{config_dir}: SGLang found no quantization config (hf_quant_config.json)")
     _expert_recorder(server_args)
-    runtime = Runtime(server_args, model_config, quant_config, notes=notes)
+    runtime = Runtime(server_args, model_config, quant_config, launch={
+        "arguments": list(launch_args), "command_line": argv,
+        "resolved": fields, "phases": launch.phases(fields), "sglang_said": said})
     _shared_experts(runtime)
     return runtime
 

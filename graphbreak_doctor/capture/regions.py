@@ -1,0 +1,131 @@
+"""Every ``torch.compile`` call a target's code makes, found while it runs.
+
+A serving framework decides for itself what it compiles: decorators on
+helpers (``@torch.compile(dynamic=True)``), a graph runner that wraps the
+model's forward when its launch arguments say so. The doctor never lists
+those by hand. :class:`CompileRecorder` replaces ``torch.compile`` (through
+an undo log) before the framework is imported; each call registers a
+*site* (the compiled function, where it is defined, the options it asked
+for) and hands back a plain function that calls what the real
+``torch.compile`` returned. While a phase is marked (:meth:`phase`), calls
+through it are counted per phase with the shapes of their tensor arguments,
+and the first call's arguments are kept so the region can be traced later
+with the options the framework gave it.
+
+A site whose function never runs in any marked phase is only *registered*
+(importing a framework registers the sites of every model it ships).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+import torch
+
+from graphbreak_doctor.patching import UndoLog
+
+# torch.compile's keyword options that say how a region is compiled.
+OPTION_NAMES = ("fullgraph", "dynamic", "backend", "mode", "disable")
+
+
+def describe_args(args: tuple, kwargs: dict) -> str:
+    """The shapes of the tensor arguments, as '[16, 6144], [16, 32, 1]'."""
+    shapes = [list(a.shape) for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
+    return ", ".join("[" + ", ".join(str(d) for d in shape) + "]" for shape in shapes) or "(no tensors)"
+
+
+@dataclass
+class Site:
+    """One torch.compile call: what it compiles and how, and where it ran."""
+
+    fn: Callable[..., Any]
+    options: dict[str, Any]
+    name: str
+    file: str
+    line: int
+    # Per phase: calls, distinct argument shapes, and the first call's arguments.
+    calls: dict[str, int] = field(default_factory=dict)
+    shapes: dict[str, list[str]] = field(default_factory=dict)
+    first: dict[str, tuple[tuple, dict]] = field(default_factory=dict)
+
+    def enter(self, phase: str, args: tuple, kwargs: dict) -> None:
+        self.calls[phase] = self.calls.get(phase, 0) + 1
+        shapes = self.shapes.setdefault(phase, [])
+        text = describe_args(args, kwargs)
+        if text not in shapes:
+            shapes.append(text)
+        self.first.setdefault(phase, (args, kwargs))
+
+    @property
+    def entered(self) -> bool:
+        return bool(self.calls)
+
+
+def _where(fn: Any) -> tuple[str, str, int]:
+    """(qualified name, file, first line) of a compiled callable."""
+    target = getattr(fn, "forward", fn) if isinstance(fn, torch.nn.Module) else fn
+    target = inspect.unwrap(getattr(target, "__func__", target))
+    name = getattr(target, "__qualname__", None) or type(target).__name__
+    module = getattr(target, "__module__", "") or ""
+    code = getattr(target, "__code__", None)
+    file, line = (code.co_filename, code.co_firstlineno) if code is not None else ("", 0)
+    return (f"{module}.{name}" if module else name), file, line
+
+
+class CompileRecorder:
+    """Records the torch.compile calls made while it is installed."""
+
+    def __init__(self) -> None:
+        self.sites: list[Site] = []
+        self._phase = ""
+        self._real: Callable[..., Any] | None = None
+
+    def install(self, log: UndoLog) -> None:
+        """Replace ``torch.compile`` until ``log`` is undone. Functions compiled
+        meanwhile keep their wrapper afterwards; it then only calls through."""
+        self._real = torch.compile
+        log.setattr(torch, "compile", self._compile)
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Count the calls made inside as calls of phase ``name``."""
+        before, self._phase = self._phase, name
+        try:
+            yield
+        finally:
+            self._phase = before
+
+    def entered(self) -> list[Site]:
+        return [s for s in self.sites if s.entered]
+
+    def _compile(self, model: Any = None, **options: Any) -> Any:
+        if model is None:  # the decorator form: @torch.compile(dynamic=True)
+            return lambda fn: self._compile(fn, **options)
+        compiled = self._real(model, **options)
+        name, file, line = _where(model)
+        chosen = {k: options[k] for k in OPTION_NAMES if k in options}
+        site = Site(fn=model, options=chosen, name=name, file=file, line=line)
+        self.sites.append(site)
+        if isinstance(compiled, torch.nn.Module):
+            def hook(_module: Any, args: tuple, kwargs: dict) -> None:
+                if self._phase:
+                    site.enter(self._phase, args, kwargs)
+
+            compiled.register_forward_pre_hook(hook, with_kwargs=True)
+            return compiled
+        recorder = self
+
+        @functools.wraps(model)
+        def entered(*args: Any, **kwargs: Any) -> Any:
+            if recorder._phase:
+                site.enter(recorder._phase, args, kwargs)
+            return compiled(*args, **kwargs)
+
+        return entered
+
+
+__all__ = ["CompileRecorder", "OPTION_NAMES", "Site", "describe_args"]

@@ -1,0 +1,89 @@
+"""The compile map: which ``torch.compile`` regions a target's own code
+registers and enters, each traced with the options its code gave it.
+
+``torch.compile`` is recorded from before the target is built (its framework
+imported), the target runs each of its phases (``Target.discover``: a
+server's prefill and decode forwards), and every region a phase entered is
+traced the way its code asked for: ``fullgraph=True`` gives the first hard
+failure, ``fullgraph=False`` every break and the graphs it splits into,
+``dynamic=True`` is traced dynamic. The call traced is the first one the
+phase made, with its own arguments (fake tensors on an emulated device).
+Regions no phase entered are listed as registered only.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from graphbreak_doctor.analysis.build import build_findings
+from graphbreak_doctor.capture import run as capture
+from graphbreak_doctor.capture.regions import CompileRecorder, Site
+from graphbreak_doctor.diagnose import Build, device_context, environment
+from graphbreak_doctor.findings import (MAP_MODE, REGION_BREAKS, REGION_CRASHED, REGION_FAILS, REGION_OK, Findings,
+                                        Region, TargetInfo)
+from graphbreak_doctor.frames import make_frame
+from graphbreak_doctor.patching import UndoLog
+from graphbreak_doctor.targets import Target, TargetError
+
+def _plain(value: Any) -> Any:
+    return value if value is None or isinstance(value, (bool, int, float, str)) else repr(value)
+
+
+def trace_region(site: Site, progress: Callable[[str], None] = lambda _m: None) -> Region:
+    """The region of one torch.compile call; traced when a phase entered it."""
+    region = Region(function=site.name, site=make_frame(site.file, site.line, site.name.rsplit(".", 1)[-1]),
+                    options={k: _plain(v) for k, v in site.options.items()},
+                    calls=dict(site.calls), shapes={k: list(v) for k, v in site.shapes.items()})
+    if not site.entered or site.options.get("disable"):
+        return region
+    phase = next(iter(site.calls))
+    args, kwargs = site.first[phase]
+    fullgraph = bool(site.options.get("fullgraph"))
+    mode = "fullgraph" if fullgraph else "explain"
+    progress(f"tracing region {site.name} ({mode})")
+    target = Target(fn=site.fn, args=args, kwargs=kwargs, info=TargetInfo(spec=site.name, function=site.name))
+    result = capture.run(target, mode, decompile=False, dynamic=site.options.get("dynamic"))
+    traced = build_findings([result], target=target.info, environment={}, device={})
+    region.traced, region.traced_phase = mode, phase
+    region.graphs, region.breaks = len(result.graphs), traced.breaks
+    if result.crashed:
+        region.verdict, region.error = REGION_CRASHED, result.error
+    elif fullgraph:
+        region.verdict = REGION_OK if result.ok else REGION_FAILS
+        region.error = result.error
+    else:
+        region.verdict = REGION_BREAKS if traced.breaks or len(result.graphs) > 1 else REGION_OK
+    return region
+
+
+def record_phases(build: Build, log: UndoLog,
+                  progress: Callable[[str], None] = lambda _msg: None) -> tuple[Target, CompileRecorder]:
+    """Build the target with torch.compile recorded (call inside the device;
+    changes the build needs go through ``log``) and run its phases."""
+    recorder = CompileRecorder()
+    with UndoLog() as recording:
+        recorder.install(recording)
+        progress("building the target (torch.compile recorded)")
+        target = build(log)
+        if target.discover is None:
+            raise TargetError(f"{target.info.display()} has no phases to run: it has no compile map")
+        progress("running each phase")
+        target.discover(log, recorder.phase)
+    return target, recorder
+
+
+def map_regions(build: Build, *, device: str = "sm120",
+                progress: Callable[[str], None] = lambda _msg: None) -> Findings:
+    """Build the target with torch.compile recorded, run its phases, and trace
+    each region they entered; findings with the target and its ``regions``."""
+    with UndoLog() as state:
+        state.keep_torch_state()
+        state.keep_environment()
+        with device_context(device) as dev, UndoLog() as log:
+            target, recorder = record_phases(build, log, progress)
+            regions = [trace_region(site, progress) for site in recorder.sites]
+            return Findings(target=target.info, environment=environment(), device=dev.describe(),
+                            modes=[MAP_MODE], regions=regions)
+
+
+__all__ = ["map_regions", "record_phases", "trace_region"]

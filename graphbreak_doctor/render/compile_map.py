@@ -1,0 +1,89 @@
+"""The compile map as rows every renderer shows the same way: per phase how
+the launch runs its forward, then one row per torch.compile region a phase
+entered (options, verdict, graphs, breaks), and how many were only
+registered."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from graphbreak_doctor.findings import Findings, Region
+from graphbreak_doctor.frames import short_path
+from graphbreak_doctor.text import counted
+
+
+@dataclass
+class Row:
+    function: str
+    where: str
+    phases: str
+    options: str
+    shapes: str
+    verdict: str
+    graphs: str
+    breaks: str
+
+
+def options_text(region: Region) -> str:
+    shown = {k: v for k, v in region.options.items() if v not in (None, False) or k == "fullgraph"}
+    shown.setdefault("fullgraph", False)
+    return ", ".join(f"{k}={v}" for k, v in shown.items())
+
+
+def rows(findings: Findings) -> list[Row]:
+    out = []
+    for r in findings.regions:
+        if not r.entered:
+            continue
+        phases = ", ".join(f"{p} x{n}" for p, n in r.calls.items())
+        shapes = "; ".join(f"{p}: {' | '.join(s)}" for p, s in r.shapes.items())
+        verdict = r.verdict or "not traced"
+        if r.error and r.verdict != "ok":
+            verdict += f" ({r.error})"
+        out.append(Row(r.function, f"{short_path(r.site.file)}:{r.site.line}", phases, options_text(r), shapes,
+                       verdict, str(r.graphs) if r.traced else "-", str(len(r.breaks)) if r.traced else "-"))
+    return out
+
+
+def phase_lines(findings: Findings) -> dict[str, str]:
+    """How the launch runs each phase's forward (from what the target recorded)."""
+    launch = findings.target.facts.get("launch")
+    phases = launch.get("phases") if isinstance(launch, dict) else None
+    return {str(k): str(v) for k, v in phases.items()} if isinstance(phases, dict) else {}
+
+
+def launch_arguments(findings: Findings) -> list[str]:
+    """The launch arguments the target was traced with (as the findings say)."""
+    launch = findings.target.facts.get("launch")
+    args = launch.get("arguments") if isinstance(launch, dict) else None
+    return [str(a) for a in args] if isinstance(args, list) else []
+
+
+def registered_only(findings: Findings) -> list[Region]:
+    return [r for r in findings.regions if not r.entered]
+
+
+def terminal_lines(findings: Findings) -> list[str]:
+    if not findings.regions and not phase_lines(findings):
+        return []
+    args = launch_arguments(findings)
+    lines = [f"compile map ({'launch arguments: ' + ' '.join(args) if args else 'default launch arguments'}):"]
+    lines.extend(f"  {phase}: {text}" for phase, text in phase_lines(findings).items())
+    for row in rows(findings):
+        lines.append(f"  region {row.function} ({row.where})")
+        lines.append(f"      entered: {row.phases}; {row.options}; traced: {row.verdict}, "
+                     f"{counted(int(row.graphs), 'graph') if row.graphs != '-' else 'no graph'}, "
+                     f"{counted(int(row.breaks), 'break') if row.breaks != '-' else 'no break'}")
+        lines.append(f"      shapes: {row.shapes}")
+    only = registered_only(findings)
+    if only:
+        lines.append(f"  + {counted(len(only), 'region')} registered (torch.compile called) that no phase entered "
+                     "(listed in the JSON)")
+    launch = findings.target.facts.get("launch")
+    said = launch.get("sglang_said") if isinstance(launch, dict) else None
+    for text in said if isinstance(said, list) else ():
+        lines.append(f"  SGLang said: {text}")
+    return lines
+
+
+__all__ = ["Row", "launch_arguments", "options_text", "phase_lines", "registered_only", "rows", "terminal_lines"]

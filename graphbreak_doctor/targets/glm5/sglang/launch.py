@@ -1,0 +1,191 @@
+"""A server's launch arguments, as the installed SGLang itself reads them.
+
+``--sglang-args "ARGS"`` is what follows ``python -m sglang.launch_server``.
+The doctor puts its own in front (the model's config folder as
+``--model-path``, ``--quantization modelopt_fp4``, ``--tp-size 1``; the
+user's later ones win, as on any argparse command line) and hands the whole
+line to SGLang's own parser (``ServerArgs.add_cli_args``, its argparse types
+and choices) and ``ServerArgs.from_cli_args``; the release's own checks run
+when the arguments are published (runtime.py). An argument the release
+rejects is a TargetError with SGLang's own message.
+
+What a launch compiles is read back from what SGLang resolved
+(:func:`resolved`): every server-argument field whose name is about CUDA
+graphs, piecewise capture, torch.compile or the kernel backends -- whatever
+the release calls them -- plus what SGLang logged about them while it
+resolved (the rules that turn a compile path off speak there, in SGLang's
+words).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import logging
+import re
+from typing import Any, Iterator
+
+from graphbreak_doctor.patching import UndoLog
+from graphbreak_doctor.targets import TargetError
+from graphbreak_doctor.text import one_line
+
+# What the doctor launches with before the user's arguments.
+DOCTOR_ARGS = ("--quantization", "modelopt_fp4", "--tp-size", "1")
+
+# Resolved server-argument fields that say what a launch compiles and captures.
+_COMPILE_FIELDS = re.compile(r"cuda_graph|piecewise|torch_compile|compile_bs|capture_bs|attention_backend|"
+                             r"moe_runner_backend|gemm_backend|moe_a2a_backend|kv_cache_dtype|^page_size$")
+# What SGLang logs while it resolves that is about compiling or capturing.
+_COMPILE_WORDS = re.compile(r"piecewise|torch[ ._-]?compile|cuda[ _-]?graph", re.IGNORECASE)
+
+
+class _Refused(Exception):
+    pass
+
+
+def _parser(server_args_cls: Any) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="sglang serve", add_help=False)
+    server_args_cls.add_cli_args(parser)
+    return parser
+
+
+def _flags(parser: argparse.ArgumentParser) -> set[str]:
+    return {flag for action in parser._actions for flag in action.option_strings}
+
+
+def piecewise_args(parser: argparse.ArgumentParser) -> list[str]:
+    """The arguments that ask this release for its tc_piecewise prefill
+    runner: the per-phase backend where the release has that option (a
+    release that removed tc_piecewise rejects it there, in its own words),
+    else the opt-in switch, else nothing (piecewise capture is on by default)."""
+    flags = _flags(parser)
+    if "--cuda-graph-backend-prefill" in flags:
+        return ["--cuda-graph-backend-prefill", "tc_piecewise"]
+    if "--enable-piecewise-cuda-graph" in flags:
+        return ["--enable-piecewise-cuda-graph"]
+    return []
+
+
+def forcing_flag(parser: argparse.ArgumentParser) -> str:
+    """The release's option that keeps piecewise capture on against its own rules, if any."""
+    return "--enforce-piecewise-cuda-graph" if "--enforce-piecewise-cuda-graph" in _flags(parser) else ""
+
+
+def parse(server_args_cls: Any, release: str, config_dir: str, user_args: list[str], *, piecewise: bool = False,
+          extra: tuple[str, ...] = ()) -> tuple[Any, list[str], argparse.ArgumentParser]:
+    """(ServerArgs, the whole argument line, the parser) for the user's
+    arguments, read by SGLang ``release``'s ``server_args_cls``; TargetError
+    with SGLang's message when the release refuses them."""
+    if any(a == "--config" or a.startswith("--config=") for a in user_args):
+        raise TargetError("--sglang-args: --config (a file of server arguments) is not read; "
+                          "give the arguments themselves")
+    parser = _parser(server_args_cls)
+    argv = ["--model-path", config_dir, *DOCTOR_ARGS, *extra, *(piecewise_args(parser) if piecewise else ()),
+            *user_args]
+
+    def refuse(message: str) -> None:
+        raise _Refused(message)
+
+    with UndoLog() as parsing:
+        parsing.setattr(parser, "error", refuse)
+        parsing.setattr(parser, "exit", lambda status=0, message=None: refuse(message or f"exit {status}"))
+        try:
+            namespace = parser.parse_args(argv)
+            server_args = server_args_cls.from_cli_args(namespace)
+        except _Refused as e:
+            raise TargetError(f"SGLang {release} rejects the launch arguments: {one_line(str(e), 400)}") from e
+        except (ValueError, TypeError, AssertionError) as e:
+            raise TargetError(f"SGLang {release} rejects the launch arguments: "
+                              f"{type(e).__name__}: {one_line(str(e), 400)}") from e
+    return server_args, argv, parser
+
+
+@contextlib.contextmanager
+def sglang_log() -> Iterator[list[str]]:
+    """What SGLang's loggers say (warning and above) meanwhile, about compiling
+    or capturing; nothing else is kept, and nothing is printed."""
+    said: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            text = one_line(record.getMessage(), 400)
+            if _COMPILE_WORDS.search(text) and text not in said:
+                said.append(text)
+
+    logger = logging.getLogger("sglang")
+    handler = Keep(logging.WARNING)
+    logger.addHandler(handler)
+    try:
+        yield said
+    finally:
+        logger.removeHandler(handler)
+
+
+def _plain(value: Any) -> Any:
+    """A JSON value for a resolved field (enums by value, records as dicts)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = dataclasses.asdict(value)
+    elif hasattr(value, "to_dict"):
+        value = value.to_dict()
+    elif hasattr(value, "value") and not isinstance(value, (str, int, float, bool)):
+        value = value.value
+    return json.loads(json.dumps(value, default=str))
+
+
+def resolved(server_args: Any) -> dict[str, Any]:
+    """The compile- and capture-related fields as SGLang resolved them."""
+    if hasattr(server_args, "resolved_dict"):
+        fields = server_args.resolved_dict()
+    else:
+        fields = {f.name: getattr(server_args, f.name, None) for f in dataclasses.fields(server_args)}
+    return {name: _plain(value) for name, value in sorted(fields.items()) if _COMPILE_FIELDS.search(name)}
+
+
+def _phase_backend(fields: dict[str, Any], phase: str) -> str:
+    config = fields.get("cuda_graph_config")
+    if isinstance(config, dict) and isinstance(config.get(phase), dict):
+        return str(config[phase].get("backend", ""))
+    return ""
+
+
+def prefill_compiled(fields: dict[str, Any]) -> bool | None:
+    """Whether the resolved launch captures its prefill with tc_piecewise
+    (torch.compile of the model forward); None when the release says neither."""
+    backend = _phase_backend(fields, "prefill")
+    if backend:
+        return backend == "tc_piecewise"
+    if "enable_piecewise_cuda_graph" in fields:
+        return bool(fields["enable_piecewise_cuda_graph"])
+    if "disable_piecewise_cuda_graph" in fields:
+        return not fields["disable_piecewise_cuda_graph"]
+    return None
+
+
+def phases(fields: dict[str, Any]) -> dict[str, str]:
+    """Per phase, one line: how the resolved launch runs its forward."""
+    prefill, decode = _phase_backend(fields, "prefill"), _phase_backend(fields, "decode")
+    compiled = prefill_compiled(fields)
+    if compiled:
+        extend = f"{prefill or 'piecewise'} CUDA graph: the model forward is compiled with torch.compile (fullgraph)"
+    elif prefill and prefill != "disabled":
+        extend = f"{prefill} CUDA graph (no torch.compile of the forward)"
+    elif prefill == "disabled" or compiled is False:
+        extend = "no prefill CUDA graph (the forward runs eagerly; no torch.compile of the forward)"
+    else:
+        extend = "the release says nothing of prefill capture (the forward runs eagerly)"
+    torch_compile = bool(fields.get("enable_torch_compile"))
+    graph = f"{decode} CUDA graph" if decode and decode != "disabled" else (
+        "no decode CUDA graph" if decode == "disabled" or fields.get("disable_cuda_graph") else "CUDA graph")
+    if torch_compile:
+        limit = fields.get("torch_compile_max_bs")
+        line = (f"{graph}; --enable-torch-compile: the forward is compiled with torch.compile (not fullgraph) "
+                f"for batch sizes up to {limit}")
+    else:
+        line = f"{graph} (no torch.compile of the forward)"
+    return {"extend": extend, "decode": line}
+
+
+__all__ = ["DOCTOR_ARGS", "forcing_flag", "parse", "phases", "piecewise_args", "prefill_compiled", "resolved",
+           "sglang_log"]

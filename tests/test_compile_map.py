@@ -1,0 +1,155 @@
+"""The compile map's parts that need no SGLang: torch.compile recorded in
+every form code uses it, each region traced with its own options, the
+renderers, and --sglang-args refused where it cannot apply. SGLang's own
+compile map is in test_sglang_compile_map.py."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+
+import pytest
+import torch
+
+from graphbreak_doctor.capture.regions import CompileRecorder
+from graphbreak_doctor.compile_map import trace_region
+from graphbreak_doctor.findings import REGION_BREAKS, REGION_FAILS, REGION_OK, Findings, TargetInfo
+from graphbreak_doctor.patching import UndoLog
+from graphbreak_doctor.render import get
+from graphbreak_doctor.targets.glm5.provider import PROVIDER, launch_arguments
+
+HAS_SGLANG = importlib.util.find_spec("sglang") is not None
+
+
+def _library():
+    """Code shaped like a framework's: decorated helpers, a decorated method,
+    a compiled module and a call-form compile, made while the recorder is on."""
+    @torch.compile(dynamic=True, backend="eager")
+    def gate(x, scale):
+        return torch.sigmoid(x) * scale
+
+    @torch.compile(backend="eager")
+    def chatty(x):
+        print("chatty", flush=True)
+        return x * 2
+
+    class Layer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = torch.nn.Linear(4, 4)
+
+        @torch.compile(fullgraph=True, backend="eager")
+        def probe(self, x):
+            return subprocess.check_output(["true"]) and self.proj(x)
+
+        def forward(self, x):
+            return gate(self.proj(x), 2.0)
+
+    def never(x):
+        return x + 1
+
+    layer = Layer()
+    compiled_layer = torch.compile(layer, dynamic=False, backend="eager")
+    torch.compile(never, fullgraph=True)
+    return gate, chatty, layer, compiled_layer
+
+
+def test_every_form_of_torch_compile_is_recorded_and_counted_per_phase():
+    recorder = CompileRecorder()
+    real = torch.compile
+    with UndoLog() as log:
+        recorder.install(log)
+        gate, chatty, layer, compiled_layer = _library()
+        with recorder.phase("extend"):
+            compiled_layer(torch.ones(3, 4))
+        with recorder.phase("decode"):
+            gate(torch.ones(5, 4), 1.0)
+            gate(torch.ones(7, 4), 1.0)
+        gate(torch.ones(2, 4), 1.0)  # outside any phase: not counted
+    assert torch.compile is real
+    by_name = {s.name.rsplit(".", 1)[-1]: s for s in recorder.sites}
+    assert set(by_name) == {"gate", "chatty", "probe", "forward", "never"}
+    assert by_name["gate"].options == {"dynamic": True, "backend": "eager"}
+    assert by_name["gate"].calls == {"extend": 1, "decode": 2}
+    assert by_name["gate"].shapes["decode"] == ["[5, 4]", "[7, 4]"]
+    assert by_name["forward"].calls == {"extend": 1} and by_name["forward"].options == {"dynamic": False, "backend": "eager"}
+    assert by_name["probe"].options == {"fullgraph": True, "backend": "eager"} and not by_name["probe"].entered
+    assert not by_name["never"].entered and not by_name["chatty"].entered
+    assert by_name["gate"].file == __file__ and by_name["probe"].line > by_name["gate"].line
+    # The wrappers keep working once the recorder is gone, as the functions did.
+    assert torch.equal(gate(torch.zeros(1, 4), 3.0), torch.full((1, 4), 1.5))
+
+
+def test_each_region_is_traced_with_its_own_options():
+    recorder = CompileRecorder()
+    with UndoLog() as log:
+        recorder.install(log)
+        gate, chatty, layer, _ = _library()
+        with recorder.phase("decode"):
+            gate(torch.ones(5, 4), 1.0)
+            chatty(torch.ones(3))
+    # A phase after the recorder left still counts calls; the server's own
+    # call of the fullgraph region fails as the traced one does.
+    with recorder.phase("extend"), pytest.raises(torch._dynamo.exc.Unsupported):
+        layer.probe(torch.ones(2, 4))
+    regions = {r.function.rsplit(".", 1)[-1]: r for r in map(trace_region, recorder.sites)}
+    assert regions["gate"].traced == "explain" and regions["gate"].verdict == REGION_OK
+    assert regions["gate"].graphs == 1 and regions["gate"].breaks == []
+    chatty_region = regions["chatty"]
+    assert chatty_region.verdict == REGION_BREAKS
+    assert [b.category for b in chatty_region.breaks] == ["logging"]
+    probe = regions["probe"]
+    assert probe.traced == "fullgraph" and probe.verdict == REGION_FAILS
+    assert probe.breaks and probe.breaks[0].category == "subprocess", [b.category for b in probe.breaks]
+    assert regions["never"].traced == "" and regions["never"].verdict == ""
+
+
+def test_the_map_is_in_the_json_the_summary_and_the_report(tmp_path):
+    recorder = CompileRecorder()
+    with UndoLog() as log:
+        recorder.install(log)
+        gate, chatty, _, _ = _library()
+        with recorder.phase("decode"):
+            gate(torch.ones(5, 4), 1.0)
+            chatty(torch.ones(3))
+    findings = Findings(target=TargetInfo(spec="library", title="library",
+                                          facts={"launch": {"arguments": ["--enable-torch-compile"],
+                                                            "phases": {"decode": "full CUDA graph"}}}),
+                        regions=[trace_region(s) for s in recorder.sites])
+    again = Findings.from_json(findings.to_json())
+    assert again.to_json() == findings.to_json() and again.regions[0].calls == {"decode": 1}
+    text = get("terminal").render(again)
+    assert "compile map (launch arguments: --enable-torch-compile):" in text
+    assert "decode: full CUDA graph" in text
+    assert "test_compile_map._library.<locals>.gate" in text and "traced: graph breaks" in text
+    assert "3 regions registered (torch.compile called) that no phase entered" in text
+    html = get("html").render(again)
+    assert 'id="compile-map"' in html and "_library.&lt;locals&gt;.chatty" in html
+    # Findings from elsewhere may hold anything under facts: no crash.
+    hostile = Findings.from_json(findings.to_json().replace('"arguments": [', '"arguments": 7, "x": ['))
+    assert "compile map (default launch arguments)" in get("terminal").render(hostile)
+
+
+def test_sglang_args_are_split_as_a_shell_does():
+    assert launch_arguments(None, None) == ((), None)
+    assert launch_arguments("--enable-torch-compile --torch-compile-max-bs 8", None) == (
+        ("--enable-torch-compile", "--torch-compile-max-bs", "8"), None)
+    assert launch_arguments("--model-path /m --tp-size 1", None) == (("--tp-size", "1"), "/m")
+    assert launch_arguments("--model-path=/m", None) == ((), "/m")
+    for text, says in (("--x 'unclosed", "No closing quotation"), ("   ", "empty"),
+                       ("--model-path", "needs a value")):
+        with pytest.raises(ValueError, match=says):
+            launch_arguments(text, None)
+    with pytest.raises(ValueError, match="give one"):
+        launch_arguments("--model-path /m", "/other")
+
+
+@pytest.mark.skipif(HAS_SGLANG, reason="checks the refusal where SGLang is not installed")
+def test_sglang_args_without_sglang_is_one_line(cli, tmp_path):
+    out = tmp_path / "f.json"
+    result = cli("trace", "--layer", "dense", "--sglang-args", "--enable-torch-compile", "--json", str(out))
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().count("\n") == 0 and "needs SGLang installed" in result.stderr
+    assert not out.exists()
+    with pytest.raises(ValueError, match="needs SGLang installed"):
+        PROVIDER.select({"layer": "dense", "sglang_args": "--enable-torch-compile"})

@@ -1,0 +1,152 @@
+"""What an SGLang server compiles, read from SGLang itself: its launch
+arguments parsed and resolved by the installed release (--sglang-args), the
+torch.compile regions its GLM-5 forward enters per phase (found, never
+listed), each traced with its own options. Runs in the SGLang environment
+(`make test-sglang`); asserted by feature where releases differ."""
+
+from __future__ import annotations
+
+import importlib.util
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from conftest import sglang_has_tc_piecewise
+from graphbreak_doctor.findings import REGION_OK, Findings
+
+HAS_SGLANG = importlib.util.find_spec("sglang") is not None
+pytestmark = [pytest.mark.sglang, pytest.mark.skipif(not HAS_SGLANG, reason="SGLang is not installed")]
+
+
+def _run(cli, *args: str) -> tuple[int, Findings | None, str]:
+    out = Path(tempfile.mkdtemp()) / "findings.json"
+    result = cli("trace", *args, "--json", str(out), "--no-html")
+    findings = Findings.from_json(out.read_text()) if out.exists() else None
+    return result.returncode, findings, result.stderr
+
+
+def _doctor_said(stderr: str) -> int:
+    """How many lines the doctor itself wrote (SGLang's import chatter aside)."""
+    return sum(1 for line in stderr.splitlines() if line.startswith("graphbreak-doctor:"))
+
+
+_default: dict = {}
+
+
+def default_map(cli) -> Findings:
+    """`trace --model --mode fullgraph` with the default launch (traced once)."""
+    if not _default:
+        code, findings, stderr = _run(cli, "--model", "--mode", "fullgraph", "--forward", "decode",
+                                      "--tokens", "16")
+        assert code == 0 and findings is not None, stderr[-3000:]
+        _default["findings"] = findings
+    return _default["findings"]
+
+
+@pytest.mark.skipif(HAS_SGLANG and sglang_has_tc_piecewise(), reason="the release still has tc_piecewise")
+def test_piecewise_on_a_release_without_tc_piecewise_is_sglangs_own_refusal(cli):
+    code, findings, stderr = _run(cli, "--model", "--mode", "piecewise")
+    assert code == 2 and findings is None, stderr[-2000:]
+    assert _doctor_said(stderr) == 1 and "tc_piecewise was removed" in stderr.strip().splitlines()[-1], stderr
+    # The same refusal for the per-phase argument, and for a block traced piecewise.
+    assert "tc_piecewise was removed" in _refusal({"layer": "moe", "impl": "sglang"}, "piecewise")
+    assert "tc_piecewise was removed" in _refusal(
+        {"layer": "dense", "impl": "sglang", "sglang_args": "--cuda-graph-backend-prefill tc_piecewise"}, "fullgraph")
+
+
+def _refusal(options: dict, mode: str) -> str:
+    """The one-line refusal of tracing PROVIDER.select(options) in ``mode``, in this process."""
+    from graphbreak_doctor.diagnose import selection_builder, trace_mode
+    from graphbreak_doctor.targets import TargetError
+    from graphbreak_doctor.targets.glm5.provider import PROVIDER
+
+    (selection,) = PROVIDER.select(options)
+    with pytest.raises(TargetError) as refused:
+        trace_mode(selection_builder(selection, "sm120"), mode, device="sm120")
+    return str(refused.value)
+
+
+def test_launch_arguments_sglang_rejects_are_one_line_with_its_message(cli):
+    code, findings, stderr = _run(cli, "--layer", "dense", "--impl", "sglang", "--mode", "fullgraph",
+                                  "--sglang-args", "--no-such-option 3")
+    assert code == 2 and findings is None, stderr[-2000:]
+    assert _doctor_said(stderr) == 1 and "unrecognized arguments: --no-such-option 3" in stderr, stderr[-2000:]
+    for args, says in (("--tp-size two", "invalid int value: 'two'"),
+                       ("--attention-backend no-such-backend", "invalid choice: 'no-such-backend'"),
+                       ("--config server.yaml", "--config (a file of server arguments)")):
+        refused = _refusal({"layer": "dense", "impl": "sglang", "sglang_args": args}, "fullgraph")
+        assert says in refused and "\n" not in refused, refused
+
+
+@pytest.mark.slow
+def test_the_default_launch_compiles_only_the_helpers_its_phases_enter(cli):
+    findings = default_map(cli)
+    launch = findings.target.facts["launch"]
+    assert launch["arguments"] == [] and "--quantization" in launch["command_line"]
+    assert findings.modes == ["fullgraph"]
+    entered = {r.function.rsplit(".", 1)[-1]: r for r in findings.regions if r.entered}
+    registered = [r for r in findings.regions if not r.entered]
+    # Importing SGLang registers the compile sites of every model it ships.
+    assert len(registered) > 10, [r.function for r in findings.regions]
+    topk = entered["_biased_grouped_topk_postprocess"]
+    assert set(topk.calls) == {"extend", "decode"} and topk.options.get("dynamic") is True
+    assert topk.traced == "explain" and topk.verdict == REGION_OK and topk.breaks == []
+    assert "[16, 8]" in " ".join(topk.shapes["decode"])
+    gate = entered["_get_logits_head_gate"]
+    assert set(gate.calls) == {"decode"} and gate.options.get("dynamic") is True
+    assert gate.verdict and gate.traced == "explain"
+    if not sglang_has_tc_piecewise():
+        assert "no torch.compile" in launch["phases"]["extend"], launch["phases"]
+    assert not launch["resolved"].get("enable_torch_compile")
+
+
+# Runs in a fresh interpreter: torch.compile must be recorded before SGLang is
+# imported (the map's own worker is always a fresh process).
+_DYNAMO_RECORD = """
+import json
+import torch._dynamo.utils as dynamo_utils
+from graphbreak_doctor.compile_map import record_phases
+from graphbreak_doctor.diagnose import device_context, selection_builder
+from graphbreak_doctor.patching import UndoLog
+from graphbreak_doctor.targets.glm5.provider import PROVIDER
+
+(selection,) = PROVIDER.select({"model": True, "tokens": 16})
+with UndoLog() as state:
+    state.keep_torch_state()
+    state.keep_environment()
+    with device_context("sm120"), UndoLog() as log:
+        before = len(dynamo_utils._compilation_metrics)
+        _, recorder = record_phases(selection_builder(selection, "sm120"), log)
+        metrics = list(dynamo_utils._compilation_metrics)[before:]
+print("RESULT " + json.dumps({
+    "compiled": sorted({(m.co_filename, m.co_name) for m in metrics}),
+    "listed": [(s.fn.__code__.co_filename, s.fn.__code__.co_name, list(s.fn.__code__.co_names))
+               for s in recorder.entered()]}))
+"""
+
+
+@pytest.mark.slow
+def test_the_map_is_the_regions_dynamo_itself_compiled():
+    """Under the same set-up, the frames Dynamo compiled while the phases ran
+    (its compilation metrics) are the regions the map lists, and the
+    functions they call that Dynamo compiled as frames of their own (a
+    region that captures no graph runs its callees under Dynamo)."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    result = subprocess.run([sys.executable, "-c", _DYNAMO_RECORD], cwd=ROOT, capture_output=True, text=True,
+                            timeout=900)
+    line = next((x for x in result.stdout.splitlines() if x.startswith("RESULT ")), None)
+    assert result.returncode == 0 and line, result.stderr[-3000:]
+    import json
+
+    record = json.loads(line[len("RESULT "):])
+    compiled = {tuple(c) for c in record["compiled"] if not c[1].startswith("torch_dynamo_resume_in")}
+    listed = {(file, name) for file, name, _ in record["listed"]}
+    called = {name for _, _, names in record["listed"] for name in names}
+    assert {name for _, name in listed} >= {"_biased_grouped_topk_postprocess", "_get_logits_head_gate"}
+    assert listed <= compiled, (sorted(listed), sorted(compiled))
+    assert all(name in called for _, name in compiled - listed), (sorted(compiled - listed), sorted(called))
