@@ -7,10 +7,11 @@ VENV := .venv
 VENV063 := .venv-fi063
 VENVSGL := .venv-sglang
 VENVSGL059 := .venv-sglang-0.5.9
+VENVSGL0521 := .venv-sglang-0.5.21
 PYTEST_ARGS ?=
 PIP_FLAGS := -q --disable-pip-version-check
 
-.PHONY: trace test test-main test-fi063 test-sglang test-sglang-0.5.9 chromium bench bench-matrix clean venv
+.PHONY: trace test test-main test-fi063 test-sglang test-sglang-0.5.9 test-sglang-0.5.21 chromium bench bench-matrix clean venv
 
 venv: $(VENV)/.installed $(VENV063)/.installed $(VENVSGL)/.installed
 
@@ -42,6 +43,15 @@ $(VENVSGL059)/.installed: pyproject.toml requirements/sglang-0.5.9.txt requireme
 	$(VENVSGL059)/bin/pip install $(PIP_FLAGS) -r requirements/sglang-0.5.9.txt
 	$(VENVSGL059)/bin/pip install $(PIP_FLAGS) --no-deps -r requirements/sglang-0.5.9-nodeps.txt
 	$(VENVSGL059)/bin/pip install $(PIP_FLAGS) --no-deps --no-build-isolation -e .
+	touch $@
+
+# Optional: SGLang 0.5.21, the last release with the tc_piecewise prefill
+# runner (not part of `make test`).
+$(VENVSGL0521)/.installed: pyproject.toml requirements/sglang-0.5.21.txt requirements/sglang-0.5.21-nodeps.txt
+	$(PYTHON) -m venv $(VENVSGL0521)
+	$(VENVSGL0521)/bin/pip install $(PIP_FLAGS) -r requirements/sglang-0.5.21.txt
+	$(VENVSGL0521)/bin/pip install $(PIP_FLAGS) --no-deps -r requirements/sglang-0.5.21-nodeps.txt
+	$(VENVSGL0521)/bin/pip install $(PIP_FLAGS) --no-deps --no-build-isolation -e .
 	touch $@
 
 # The main job: GLM-5-NVFP4's dense decoder layer on an emulated RTX PRO 6000
@@ -81,6 +91,9 @@ test-sglang: $(VENVSGL)/.installed
 test-sglang-0.5.9: $(VENVSGL059)/.installed
 	$(VENVSGL059)/bin/python -m pytest -m sglang $(PYTEST_ARGS)
 
+test-sglang-0.5.21: $(VENVSGL0521)/.installed
+	$(VENVSGL0521)/bin/python -m pytest -m sglang $(PYTEST_ARGS)
+
 bench: $(VENV)/.installed $(VENV063)/.installed
 	$(VENV)/bin/python benchmarks/layers.py
 	$(VENV)/bin/python benchmarks/emulation_rss.py
@@ -94,4 +107,4 @@ bench-matrix: $(VENV)/.installed
 	$(VENV)/bin/python benchmarks/matrix.py
 
 clean:
-	rm -rf $(VENV) $(VENV063) $(VENVSGL) $(VENVSGL059) reports/*.json reports/*.html
+	rm -rf $(VENV) $(VENV063) $(VENVSGL) $(VENVSGL059) $(VENVSGL0521) reports/*.json reports/*.html

@@ -101,12 +101,25 @@ class EmulatedDevice:
                 # FlashInfer computes arch-dependent state at import (jit/core.py
                 # current_compilation_context probes the device): import it
                 # while torch still answers for the real machine, so that what
-                # is saved for undo is the real state.
-                flashinfer_dry.import_flashinfer()
+                # is saved for undo is the real state. A FlashInfer that asks
+                # the device in a module body cannot be imported without one:
+                # it is imported by flashinfer_dry.install below, under the
+                # emulation, and its import-time answers are this device's.
+                try:
+                    flashinfer_dry.import_flashinfer()
+                    read_at_import = ""
+                except (AssertionError, RuntimeError) as e:
+                    read_at_import = flashinfer_dry.device_read_at_import(e)
+                    if not read_at_import:
+                        raise
                 torch_surface.install(self.preset, log, self._exercised)
                 cuda_runtime.install(log, torch_surface.DEVICE_COUNT, self._exercised)
                 dsl_dry.install(log, self.dry_launch)
                 self._facts = flashinfer_dry.install(self.preset, log, self._record, scratch)
+                if read_at_import:
+                    self._facts["flashinfer_imported_under_emulation"] = (
+                        f"FlashInfer asks the device at import ({read_at_import}): imported on the emulated "
+                        f"{self.name}, whose answers it keeps for the rest of the process")
                 mode = HostMemoryMode(allow_non_fake_inputs=True)
                 mode.__enter__()
         except BaseException:

@@ -623,6 +623,26 @@ def clear_flashinfer_caches() -> None:
         cache.cache_clear()
 
 
+def device_read_at_import(error: BaseException) -> str:
+    """Where FlashInfer's import asked torch.cuda about the device and failed
+    ('flashinfer/...py:LINE'), or '' if ``error`` is not that. Some releases
+    query the device in a module body (0.6.18: the GDN kernels' SM count):
+    on a machine without a GPU they import only while an emulated device
+    answers."""
+    import traceback
+
+    frames = traceback.extract_tb(error.__traceback__)
+    for i in range(len(frames) - 1, -1, -1):
+        parts = Path(frames[i].filename).parts
+        if "flashinfer" in parts:
+            rest = frames[i + 1:]
+            if rest and all(Path(f.filename).parts[-2:-1] == ("cuda",) and "torch" in Path(f.filename).parts
+                            for f in rest):
+                return f"{'/'.join(parts[parts.index('flashinfer'):])}:{frames[i].lineno}"
+            return ""
+    return ""
+
+
 def import_flashinfer() -> Optional[Any]:
     if not flashinfer_installed():
         return None

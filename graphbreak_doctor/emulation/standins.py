@@ -20,6 +20,15 @@ list (``target.stand_ins``) so a reader knows what was not real.
   the installed one); SGLang attaches its own fakes to some at import, the
   rest (kernels that only write their ``Tensor!`` arguments) get a no-op fake
   after the import (``finish``), which is what a dry kernel does.
+- DeepGEMM's kernel library (``deep_gemm/_C.so``, a tvm-ffi module linked
+  against a CUDA build of torch): the package loads it at import, and some
+  SGLang releases import the package at module level (0.5.21's DSA backend).
+  The package is imported with tvm-ffi's ``load_module`` answering for that
+  one file with ``UnloadedLibrary``: every function the package binds is
+  found, and each raises ``StandInCalled`` when called (no kernel), except
+  ``init`` (the import calls it with the JIT's paths: nothing done) and
+  ``get_num_sms`` (the device's SM count, DeepGEMM's default, as the
+  emulated device answers it).
 - A CUDA runtime library mapped into the process: FlashInfer 0.6's
   ``comm/cuda_ipc.py`` asserts at import that one is; dlopen needs no GPU and
   nothing is called.
@@ -159,6 +168,76 @@ def _called_ops(home: Path) -> set[str]:
     return called
 
 
+class StandInCalled(RuntimeError):
+    """A stand-in without a kernel was called: the traced code needs what
+    this machine cannot run."""
+
+
+class UnloadedLibrary:
+    """A kernel library that does not load here: each function is found, and
+    raises StandInCalled when called, except those ``answers`` names (device
+    queries and set-up calls the emulation can answer)."""
+
+    def __init__(self, name: str, why: str, answers: dict | None = None) -> None:
+        self._name, self._why, self._answers = name, why, answers or {}
+
+    def __getattr__(self, attr: str):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        if attr in self._answers:
+            return self._answers[attr]
+        name, why = self._name, self._why
+
+        def unavailable(*args, **kwargs):
+            raise StandInCalled(f"{name}.{attr} was called: the library does not load here ({why}) and its "
+                                "stand-in has no kernel")
+
+        unavailable.__name__ = unavailable.__qualname__ = attr
+        return unavailable
+
+
+def _deep_gemm(log: UndoLog, out: StandIns) -> None:  # noqa: ARG001
+    home = _package_dir("deep_gemm")
+    if home is None:
+        return
+    binary = home / "_C.so"
+    loaded = sys.modules.get("deep_gemm")
+    if loaded is not None:  # an earlier build in this process imported it
+        if isinstance(getattr(loaded, "_C", None), UnloadedLibrary):
+            out.lines.append(_deep_gemm_line(loaded._C._why))
+        return
+    why = _loads(str(binary)) if binary.exists() else "no _C library"
+    if not why:
+        return
+    import tvm_ffi
+
+    real = tvm_ffi.load_module
+    # The package's import calls _C.init(package folder, CUDA home), the
+    # paths its JIT would compile with (nothing is compiled here); SGLang's
+    # DSA indexer asks get_num_sms when it is built: DeepGEMM's default is
+    # the device's SM count, which the emulated device answers.
+    stand_in = UnloadedLibrary("deep_gemm._C", why, answers={"init": _no_op, "get_num_sms": _sm_count})
+
+    def load_module(path, *args, **kwargs):
+        if Path(path) == binary:
+            return stand_in
+        return real(path, *args, **kwargs)
+
+    with UndoLog() as scoped:  # only while DeepGEMM imports
+        scoped.setattr(tvm_ffi, "load_module", load_module)
+        importlib.import_module("deep_gemm")
+    out.lines.append(_deep_gemm_line(why))
+
+
+def _deep_gemm_line(why: str) -> str:
+    return (f"deep_gemm._C: every function found, no kernel runs; init (its JIT's paths) does nothing, "
+            f"get_num_sms answers the device's SM count (the library does not load here: {why})")
+
+
+def _sm_count() -> int:
+    return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+
+
 def _cuda_runtime(log: UndoLog, out: StandIns) -> None:
     """Map a CUDA runtime library when FlashInfer's comm module refuses to
     import without one (FlashInfer 0.6)."""
@@ -197,6 +276,7 @@ def install(log: UndoLog) -> StandIns:
         return out  # a CUDA build of torch loads the real binaries
     _torchvision(log, out)
     _sgl_kernel(log, out)
+    _deep_gemm(log, out)
     _cuda_runtime(log, out)
     return out
 

@@ -14,6 +14,7 @@ value and what was used (the findings carry it). See docs/design.md,
 from __future__ import annotations
 
 import importlib
+import inspect
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -49,11 +50,15 @@ def settings(log: UndoLog) -> list[str]:
 def layer_kinds(hf_config: Any, count: int) -> list[tuple]:
     """What makes decoder layer i of ``count`` a kind of its own: its MLP (dense
     or MoE) and whether its DSA indexer reuses the previous layer's top-k."""
-    models = importlib.import_module("sglang.srt.models.deepseek_v2")
+    layer_cls = importlib.import_module("sglang.srt.models.deepseek_v2").DeepseekV2DecoderLayer
     skips = runtime.optional("sglang.srt.configs.model_config:dsa_layer_skips_topk")
+    # SGLang's own rule: a static method of the config, or (older releases) a
+    # method that reads self.config.
+    static = isinstance(inspect.getattr_static(layer_cls, "_is_layer_sparse"), staticmethod)
+    owner = hf_config if static else SimpleNamespace(config=hf_config)
     out = []
     for i in range(count):
-        sparse = models.DeepseekV2DecoderLayer._is_layer_sparse(hf_config, i, is_nextn=False)
+        sparse = layer_cls._is_layer_sparse(owner, i, is_nextn=False)
         out.append((sparse, bool(skips(hf_config, i)) if skips is not None else False))
     return out
 
@@ -91,7 +96,9 @@ class ForwardState:
     def context(self) -> Any:
         """SGLang's forward context around a forward of this batch."""
         context = importlib.import_module("sglang.srt.model_executor.forward_context")
-        return context.forward_context(context.ForwardContext(attn_backend=self.backend), forward_batch=self.batch)
+        # (Older releases take no batch.)
+        return runtime.call(context.forward_context, context.ForwardContext(attn_backend=self.backend),
+                            forward_batch=self.batch)
 
 
 def _runner(rt: runtime.Runtime, layers: int, batch_size: int, context_len: int, page: int) -> Any:
@@ -161,7 +168,10 @@ def make_state(rt: runtime.Runtime, layers: int, phase: str, tokens: int) -> For
         req_pool_indices=cuda(list(range(batch_size)), torch.int32), seq_lens=cuda(seq_lens, torch.int32),
         seq_lens_cpu=torch.tensor(seq_lens, dtype=torch.int32), out_cache_loc=cuda(out_cache_loc, torch.int64),
         seq_lens_sum=sum(seq_lens), positions=cuda(positions, torch.int64))
-    runner.kv_index_translator.bind_own_plan(batch)
+    # What ForwardBatch.init_new does with the KV index translator: bind a
+    # plan of the batch's own fields, or (older releases) rebind its write slots.
+    translator = runner.kv_index_translator
+    (getattr(translator, "bind_own_plan", None) or translator.rebind_write_loc)(batch)
     if mode.is_extend():
         batch.extend_prefix_lens, batch.extend_prefix_lens_cpu = cuda(prefix, torch.int32), prefix
         batch.extend_seq_lens, batch.extend_seq_lens_cpu = cuda(new, torch.int32), new
