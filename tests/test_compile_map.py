@@ -80,7 +80,9 @@ def test_every_form_of_torch_compile_is_recorded_and_counted_per_phase():
     assert torch.equal(gate(torch.zeros(1, 4), 3.0), torch.full((1, 4), 1.5))
 
 
-def test_each_region_is_traced_with_its_own_options():
+def _decode_run() -> tuple[CompileRecorder, torch.nn.Module]:
+    """The library built with the recorder on, and a decode phase that calls
+    its gate and its chatty helper; the layer, for calls of its own."""
     recorder = CompileRecorder()
     with UndoLog() as log:
         recorder.install(log)
@@ -88,6 +90,11 @@ def test_each_region_is_traced_with_its_own_options():
         with recorder.phase("decode"):
             gate(torch.ones(5, 4), 1.0)
             chatty(torch.ones(3))
+    return recorder, layer
+
+
+def test_each_region_is_traced_with_its_own_options():
+    recorder, layer = _decode_run()
     # A phase after the recorder left still counts calls; the server's own
     # call of the fullgraph region fails as the traced one does.
     with recorder.phase("extend"), pytest.raises(torch._dynamo.exc.Unsupported):
@@ -105,13 +112,7 @@ def test_each_region_is_traced_with_its_own_options():
 
 
 def test_the_map_is_in_the_json_the_summary_and_the_report(tmp_path):
-    recorder = CompileRecorder()
-    with UndoLog() as log:
-        recorder.install(log)
-        gate, chatty, _, _ = _library()
-        with recorder.phase("decode"):
-            gate(torch.ones(5, 4), 1.0)
-            chatty(torch.ones(3))
+    recorder, _ = _decode_run()
     findings = Findings(target=TargetInfo(spec="library", title="library",
                                           facts={"launch": {"arguments": ["--enable-torch-compile"],
                                                             "phases": {"decode": "full CUDA graph"}}}),
