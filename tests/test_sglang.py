@@ -237,7 +237,7 @@ def test_undo_is_complete_after_sglang_traces_in_this_process(monkeypatch, tmp_p
     monkeypatch.setenv("HOME", str(tmp_path))
     before = _snapshot()
     env = dict(os.environ)
-    for layer, mode in (("dense", "fullgraph"), ("moe", "piecewise" if sglang_has_tc_piecewise() else "explain")):
+    for layer, mode in (("dense", "fullgraph"), ("moe", "piecewise" if sglang_has_tc_piecewise() else "fullgraph")):
         (selection,) = PROVIDER.select({"layer": layer, "impl": "sglang"})
         findings = trace_mode(selection_builder(selection, "sm120"), mode, device="sm120")
         assert findings.fullgraph.ok is not None and not findings.fullgraph.crashed, findings.fullgraph.error
