@@ -242,7 +242,7 @@ def _snapshot() -> dict:
     if HAS_FLASHINFER:
         import tvm_ffi
 
-        flashinfer_dry.import_flashinfer()
+        flashinfer_dry.import_on_this_machine()
         jit_env = sys.modules["flashinfer.jit.env"]
         jit_core = sys.modules["flashinfer.jit.core"]
         snap["jit_env"] = {

@@ -35,6 +35,15 @@ def traced(cli, *args: str) -> tuple[int, Findings | None, str]:
     return _traced[args]
 
 
+def sparse_mla_plans_on_host() -> bool:
+    """Whether the installed FlashInfer's SM120 sparse MLA asks a host planner
+    (resolve_attention); an older one launches its kernels without one."""
+    # Read, not imported: some FlashInfer releases import only on a device.
+    home = Path(list(importlib.util.find_spec("flashinfer").submodule_search_locations)[0]) / "mla"
+    return any("resolve_attention" in path.read_text(errors="replace")
+               for path in home.rglob("*.py") if "_sparse_mla_sm120" in str(path))
+
+
 def value(findings: Findings, start: str) -> str:
     (line,) = [v for v in findings.target.facts["values_used"] if v.startswith(start)]
     return line
@@ -66,8 +75,10 @@ def test_whole_layer_traces_with_a_forward_batch(cli, layer, phase, device):
         assert "trtllm" in value(findings, "attention backend:")
     else:
         assert "flashinfer_sparse_mla" in value(findings, "attention backend:")
-        assert "resolve_attention" in findings.device["flashinfer_host_code"]["sparse_mla_sm120"]
-        assert any("/flashinfer/mla/_sparse_mla_sm120/" in f for f in files), sorted(files)[:20]
+        if sparse_mla_plans_on_host():
+            assert "resolve_attention" in findings.device["flashinfer_host_code"]["sparse_mla_sm120"]
+        # FlashInfer's SM120 sparse MLA: a package, or (older) one module.
+        assert any("/flashinfer/mla/_sparse_mla_sm120" in f for f in files), sorted(files)[:20]
     assert value(findings, "KV cache:").startswith("KV cache: fp8_e4m3")
     assert any(v.startswith("SGLANG_FP8_PAGED_MQA_LOGITS_TORCH=1") for v in facts["values_used"])
 

@@ -105,13 +105,7 @@ class EmulatedDevice:
                 # the device in a module body cannot be imported without one:
                 # it is imported by flashinfer_dry.install below, under the
                 # emulation, and its import-time answers are this device's.
-                try:
-                    flashinfer_dry.import_flashinfer()
-                    read_at_import = ""
-                except (AssertionError, RuntimeError) as e:
-                    read_at_import = flashinfer_dry.device_read_at_import(e)
-                    if not read_at_import:
-                        raise
+                read_at_import = flashinfer_dry.import_on_this_machine()
                 torch_surface.install(self.preset, log, self._exercised)
                 cuda_runtime.install(log, torch_surface.DEVICE_COUNT, self._exercised)
                 dsl_dry.install(log, self.dry_launch)

@@ -643,6 +643,20 @@ def device_read_at_import(error: BaseException) -> str:
     return ""
 
 
+def import_on_this_machine() -> str:
+    """Import FlashInfer as far as this machine allows: '' when it imported,
+    else where its import asked the device ('flashinfer/...py:LINE'; the
+    package imports under an emulated device, install)."""
+    try:
+        import_flashinfer()
+    except (AssertionError, RuntimeError) as e:
+        where = device_read_at_import(e)
+        if not where:
+            raise
+        return where
+    return ""
+
+
 def import_flashinfer() -> Optional[Any]:
     if not flashinfer_installed():
         return None
@@ -650,7 +664,22 @@ def import_flashinfer() -> Optional[Any]:
     importlib.import_module("flashinfer.jit.core")
     importlib.import_module("flashinfer.jit.env")
     importlib.import_module("flashinfer.jit.cpp_ext")
+    _bind_submodules()
     return flashinfer
+
+
+def _bind_submodules() -> None:
+    """After an import that failed part-way (device_read_at_import), the
+    submodules it loaded stay in sys.modules, and importing the package again
+    does not bind them on their parents as a first import does: bind those
+    missing (``flashinfer.utils`` and the like)."""
+    for name, module in list(sys.modules.items()):
+        parent_name, _, child = name.rpartition(".")
+        if module is None or parent_name.split(".")[0] != "flashinfer":
+            continue
+        parent = sys.modules.get(parent_name)
+        if parent is not None and not hasattr(parent, child):
+            setattr(parent, child, module)
 
 
 def install(
