@@ -1,4 +1,4 @@
-# Two set-up commands (see README): `make trace` runs the main job, `make test`
+# Two set-up commands (see README.md): `make trace` runs the main job, `make test`
 # runs the tests. Both create or reuse the virtual environments below and
 # install the pinned dependencies from requirements/.
 

@@ -243,7 +243,7 @@ def test_readme_category_table_is_the_registry():
     from graphbreak_doctor.analysis import categories
 
     text = (ROOT / "README.md").read_text(encoding="utf-8")
-    table = text.split("### Break categories", 1)[1].split("\n\n", 2)[1]
+    table = text.split("\n## Break categories", 1)[1].split("\n\n", 2)[1]
     rows = [line.split("|")[1:3] for line in table.splitlines()[2:]]
     assert [(name.strip().strip("`"), evidence.strip()) for name, evidence in rows] == [
         (c.name, c.evidence) for c in categories.REGISTRY
