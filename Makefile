@@ -1,4 +1,4 @@
-# Two set-up commands (see README): `make trace` runs the main job, `make test`
+# Two set-up commands (see README.md): `make trace` runs the main job, `make test`
 # runs the tests. Both create or reuse the virtual environments below and
 # install the pinned dependencies from requirements/.
 
@@ -8,10 +8,14 @@ VENV063 := .venv-fi063
 VENVSGL := .venv-sglang
 VENVSGL059 := .venv-sglang-0.5.9
 VENVSGL0521 := .venv-sglang-0.5.21
-PYTEST_ARGS ?=
+# --durations=30: every stage lists its slowest tests (CONTRIBUTING.md, where the time goes).
+PYTEST_ARGS ?= --durations=30
+# The traces the tests share (tests/conftest.py): one folder for the stages
+# of `make test` and for .ci/run's gates.
+TEST_TRACES := $(CURDIR)/reports/test-traces
 PIP_FLAGS := -q --disable-pip-version-check
 
-.PHONY: trace test test-main test-fi063 test-sglang test-sglang-0.5.9 test-sglang-0.5.21 chromium bench bench-matrix clean venv
+.PHONY: trace test test-stages test-main-then-fi063 test-main test-fi063 test-sglang test-sglang-0.5.9 test-sglang-0.5.21 chromium bench bench-matrix clean venv
 
 venv: $(VENV)/.installed $(VENV063)/.installed $(VENVSGL)/.installed
 
@@ -67,7 +71,18 @@ trace: $(VENV)/.installed
 	  $(VENV)/bin/graphbreak-doctor trace --layer dense --impl reference --json; \
 	fi
 
-test: test-main test-fi063 test-sglang
+# The three stages share their traces (tests/conftest.py) in one folder,
+# emptied first. The flashinfer 0.6.3 stage runs after the main one (it reads
+# the main stage's traces). With -j2 (.ci/run) the environments build while a
+# stage runs, and SGLang's stage runs beside the other two.
+test:
+	rm -rf $(TEST_TRACES)
+	GRAPHBREAK_DOCTOR_TEST_TRACES=$(TEST_TRACES) $(MAKE) test-stages
+
+test-stages: test-main-then-fi063 test-sglang
+
+test-main-then-fi063: test-main $(VENV063)/.installed
+	$(MAKE) test-fi063
 
 test-main: $(VENV)/.installed chromium
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
@@ -80,9 +95,10 @@ chromium:
 	  else echo "warning: chromium is not installed (apt-get install chromium): browser tests will skip" >&2; fi; }
 
 # The flashinfer 0.6.3 environment runs the tests that depend on the
-# FlashInfer version (marked `flashinfer`).
+# FlashInfer version (marked `flashinfer_version`; those marked `flashinfer`
+# need FlashInfer but not a version of it, and run in the main stage only).
 test-fi063: $(VENV063)/.installed
-	$(VENV063)/bin/python -m pytest -m flashinfer $(PYTEST_ARGS)
+	$(VENV063)/bin/python -m pytest -m flashinfer_version $(PYTEST_ARGS)
 
 # The SGLang environment runs the tests of SGLang's own layers (marked `sglang`).
 test-sglang: $(VENVSGL)/.installed

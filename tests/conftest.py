@@ -1,11 +1,19 @@
+import functools
+import json
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# Where the session's traces are kept. `make test` sets it (reports/test-traces,
+# emptied when it starts) so its three stages and .ci/run's gates read the same
+# traces; without it each session keeps its own in a temporary folder.
+TRACES_ENV = "GRAPHBREAK_DOCTOR_TEST_TRACES"
 
 
 def run_cli(*args: str, cwd: Path = ROOT, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -38,3 +46,139 @@ def sglang_has_tc_piecewise() -> bool:
 @pytest.fixture
 def cli():
     return run_cli
+
+
+def environment_name(python: str | Path = sys.executable) -> str:
+    """The environment an interpreter belongs to: its virtual environment's
+    folder name (.venv, .venv-fi063, .venv-sglang)."""
+    if Path(python) == Path(sys.executable):
+        return Path(sys.prefix).name
+    return Path(python).parent.parent.name
+
+
+@dataclass
+class Traced:
+    """One `graphbreak-doctor trace ARGS --json` run: its exit code, findings
+    (None when it wrote none: exit 2) and stderr; ``path``: the findings file."""
+
+    code: int
+    stderr: str
+    path: Path
+
+    @functools.cached_property
+    def findings(self):
+        """Shared by every test that reads this trace: copy before changing it."""
+        from graphbreak_doctor.findings import Findings
+
+        return Findings.from_json(self.path.read_text()) if self.path.exists() else None
+
+
+class Traces:
+    """`graphbreak-doctor trace` in a process of its own, as a user runs it,
+    once per (arguments, environment): the golden, diff, gate, ingest and report
+    tests read the same trace instead of tracing again. Arguments name the
+    target, device and mode in full; ``python`` picks another environment's
+    interpreter. Files: FOLDER/<environment>/<arguments>.json (the findings)
+    and .run.json (exit code and stderr, written last)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self._seen: dict[tuple, Traced] = {}
+
+    def path(self, *args: str, python: str | Path = sys.executable) -> Path:
+        from graphbreak_doctor.targets.factory import slug
+
+        return self.folder / environment_name(python) / f"{slug('-'.join(a.lstrip('-') for a in args))}.json"
+
+    def get(self, *args: str, python: str | Path = sys.executable, timeout: float = 900) -> Traced:
+        key = (args, environment_name(python))
+        if key in self._seen:
+            return self._seen[key]
+        path = self.path(*args, python=python)
+        run = path.with_suffix(".run.json")
+        if not run.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.unlink(missing_ok=True)
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+            done = subprocess.run([str(python), "-m", "graphbreak_doctor", "trace", *args, "--json", str(path),
+                                   "--no-html"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+            run.write_text(json.dumps({"exit": done.returncode, "stderr": done.stderr}))
+        data = json.loads(run.read_text())
+        self._seen[key] = Traced(data["exit"], data["stderr"], path)
+        return self._seen[key]
+
+
+@pytest.fixture(scope="session")
+def traces(tmp_path_factory) -> Traces:
+    folder = os.environ.get(TRACES_ENV)
+    return Traces(Path(folder) if folder else tmp_path_factory.mktemp("traces"))
+
+
+# FlashInfer's FP4 quantization wrapper on an emulated SM120, as .ci/run's gate traces it.
+FP4_WRAPPER = ("--target", "fixtures.flashinfer_targets:fp4_quantize_wrapper", "--device", "sm120", "--mode", "both")
+
+
+def other_flashinfer_python() -> Path | None:
+    """The test environment with the other pinned FlashInfer (see the Makefile)."""
+    import importlib.metadata
+
+    name = ".venv" if importlib.metadata.version("flashinfer-python").startswith("0.6.") else ".venv-fi063"
+    python = ROOT / name / "bin" / "python"
+    return python if python.exists() else None
+
+
+# --- golden files (tests/golden/): what a trace finds, committed for review ---------
+
+UPDATE_GOLDEN = "GRAPHBREAK_DOCTOR_UPDATE_GOLDEN"
+
+
+def golden_break(b) -> dict | None:
+    """A break as a golden file holds it: no line numbers, so moved code does
+    not change it; gb_type and the hit count, so a different break or a break
+    hit more often does."""
+    if b is None:
+        return None
+    function = b.actionable_frame.qualname if b.actionable_frame else ""
+    return {"category": b.category, "function": function, "package": b.package, "gb_type": b.gb_type,
+            "count": b.count}
+
+
+def golden_summary(traced: Traced) -> dict:
+    """The exit code, and a crash said in so many words: a golden file that
+    expects one names it (its first line, paths left out); one that does not
+    fails when the trace crashes."""
+    import re
+
+    findings = traced.findings
+    if findings is None:  # exit 2: the error line, paths left out
+        lines = [line for line in traced.stderr.splitlines() if line.startswith("graphbreak-doctor: error:")]
+        return {"exit": traced.code, "error": re.sub(r"/\S+/", "", lines[-1]) if lines else ""}
+    out: dict = {"exit": traced.code}
+    if findings.fullgraph.crashed:
+        first = (findings.fullgraph.error.splitlines() or [""])[0]
+        out["crash"] = re.sub(r"0x[0-9a-f]+", "0x", re.sub(r"/\S+/", "", first))[:200]
+    out.update({
+        "fullgraph_ok": findings.fullgraph.ok,
+        "fullgraph_first": golden_break(findings.break_by_id(findings.fullgraph.break_id)),
+        "breaks": [golden_break(b) for b in findings.breaks],
+    })
+    return out
+
+
+def check_golden(path: Path, got: dict) -> None:
+    """``got`` must equal the golden file. With GRAPHBREAK_DOCTOR_UPDATE_GOLDEN=1
+    a file that differs is rewritten and the test fails with what changed (run
+    again to pass): a change is never taken in without being shown."""
+    import difflib
+
+    text = json.dumps(got, indent=2) + "\n"
+    old = path.read_text() if path.exists() else ""
+    if os.environ.get(UPDATE_GOLDEN) == "1":
+        if text != old:
+            path.write_text(text)
+            diff = "".join(difflib.unified_diff(old.splitlines(True), text.splitlines(True),
+                                                f"a/{path.name}", f"b/{path.name}"))
+            pytest.fail(f"golden file rewritten ({UPDATE_GOLDEN}=1); what changed:\n{diff}", pytrace=False)
+        return
+    assert old, f"no golden file {path.name}; run with {UPDATE_GOLDEN}=1"
+    assert got == json.loads(old)

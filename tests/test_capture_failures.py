@@ -51,10 +51,11 @@ def test_fullgraph_failure_is_a_finding_not_a_crash(fixture, text, exception, ad
 
 
 def test_check_fails_the_gate_instead_of_crashing(cli):
-    result = cli("check", "--target", "fixtures.breaks.item_branch:target", "--device", "cpu", "--require-fullgraph")
+    result = cli("check", "--target", "fixtures.breaks.item_branch:target", "--device", "cpu", "--require-fullgraph",
+                 "--in-process")
     assert result.returncode == 1, result.stdout + result.stderr
     assert "crash" not in result.stdout.lower()
-    traced = cli("trace", "--target", "fixtures.breaks.item_branch:target", "--device", "cpu", "--no-html")
+    traced = cli("trace", "--target", "fixtures.breaks.item_branch:target", "--device", "cpu", "--no-html", "--in-process")
     assert traced.returncode == 0, traced.stderr
     assert "fullgraph: FAILED -- Guard on a data-dependent expression [data-dependent] at " \
            "fixtures/breaks/item_branch.py:" in traced.stdout
@@ -78,9 +79,9 @@ def test_a_fake_kernel_that_disagrees_with_its_kernel_is_still_a_crash(cli):
     source = ROOT / "fixtures" / "gate" / "wrong_fake.py"
     site = findings.fullgraph.site
     assert (site.file, site.line) == (str(source), line_of(source, "return pack_halves(x) @ w"))
-    result = cli("check", "--target", "fixtures.gate.wrong_fake:target", "--device", "cpu")
+    result = cli("check", "--target", "fixtures.gate.wrong_fake:target", "--device", "cpu", "--in-process")
     assert result.returncode == 3
-    traced = cli("trace", "--target", "fixtures.gate.wrong_fake:target", "--device", "cpu", "--no-html")
+    traced = cli("trace", "--target", "fixtures.gate.wrong_fake:target", "--device", "cpu", "--no-html", "--in-process")
     assert traced.returncode == 3
     assert "at fixtures/gate/wrong_fake.py:" in traced.stdout
 

@@ -348,7 +348,7 @@ def test_cuda_device_needs_a_gpu():
 # ------------------------------------------------------------------ dry JIT
 
 
-@pytest.mark.flashinfer
+@pytest.mark.flashinfer_version
 @needs_flashinfer
 @pytest.mark.parametrize("device", ["sm120", "sm100"])
 def test_dry_jit_builds_and_loads_the_arch_specific_module(device):
@@ -389,7 +389,7 @@ def test_dry_kernel_leaves_destination_buffers_alone():
         module.not_exported
 
 
-@pytest.mark.flashinfer
+@pytest.mark.flashinfer_version
 @needs_flashinfer
 def test_fake_nvcc_answers_flashinfer_version_probe():
     with EmulatedDevice("sm120"):
@@ -404,7 +404,7 @@ def test_fake_nvcc_answers_flashinfer_version_probe():
 TARGETS = ["fp4_quantize_wrapper", "fp4_quantize_op"]
 
 
-@pytest.mark.flashinfer
+@pytest.mark.flashinfer_version
 @needs_flashinfer
 @pytest.mark.parametrize("target", TARGETS)
 def test_no_break_warning_or_frame_points_into_emulation(target):
@@ -430,7 +430,7 @@ def test_no_break_warning_or_frame_points_into_emulation(target):
 # ----------------------------------------------------------- issue 3 facts
 
 
-@pytest.mark.flashinfer
+@pytest.mark.flashinfer_version
 @needs_flashinfer
 def test_issue3_flashinfer_063_story_on_sm120():
     from fixtures.flashinfer_targets import fp4_quantize_wrapper
@@ -466,7 +466,7 @@ def test_issue3_flashinfer_063_story_on_sm120():
     assert "flashinfer/jit/cpp_ext.py" in text and "get_cuda_version" in text
 
 
-@pytest.mark.flashinfer
+@pytest.mark.flashinfer_version
 @needs_flashinfer
 def test_issue3_flashinfer_074_registered_op_has_no_quantization_break():
     from fixtures.flashinfer_targets import fp4_quantize_op, fp4_quantize_wrapper
@@ -486,7 +486,7 @@ def test_issue3_flashinfer_074_registered_op_has_no_quantization_break():
     assert any("flashinfer/" in s for s in wrapper_log.with_stack())
 
 
-@pytest.mark.flashinfer
+@pytest.mark.flashinfer_version
 @needs_flashinfer
 def test_fp4_quantize_op_factory_explains_a_missing_op():
     from fixtures import flashinfer_targets

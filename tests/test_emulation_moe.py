@@ -22,7 +22,7 @@ from test_emulation import (
     needs_flashinfer,
 )
 
-pytestmark = [pytest.mark.flashinfer, needs_flashinfer]
+pytestmark = [pytest.mark.flashinfer_version, needs_flashinfer]
 
 # (target factory, device, output shapes/dtypes, JIT module names built+loaded)
 CASES = [

@@ -69,7 +69,7 @@ def third_party():
     return trace("fixtures.third_party:fp4_linear", mode="both", device="sm120")
 
 
-@pytest.mark.flashinfer
+@pytest.mark.flashinfer_version
 def test_a_break_inside_the_library_is_fixed_where_the_user_code_calls_it(third_party):
     import flashinfer
 
@@ -92,7 +92,7 @@ def test_a_break_inside_the_library_is_fixed_where_the_user_code_calls_it(third_
         assert fix.secondary.where.startswith("flashinfer/")
 
 
-@pytest.mark.flashinfer
+@pytest.mark.flashinfer_version
 def test_locks_and_memory_pools_inside_the_library_get_fitting_advice(third_party):
     locks = [b for b in third_party.breaks if b.gb_type == "Unsupported context manager"
              or b.culprit == "torch.cuda.memory.use_mem_pool"]
@@ -117,7 +117,7 @@ def test_locks_and_memory_pools_inside_the_library_get_fitting_advice(third_part
 # ------------------------------------------------------------------ verified fixes
 
 
-@pytest.mark.flashinfer
+@pytest.mark.flashinfer_version
 def test_the_report_and_the_ladder_agree_on_the_fix_inside_a_library(cli, tmp_path, third_party):
     ladder = tmp_path / "fix.json"
     fixed = cli("fix", "--target", "fixtures.third_party:fp4_linear", "--json", str(ladder), "--no-html")
@@ -144,7 +144,7 @@ def test_the_report_and_the_ladder_agree_on_the_fix_inside_a_library(cli, tmp_pa
 def test_the_ladder_verifies_the_fix_and_the_trace_report_shows_it(cli, tmp_path):
     ladder = tmp_path / "fix.json"
     fixed = cli("fix", "--target", "fixtures.breaks.subprocess_call:target", "--device", "cpu", "--json",
-                str(ladder), "--no-html")
+                str(ladder), "--no-html", "--in-process")
     assert fixed.returncode == 0, fixed.stderr
     saved = json.loads(ladder.read_text())
     (rung,) = saved["ladder"]
@@ -154,7 +154,7 @@ def test_the_ladder_verifies_the_fix_and_the_trace_report_shows_it(cli, tmp_path
 
     report = tmp_path / "trace.json"
     traced = cli("trace", "--target", "fixtures.breaks.subprocess_call:target", "--device", "cpu", "--ladder",
-                 str(ladder), "--json", str(report), "--html", str(tmp_path / "trace.html"))
+                 str(ladder), "--json", str(report), "--html", str(tmp_path / "trace.html"), "--in-process")
     assert traced.returncode == 0, traced.stderr
     (b,) = json.loads(report.read_text())["breaks"]
     assert b["fix"]["verified"] is True
@@ -177,7 +177,7 @@ def test_the_ladder_in_this_process_marks_its_fix_verified():
 def test_a_file_without_a_ladder_is_a_usage_error(cli, tmp_path):
     plain = tmp_path / "plain.json"
     assert cli("trace", "--target", "fixtures.breaks.clean:target", "--device", "cpu", "--json", str(plain),
-               "--no-html").returncode == 0
+               "--no-html", "--in-process").returncode == 0
     result = cli("trace", "--target", "fixtures.breaks.clean:target", "--device", "cpu", "--ladder", str(plain),
                  "--no-html")
     assert result.returncode == 2

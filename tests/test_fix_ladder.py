@@ -7,6 +7,7 @@ import importlib
 import json
 import os
 import sys
+from dataclasses import dataclass
 
 import pytest
 import torch
@@ -33,10 +34,54 @@ def _steps(findings: Findings) -> list[tuple[str, str, str]]:
 # ------------------------------------------------------------ FlashInfer
 
 
-@pytest.mark.flashinfer
-@pytest.mark.skipif(not FLASHINFER.startswith("0.6."), reason="the user's story is on flashinfer 0.6.x")
-def test_user_story_ladder_on_flashinfer_063():
+def _attribute_snapshot(prefixes: tuple[str, ...]) -> dict[tuple[str, str], int]:
+    snap = {}
+    for name, module in list(sys.modules.items()):
+        if module is not None and name.startswith(prefixes):
+            for attr, value in list(vars(module).items()):
+                snap[(name, attr)] = id(value)
+    return snap
+
+
+@dataclass
+class LadderRun:
+    """One fix() of FlashInfer's FP4 wrapper and what the process looked like
+    before and right after it."""
+
+    findings: Findings
+    before: dict
+    after: dict
+    originals: tuple
+    restored: tuple
+    mtimes: dict
+    mtimes_after: dict
+    ops_left: list
+
+
+@pytest.fixture(scope="module")
+def fp4_ladder() -> LadderRun:
+    """The ladder on FlashInfer's FP4 wrapper, run once per environment: the
+    version's own ladder and the undo are checked on the same run."""
+    import flashinfer.jit.cpp_ext as cpp_ext
+    from torch._library import custom_ops
+
+    with device_context("sm120"):
+        import fixtures.flashinfer_targets  # noqa: F401  (imported before the snapshot)
+    files = {m.__file__ for n, m in list(sys.modules.items()) if n.startswith("flashinfer") and getattr(m, "__file__", None)}
+    mtimes = {f: os.stat(f).st_mtime_ns for f in files}
+    before = _attribute_snapshot(("flashinfer", "fixtures"))
+    originals = (flashinfer.fp4_quantize, cpp_ext.get_cuda_version)
     findings = fix(target_builder(FP4_WRAPPER), device="sm120")
+    return LadderRun(findings, before, _attribute_snapshot(("flashinfer", "fixtures")), originals,
+                     (flashinfer.fp4_quantize, cpp_ext.get_cuda_version), mtimes,
+                     {f: os.stat(f).st_mtime_ns for f in files},
+                     [q for q in custom_ops.OPDEFS if q.startswith(OP_NAMESPACE + "::")])
+
+
+@pytest.mark.flashinfer_version
+@pytest.mark.skipif(not FLASHINFER.startswith("0.6."), reason="the user's story is on flashinfer 0.6.x")
+def test_user_story_ladder_on_flashinfer_063(fp4_ladder):
+    findings = fp4_ladder.findings
     assert [r.category for r in findings.ladder] == ["subprocess", "filesystem", "opaque-call", "opaque-call"]
     assert _steps(findings) == [
         ("subprocess", "hoist-subprocess", "next failure"),
@@ -60,16 +105,16 @@ def test_user_story_ladder_on_flashinfer_063():
     assert all(findings.break_by_id(r.break_id) is not None for r in findings.ladder)
 
 
-@pytest.mark.flashinfer
+@pytest.mark.flashinfer_version
 @pytest.mark.skipif(not FLASHINFER.startswith("0.7."), reason="torch.ops.flashinfer.fp4_quantize exists from 0.7")
-def test_registered_op_ladder_on_flashinfer_07x():
-    findings = fix(target_builder(FP4_WRAPPER), device="sm120")
+def test_registered_op_ladder_on_flashinfer_07x(fp4_ladder):
+    findings = fp4_ladder.findings
     assert _steps(findings) == [("subprocess", "use-registered-op", "fullgraph ok")]
     assert findings.fix.recipes == ["use-registered-op"]
     assert "torch.ops.flashinfer.fp4_quantize(" in findings.ladder[0].patch
 
 
-@pytest.mark.flashinfer
+@pytest.mark.flashinfer_version
 def test_catalogue_fake_matches_flashinfer_under_fake_tensors():
     """The fp4_quantize fake gives the shapes the installed FlashInfer gives."""
     from graphbreak_doctor.recipes.catalogue import fp4_quantize_fake
@@ -88,41 +133,19 @@ def test_catalogue_fake_matches_flashinfer_under_fake_tensors():
             assert [(t.shape, t.dtype) for t in fake] == [(t.shape, t.dtype) for t in real], (m, k, swizzled)
 
 
-def _attribute_snapshot(prefixes: tuple[str, ...]) -> dict[tuple[str, str], int]:
-    snap = {}
-    for name, module in list(sys.modules.items()):
-        if module is not None and name.startswith(prefixes):
-            for attr, value in list(vars(module).items()):
-                snap[(name, attr)] = id(value)
-    return snap
-
-
-@pytest.mark.flashinfer
-def test_every_patch_is_undone_and_nothing_on_disk_changes():
-    import flashinfer.jit.cpp_ext as cpp_ext
-
-    with device_context("sm120"):
-        import fixtures.flashinfer_targets  # noqa: F401  (imported before the snapshot)
-    files = {m.__file__ for n, m in list(sys.modules.items()) if n.startswith("flashinfer") and getattr(m, "__file__", None)}
-    mtimes = {f: os.stat(f).st_mtime_ns for f in files}
-    before = _attribute_snapshot(("flashinfer", "fixtures"))
-    originals = (flashinfer.fp4_quantize, cpp_ext.get_cuda_version)
-
-    findings = fix(target_builder(FP4_WRAPPER), device="sm120")
-    assert findings.fix.ok and len(findings.ladder) >= 1
-
-    after = _attribute_snapshot(("flashinfer", "fixtures"))
+@pytest.mark.flashinfer_version
+def test_every_patch_is_undone_and_nothing_on_disk_changes(fp4_ladder):
+    assert fp4_ladder.findings.fix.ok and len(fp4_ladder.findings.ladder) >= 1
+    before, after = fp4_ladder.before, fp4_ladder.after
     changed = sorted(k for k in before if k in after and after[k] != before[k] and k[1] != "__warningregistry__")
     assert changed == []
-    assert (flashinfer.fp4_quantize, cpp_ext.get_cuda_version) == originals
-    assert {f: os.stat(f).st_mtime_ns for f in files} == mtimes
+    assert fp4_ladder.restored == fp4_ladder.originals
+    assert fp4_ladder.mtimes_after == fp4_ladder.mtimes
     # Temporary ops are removed from the dispatcher again.
-    from torch._library import custom_ops
-
-    assert not [q for q in custom_ops.OPDEFS if q.startswith(OP_NAMESPACE + "::")]
+    assert fp4_ladder.ops_left == []
 
 
-@pytest.mark.flashinfer
+@pytest.mark.flashinfer_version
 @pytest.mark.slow
 def test_glm5_dense_layer_ladder_ends_with_fullgraph_ok():
     from graphbreak_doctor.targets import glm5
@@ -186,7 +209,8 @@ def test_step_limit():
 
 def test_cli_fix_json(cli, tmp_path):
     out = tmp_path / "fix.json"
-    proc = cli("fix", "--target", "fixtures.breaks.subprocess_call:target", "--device", "cpu", "--json", str(out), "--no-html")
+    proc = cli("fix", "--target", "fixtures.breaks.subprocess_call:target", "--device", "cpu", "--json", str(out), "--no-html",
+               "--in-process")
     assert proc.returncode == 0, proc.stderr
     assert "1. [subprocess]" in proc.stdout and "hoist-subprocess -> FULLGRAPH OK" in proc.stdout
     assert "verdict: fullgraph OK after 1 change(s): hoist-subprocess" in proc.stdout

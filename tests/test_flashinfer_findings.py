@@ -5,16 +5,19 @@ import importlib.metadata
 
 import pytest
 
-from graphbreak_doctor.diagnose import diagnose, target_builder
+from conftest import FP4_WRAPPER
 
-pytestmark = pytest.mark.flashinfer
+pytestmark = pytest.mark.flashinfer_version
 FLASHINFER = importlib.metadata.version("flashinfer-python")
 HAS_OP = not FLASHINFER.startswith("0.6.")
 
 
 @pytest.fixture(scope="module")
-def wrapper():
-    return diagnose(target_builder("fixtures.flashinfer_targets:fp4_quantize_wrapper"), mode="both", device="sm120")
+def wrapper(traces):
+    """The wrapper traced in a process of its own, as a user runs it (the session's traces)."""
+    done = traces.get(*FP4_WRAPPER)
+    assert done.code == 0, done.stderr[-3000:]
+    return done.findings
 
 
 def test_wrapper_breaks_have_the_four_categories_and_fullgraph_fails_on_subprocess(wrapper):
@@ -45,8 +48,9 @@ def test_wrapper_fix_points_to_the_registered_op(wrapper):
 
 
 @pytest.mark.skipif(not HAS_OP, reason="torch.ops.flashinfer.fp4_quantize exists from flashinfer 0.7")
-def test_registered_op_has_no_quantization_break():
-    findings = diagnose(target_builder("fixtures.flashinfer_targets:fp4_quantize_op"), mode="both", device="sm120")
+def test_registered_op_has_no_quantization_break(traces):
+    findings = traces.get("--target", "fixtures.flashinfer_targets:fp4_quantize_op", "--device", "sm120",
+                          "--mode", "both").findings
     assert findings.breaks == []
     assert findings.fullgraph.ok is True
 

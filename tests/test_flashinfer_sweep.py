@@ -27,7 +27,7 @@ import pytest
 
 from conftest import ROOT
 
-pytestmark = [pytest.mark.flashinfer, pytest.mark.sweep]
+pytestmark = [pytest.mark.flashinfer_version, pytest.mark.sweep]
 
 flashinfer = pytest.importorskip("flashinfer")
 

@@ -2,7 +2,8 @@
 baselines that survive line shifts, JUnit XML and SARIF.
 
 Real Dynamo runs throughout: the CLI through a subprocess (tests/conftest.py
-run_cli), the checks in-process over one diagnosis per module.
+run_cli; --in-process: what runs in the worker processes is tests/test_faults.py's
+subject), the checks in-process over one diagnosis per module.
 """
 
 from __future__ import annotations
@@ -104,7 +105,7 @@ def copy_fixture(dest_root: Path, source: str) -> Path:
 
 def test_clean_target_passes_every_check(tmp_path):
     xml, sar = tmp_path / "gate.xml", tmp_path / "gate.sarif"
-    result = run_cli("check", "--target", CLEAN, "--device", "cpu", "--require-fullgraph", "--max-breaks", "0",
+    result = run_cli("check", "--in-process", "--target", CLEAN, "--device", "cpu", "--require-fullgraph", "--max-breaks", "0",
                      "--fail-on", "subprocess", "--junit", str(xml), "--sarif", str(sar),
                      env={"GITHUB_ACTIONS": "true"})
     assert result.returncode == 0, result.stdout + result.stderr
@@ -122,7 +123,7 @@ def test_clean_target_passes_every_check(tmp_path):
 @pytest.fixture(scope="module")
 def failing(tmp_path_factory):
     out = tmp_path_factory.mktemp("failing")
-    result = run_cli("check", "--target", SUBPROCESS, "--device", "cpu", "--require-fullgraph",
+    result = run_cli("check", "--in-process", "--target", SUBPROCESS, "--device", "cpu", "--require-fullgraph",
                      "--fail-on", "subprocess,logging", "--junit", str(out / "gate.xml"),
                      "--sarif", str(out / "gate.sarif"), "--json", str(out / "findings.json"),
                      env={"GITHUB_ACTIONS": "true", "GITHUB_WORKSPACE": str(ROOT)})
@@ -185,7 +186,7 @@ def test_github_annotations_on_the_changeable_line(failing):
 
 
 def test_annotations_only_under_github_actions(tmp_path):
-    result = run_cli("check", "--target", SUBPROCESS, "--device", "cpu", "--mode", "fullgraph",
+    result = run_cli("check", "--in-process", "--target", SUBPROCESS, "--device", "cpu", "--mode", "fullgraph",
                      env={"GITHUB_ACTIONS": ""})
     assert result.returncode == 1
     assert "::error" not in result.stdout
@@ -225,7 +226,7 @@ def test_usage_errors_exit_2_in_one_line(tmp_path, extra, message):
     extra = [e.replace("{tmp}", str(tmp_path)) for e in extra]
     extra = [_bad_baseline(tmp_path, e[4:]) if e.startswith("bad:") else e for e in extra]
     junit_path = tmp_path / "gate.xml"
-    result = run_cli("check", "--target", CLEAN, "--device", "cpu", *extra, "--junit", str(junit_path))
+    result = run_cli("check", "--in-process", "--target", CLEAN, "--device", "cpu", *extra, "--junit", str(junit_path))
     assert result.returncode == 2, result.stdout + result.stderr
     assert message in one_line_error(result)
     assert not junit_path.exists()
@@ -233,14 +234,14 @@ def test_usage_errors_exit_2_in_one_line(tmp_path, extra, message):
 
 def test_baseline_without_this_target_exits_2(tmp_path):
     path = _bad_baseline(tmp_path, _valid_baseline(target="fixtures.breaks.other:target"))
-    result = run_cli("check", "--target", CLEAN, "--device", "cpu", "--mode", "fullgraph", "--baseline", path)
+    result = run_cli("check", "--in-process", "--target", CLEAN, "--device", "cpu", "--mode", "fullgraph", "--baseline", path)
     assert result.returncode == 2
     assert f"has no entry for target {CLEAN} (it has: fixtures.breaks.other:target)" in one_line_error(result)
 
 
 def test_baseline_write_refuses_to_overwrite_a_broken_file(tmp_path):
     path = _bad_baseline(tmp_path, "not json")
-    result = run_cli("baseline", "write", "--target", CLEAN, "--device", "cpu", "-o", path)
+    result = run_cli("baseline", "write", "--in-process", "--target", CLEAN, "--device", "cpu", "-o", path)
     assert result.returncode == 2
     assert "refusing to overwrite it" in one_line_error(result)
     assert Path(path).read_text() == "not json"
@@ -248,7 +249,7 @@ def test_baseline_write_refuses_to_overwrite_a_broken_file(tmp_path):
 
 def test_baseline_needs_an_action_and_an_output():
     assert run_cli("baseline").returncode == 2
-    result = run_cli("baseline", "write", "--target", CLEAN)
+    result = run_cli("baseline", "write", "--in-process", "--target", CLEAN)
     assert result.returncode == 2 and "-o/--output" in one_line_error(result)
 
 
@@ -256,7 +257,7 @@ def test_baseline_needs_an_action_and_an_output():
 
 def test_crash_under_dynamo_exits_3_and_reports_an_error(tmp_path):
     xml, sar = tmp_path / "gate.xml", tmp_path / "gate.sarif"
-    result = run_cli("check", "--target", CRASH, "--device", "cpu", "--junit", str(xml), "--sarif", str(sar))
+    result = run_cli("check", "--in-process", "--target", CRASH, "--device", "cpu", "--junit", str(xml), "--sarif", str(sar))
     assert result.returncode == 3, result.stdout + result.stderr
     assert "the target crashed under Dynamo (not a graph break): TorchRuntimeError" in result.stdout
     assert "gate: CRASHED" in result.stdout
@@ -272,7 +273,7 @@ def test_crash_under_dynamo_exits_3_and_reports_an_error(tmp_path):
 
 def test_baseline_write_of_a_crashing_target_exits_3_and_writes_nothing(tmp_path):
     out = tmp_path / "b.json"
-    result = run_cli("baseline", "write", "--target", CRASH, "--device", "cpu", "--mode", "fullgraph", "-o", str(out))
+    result = run_cli("baseline", "write", "--in-process", "--target", CRASH, "--device", "cpu", "--mode", "fullgraph", "-o", str(out))
     assert result.returncode == 3
     assert "crashed under Dynamo" in result.stderr and "no baseline written" in result.stderr
     assert not out.exists()
@@ -284,7 +285,7 @@ def test_baseline_write_of_a_crashing_target_exits_3_and_writes_nothing(tmp_path
 def drifting_baseline(tmp_path_factory):
     """Baseline of fixtures/gate/drifting.py as committed (subprocess + logging)."""
     path = tmp_path_factory.mktemp("baseline") / "drifting.json"
-    result = run_cli("baseline", "write", "--target", DRIFTING, "--device", "cpu", "-o", str(path))
+    result = run_cli("baseline", "write", "--in-process", "--target", DRIFTING, "--device", "cpu", "-o", str(path))
     assert result.returncode == 0, result.stderr
     assert f"{DRIFTING} (cpu, both): 2 accepted break key(s): logging, subprocess" in result.stdout
     return path
@@ -308,7 +309,7 @@ def test_baseline_survives_a_line_shift(tmp_path, drifting_baseline):
     shifted = "# a new licence header\n" * 7 + shifted.replace("\n\n\ndef ", "\n\n\n# moved\n\n\ndef ")
     copy_fixture(tmp_path, shifted)
     sar = tmp_path / "gate.sarif"
-    result = run_cli("check", "--target", DRIFTING, "--device", "cpu", "--baseline", str(drifting_baseline),
+    result = run_cli("check", "--in-process", "--target", DRIFTING, "--device", "cpu", "--baseline", str(drifting_baseline),
                      "--sarif", str(sar), cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "gate: passed" in result.stdout and "no longer seen" not in result.stdout
@@ -328,7 +329,7 @@ def test_new_break_fails_and_disappeared_one_is_reported(tmp_path, drifting_base
     assert "os.path.exists" in edited
     copy_fixture(tmp_path, edited)
     xml, sar = tmp_path / "gate.xml", tmp_path / "gate.sarif"
-    result = run_cli("check", "--target", DRIFTING, "--device", "cpu", "--baseline", str(drifting_baseline),
+    result = run_cli("check", "--in-process", "--target", DRIFTING, "--device", "cpu", "--baseline", str(drifting_baseline),
                      "--junit", str(xml), "--sarif", str(sar), cwd=tmp_path, env={"GITHUB_ACTIONS": "true"})
     assert result.returncode == 1, result.stdout + result.stderr
     out = result.stdout
@@ -350,12 +351,12 @@ def test_new_break_fails_and_disappeared_one_is_reported(tmp_path, drifting_base
 def test_baseline_write_updates_one_target_and_keeps_the_others(tmp_path, drifting_baseline):
     path = tmp_path / "both.json"
     shutil.copy(drifting_baseline, path)
-    result = run_cli("baseline", "write", "--target", CLEAN, "--device", "cpu", "--mode", "fullgraph", "-o", str(path))
+    result = run_cli("baseline", "write", "--in-process", "--target", CLEAN, "--device", "cpu", "--mode", "fullgraph", "-o", str(path))
     assert result.returncode == 0, result.stderr
     data = baselines.load(path)
     assert [t.target for t in data.targets] == [CLEAN, DRIFTING]
     assert data.for_target(CLEAN).entries == [] and len(data.for_target(DRIFTING).entries) == 2
-    result = run_cli("baseline", "write", "--target", CLEAN, "--device", "sm120", "-o", str(path))
+    result = run_cli("baseline", "write", "--in-process", "--target", CLEAN, "--device", "sm120", "-o", str(path))
     assert result.returncode == 2 and "write a separate file per device" in one_line_error(result)
 
 
@@ -437,13 +438,13 @@ def test_policy_rejects_unknown_categories():
 
 def test_an_unparsed_break_report_fails_the_gate_with_exit_3(tmp_path):
     junit = tmp_path / "gate.xml"
-    result = run_cli("check", "--target", "fixtures.gate.unparsable:target", "--device", "cpu",
+    result = run_cli("check", "--in-process", "--target", "fixtures.gate.unparsable:target", "--device", "cpu",
                      "--max-breaks", "5", "--junit", str(junit))
     assert result.returncode == 3, result.stdout + result.stderr
     assert "1 break report could not be parsed (first: TypeError" in result.stdout
     errors = [r for case in junit_cases(junit).values() for r in case.result if isinstance(r, junitparser.Error)]
     assert errors and "could not be parsed" in errors[0].message
-    traced = run_cli("trace", "--target", "fixtures.gate.unparsable:target", "--device", "cpu", "--no-html",
+    traced = run_cli("trace", "--in-process", "--target", "fixtures.gate.unparsable:target", "--device", "cpu", "--no-html",
                      "--json", str(tmp_path / "f.json"))
     assert traced.returncode == 0 and "UNPARSED: 1 break report could not be parsed" in traced.stdout
     data = json.loads((tmp_path / "f.json").read_text())

@@ -1,77 +1,53 @@
 """Golden results: what the doctor finds in GLM-5-NVFP4's dense and MoE layers.
 
 One file per (layer, device, FlashInfer version) under tests/golden/, holding
-the fullgraph verdict and, per distinct break, category + actionable function
-+ package (no line numbers), so a change in what the doctor finds shows up in
-review. Regenerate after an intended change with
+the exit code (and the crash, when one is expected), the fullgraph verdict
+and, per distinct break, category + actionable function + package + gb_type +
+hit count (no line numbers), so a change in what the doctor finds shows up in
+review. After an intended change,
     GRAPHBREAK_DOCTOR_UPDATE_GOLDEN=1 make test
+rewrites the files that differ, and those tests fail with what changed.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
-import json
-import os
-import tempfile
-from pathlib import Path
 
 import pytest
 
-from graphbreak_doctor.findings import Findings
+from conftest import ROOT, check_golden, golden_summary
 
-pytestmark = [pytest.mark.slow, pytest.mark.flashinfer]
+pytestmark = [pytest.mark.slow, pytest.mark.flashinfer_version]
 
-GOLDEN = Path(__file__).parent / "golden"
+GOLDEN = ROOT / "tests" / "golden"
 FLASHINFER = importlib.metadata.version("flashinfer-python")
 PINNED = ("0.7.4", "0.6.3")
 CASES = [(layer, device) for layer in ("dense", "moe") for device in ("sm120", "sm100")]
 
 
-def summary(findings) -> dict:
-    return {
-        "fullgraph_ok": findings.fullgraph.ok,
-        "fullgraph_first": _entry(findings.break_by_id(findings.fullgraph.break_id)),
-        "breaks": [_entry(b) for b in findings.breaks],
-    }
+def layer_args(layer: str, device: str) -> tuple[str, ...]:
+    """`graphbreak-doctor trace` of a layer as `make trace` and .ci/run's gate run it."""
+    return ("--layer", layer, "--impl", "reference", "--device", device, "--mode", "both")
 
 
-def _entry(b) -> dict | None:
-    if b is None:
-        return None
-    function = b.actionable_frame.qualname if b.actionable_frame else ""
-    return {"category": b.category, "function": function, "package": b.package}
-
-
-_traced: dict = {}
-
-
-def traced(cli, layer: str, device: str):
-    """Findings of `graphbreak-doctor trace --layer L` in a fresh process, as a
-    user runs it: FlashInfer keeps process-wide state (its autotuner singleton
-    is created, under a lock, by the first call), so a trace after other
-    traces in the same process can see fewer breaks."""
-    if (layer, device) not in _traced:
-        out = Path(tempfile.mkdtemp()) / "findings.json"
-        result = cli("trace", "--layer", layer, "--device", device, "--json", str(out), "--no-html")
-        assert result.returncode in (0, 3), result.stderr
-        _traced[(layer, device)] = Findings.from_json(out.read_text())
-    return _traced[(layer, device)]
+def traced(traces, layer: str, device: str):
+    """`graphbreak-doctor trace --layer L` in a fresh process, as a user runs it
+    (FlashInfer keeps process-wide state: its autotuner singleton is created,
+    under a lock, by the first call, so a trace after other traces in the
+    same process can see fewer breaks); shared through the session's traces."""
+    return traces.get(*layer_args(layer, device))
 
 
 @pytest.mark.skipif(FLASHINFER not in PINNED, reason=f"golden files are for flashinfer {PINNED}")
 @pytest.mark.parametrize("layer,device", CASES)
-def test_golden(cli, layer, device):
-    path = GOLDEN / f"glm5-{layer}-{device}-flashinfer-{FLASHINFER}.json"
-    got = summary(traced(cli, layer, device))
-    if os.environ.get("GRAPHBREAK_DOCTOR_UPDATE_GOLDEN") == "1":
-        path.write_text(json.dumps(got, indent=2) + "\n")
-    assert path.exists(), f"no golden file {path.name}; run with GRAPHBREAK_DOCTOR_UPDATE_GOLDEN=1"
-    assert got == json.loads(path.read_text())
+def test_golden(traces, layer, device):
+    check_golden(GOLDEN / f"glm5-{layer}-{device}-flashinfer-{FLASHINFER}.json",
+                 golden_summary(traced(traces, layer, device)))
 
 
 @pytest.mark.skipif(FLASHINFER != "0.6.3", reason="the user's story is on flashinfer 0.6.3")
-def test_user_story_dense_sm120_shows_subprocess_and_filesystem_in_fp4_quantization(cli):
-    findings = traced(cli, "dense", "sm120")
+def test_user_story_dense_sm120_shows_subprocess_and_filesystem_in_fp4_quantization(traces):
+    findings = traced(traces, "dense", "sm120").findings
     first = findings.break_by_id(findings.fullgraph.break_id)
     assert findings.fullgraph.ok is False and first.category == "subprocess"
     by_category = {}
@@ -86,8 +62,8 @@ def test_user_story_dense_sm120_shows_subprocess_and_filesystem_in_fp4_quantizat
 
 
 @pytest.mark.parametrize("layer,device", CASES)
-def test_findings_record_what_was_traced(cli, layer, device):
-    info = traced(cli, layer, device).target
+def test_findings_record_what_was_traced(traces, layer, device):
+    info = traced(traces, layer, device).findings.target
     shapes, facts = info.shapes, info.facts
     assert info.provider == "glm5" and info.title.endswith(f"{layer} layer {0 if layer == 'dense' else 3}")
     assert facts["layer_kind"] == layer
@@ -99,8 +75,8 @@ def test_findings_record_what_was_traced(cli, layer, device):
 
 
 @pytest.mark.parametrize("layer,device", CASES)
-def test_emulation_never_appears_in_layer_findings(cli, layer, device):
-    findings = traced(cli, layer, device)
+def test_emulation_never_appears_in_layer_findings(traces, layer, device):
+    findings = traced(traces, layer, device).findings
     assert findings.device["emulated"] is True
     text = findings.to_json()
     for part in ("graphbreak_doctor/emulation", "graphbreak_doctor.emulation"):

@@ -15,7 +15,7 @@ import pytest
 from graphbreak_doctor.emulation import host_build
 
 # In the SGLang environment too: its Triton brings the CUDA host headers.
-pytestmark = [pytest.mark.flashinfer, pytest.mark.sglang]
+pytestmark = [pytest.mark.flashinfer_version, pytest.mark.sglang]
 
 ROOT = Path(__file__).resolve().parents[1]
 PLANNER = {"inspect_metadata", "resolve_format", "format_info", "metadata_candidates", "resolve_attention",

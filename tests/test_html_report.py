@@ -24,6 +24,8 @@ from graphbreak_doctor.diagnose import diagnose, target_builder
 from graphbreak_doctor.findings import Findings, Rung
 from graphbreak_doctor.render import html, svg
 
+from conftest import FP4_WRAPPER
+
 ROOT = Path(__file__).resolve().parents[1]
 HOSTILE = ("<script>alert(1)</script>", "</textarea>")
 FIXTURES = [
@@ -31,7 +33,7 @@ FIXTURES = [
     "builtin_namespace", "builtin_datetime", "data_dependent", "logging_calls", "lru_hazard", "clean",
     "hostile_text",
 ]
-SECTIONS = ["verdict", "root-causes", "breaks", "decompiled", "call-graph", "hazards"]
+SECTIONS = ["verdict", "root-causes", "breaks", "how-traced", "decompiled", "call-graph", "hazards"]
 TWO_MB = 2_000_000
 
 
@@ -375,8 +377,8 @@ def test_ladder_is_a_timeline_when_present(fixture_reports):
 
 
 @pytest.mark.flashinfer
-def test_fp4_flashinfer_report():
-    findings = trace("fixtures.flashinfer_targets:fp4_quantize_wrapper", device="sm120")
+def test_fp4_flashinfer_report(traces):
+    findings = traces.get(*FP4_WRAPPER).findings
     page = html.render(findings)
     doc = parse(page)
     check_document(findings, page, doc)
@@ -407,8 +409,10 @@ def test_many_breaks_report_is_small_and_complete(tmp_path):
     (ROOT / "test-artifacts" / "many-breaks.html").write_text(page, encoding="utf-8")
 
 
-def test_layer_meta_shows_in_the_banner(fixture_reports):
-    """A target's title, shapes and facts (weight formats...) show in the banner."""
+def test_layer_meta_is_folded_below_the_breaks(fixture_reports):
+    """A target's title shows in the banner; its shapes and facts (weight
+    formats...) in "How it was traced", folded, below the root causes and the
+    breaks with their fixes."""
     findings, _page, _doc = fixture_reports["subprocess_call"]
     data = json.loads(findings.to_json())
     data["target"].update(
@@ -418,9 +422,13 @@ def test_layer_meta_shows_in_the_banner(fixture_reports):
     )
     doc = parse(html.render(Findings.from_dict(data)))
     assert "GLM-5 (GlmMoeDsaForCausalLM) dense layer 0" in squash(doc.find_all("h1")[0].text())
-    facts = definitions(doc.by_id("verdict").find_all("dl", cls="facts")[0])
+    how = doc.by_id("how-traced")
+    (folded,) = how.find_all("details", cls="how-traced")
+    assert "open" not in folded.attrs
+    facts = definitions(how.find_all("dl", cls="facts")[0])
     assert facts["shapes"] == "hidden_size=6144, tokens=128, tp=1"
-    assert definitions(doc.by_id("verdict").find_all("dl", cls="nested")[0]) == {"attention": "bf16", "mlp": "nvfp4 <e2m1>"}
+    assert definitions(how.find_all("dl", cls="nested")[0]) == {"attention": "bf16", "mlp": "nvfp4 <e2m1>"}
+    assert not doc.by_id("verdict").find_all("dl", cls="nested") and "hidden_size" not in doc.by_id("verdict").text()
     assert "flashinfer notes" not in facts  # empty values are left out
 
 

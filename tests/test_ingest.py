@@ -175,14 +175,14 @@ def test_repeated_breaks_are_counted_like_a_live_trace(tmp_path):
     assert [(s, b.count) for s, b in zip(shape(logged), logged.breaks)] == want
 
 
-def trace_in_a_fresh_process(cli, spec: str, device: str, out: Path) -> Findings:
-    """`graphbreak-doctor trace` in a process of its own: FlashInfer keeps state
-    between calls (its AutoTuner singleton breaks on a lock only when it is
-    created), so both sides start from a fresh process."""
-    done = cli("trace", "--target", spec, "--device", device, "--json", str(out), "--no-html")
+def trace_in_a_fresh_process(traces, spec: str, device: str) -> Findings:
+    """`graphbreak-doctor trace` in a process of its own (the session's traces):
+    FlashInfer keeps state between calls (its AutoTuner singleton breaks on a
+    lock only when it is created), so both sides start from a fresh process."""
+    done = traces.get("--target", spec, "--device", device, "--mode", "both")
     # 3: Dynamo crashed after the breaks (FlashInfer 0.6.3's AutoTuner in explain mode).
-    assert done.returncode in (0, 3), done.stderr[-3000:]
-    return Findings.from_json(out.read_text())
+    assert done.code in (0, 3) and done.findings is not None, done.stderr[-3000:]
+    return done.findings
 
 
 FLASHINFER_TARGETS = [
@@ -196,13 +196,13 @@ FLASHINFER_TARGETS = [
 ]
 
 
-@pytest.mark.flashinfer
+@pytest.mark.flashinfer_version
 @pytest.mark.parametrize("factory,device", FLASHINFER_TARGETS)
-def test_flashinfer_round_trip_on_emulated_devices(cli, tmp_path, factory, device):
+def test_flashinfer_round_trip_on_emulated_devices(traces, tmp_path, factory, device):
     if factory == "fp4_quantize_op" and not HAS_OP:
         pytest.skip("torch.ops.flashinfer.fp4_quantize exists from flashinfer 0.7")
     spec = f"fixtures.flashinfer_targets:{factory}"
-    traced = trace_in_a_fresh_process(cli, spec, device, tmp_path / "traced.json")
+    traced = trace_in_a_fresh_process(traces, spec, device)
     out = record(spec, tmp_path / "run", emulate=device)
     ingested = ingest([str(out / "trace")])
     assert shape(ingested) == shape(traced)

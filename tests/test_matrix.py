@@ -3,7 +3,8 @@ each cell's own environment, the table / JSON / HTML of what they found,
 bisection, and bad input.
 
 The fast tests build reference-layer environments (no SGLang: torch from the
-local wheel, FlashInfer from uv's cache) and trace in fullgraph mode. The
+local wheel, FlashInfer from uv's cache) in the doctor's cache folder, where
+they are kept for the next run, and trace in fullgraph mode. The
 tests that build SGLang environments are slow (several GB, minutes) and run
 only with GRAPHBREAK_DOCTOR_MATRIX_SGLANG=1.
 """
@@ -21,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from graphbreak_doctor.findings import Findings
-from graphbreak_doctor.matrix.envs import Builder, EnvSpec, installed
+from graphbreak_doctor.matrix.envs import Builder, EnvSpec, default_envs_dir, installed
 from graphbreak_doctor.matrix.result import CRASHED, FAILED, NOT_RUNNABLE, OK, Cell
 from graphbreak_doctor.matrix.run import bisect
 
@@ -40,8 +41,11 @@ def doctor(*args: str, cwd: Path, timeout: float = 1200) -> subprocess.Completed
 
 
 @pytest.fixture(scope="session")
-def envs_dir(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("matrix-envs")
+def envs_dir() -> Path:
+    """The doctor's own environments folder (graphbreak_doctor/cache.py): kept
+    between runs, as `matrix` keeps them, and built from uv's cache; a second
+    run of the tests builds nothing."""
+    return default_envs_dir()
 
 
 @pytest.fixture(scope="session")

@@ -4,7 +4,7 @@ SGLang environment (``make test-sglang``; skipped where SGLang is not installed)
 What holds for every supported SGLang release is asserted by feature (does
 the release wrap FlashInfer's quantization in its own op?), never by version
 string; what one release gives is in the golden files, one per layer x device
-x SGLang release:
+x SGLang release (tests/test_glm5_golden.py says how they are rewritten):
     GRAPHBREAK_DOCTOR_UPDATE_GOLDEN=1 make test-sglang
 """
 
@@ -14,16 +14,15 @@ import importlib.metadata
 import importlib.util
 import json
 import os
-import re
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 
-from conftest import sglang_has_tc_piecewise
 from graphbreak_doctor.findings import Findings
+
+from conftest import check_golden, golden_summary, sglang_has_tc_piecewise
 
 HAS_SGLANG = importlib.util.find_spec("sglang") is not None
 pytestmark = [pytest.mark.sglang, pytest.mark.skipif(not HAS_SGLANG, reason="SGLang is not installed")]
@@ -33,25 +32,16 @@ GOLDEN = Path(__file__).parent / "golden"
 SGLANG = importlib.metadata.version("sglang") if HAS_SGLANG else ""
 DEVICES = ("sm120", "sm100", "sm90")
 
-_traced: dict = {}
-
-
-def traced(cli, layer: str, device: str = "sm120", mode: str = "both", *extra: str) -> tuple[int, Findings | None, str]:
+def traced(traces, layer: str, device: str = "sm120", mode: str = "both", *extra: str) -> tuple[int, Findings | None, str]:
     """(exit code, findings, stderr) of `trace --layer L --impl sglang` in a
-    fresh process, as a user runs it; cached per arguments."""
-    key = (layer, device, mode, extra)
-    if key not in _traced:
-        out = Path(tempfile.mkdtemp()) / "findings.json"
-        result = cli("trace", "--layer", layer, "--impl", "sglang", "--device", device, "--mode", mode, *extra,
-                     "--json", str(out), "--no-html")
-        assert result.returncode in (0, 2, 3), result.stderr[-3000:]
-        findings = Findings.from_json(out.read_text()) if out.exists() else None
-        _traced[key] = (result.returncode, findings, result.stderr)
-    return _traced[key]
+    fresh process, as a user runs it; once per arguments (the session's traces)."""
+    done = traces.get("--layer", layer, "--impl", "sglang", "--device", device, "--mode", mode, *extra)
+    assert done.code in (0, 2, 3), done.stderr[-3000:]
+    return done.code, done.findings, done.stderr
 
 
-def ok(cli, *args: str) -> Findings:
-    code, findings, stderr = traced(cli, *args)
+def ok(traces, *args: str) -> Findings:
+    code, findings, stderr = traced(traces, *args)
     assert code == 0 and findings is not None, stderr[-3000:]
     return findings
 
@@ -66,44 +56,27 @@ def wraps_fp4_quantize() -> bool:
 # ------------------------------------------------------------------ golden
 
 
-def summary(code: int, findings: Findings | None, stderr: str) -> dict:
-    if findings is None:
-        lines = [line for line in stderr.splitlines() if line.startswith("graphbreak-doctor: error:")]
-        return {"exit": code, "error": re.sub(r"/\S+/", "", lines[-1]) if lines else ""}
-    entry = lambda b: None if b is None else {  # noqa: E731
-        "category": b.category, "function": b.actionable_frame.qualname if b.actionable_frame else "",
-        "package": b.package}
-    return {
-        "exit": code,
-        "fullgraph_ok": findings.fullgraph.ok,
-        "fullgraph_first": entry(findings.break_by_id(findings.fullgraph.break_id)),
-        "breaks": [entry(b) for b in findings.breaks],
-        "registered_ops": findings.registered_ops(),
-    }
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("layer,device", [(layer, device) for layer in ("dense", "moe") for device in DEVICES])
-def test_golden(cli, layer, device):
-    path = GOLDEN / f"glm5-sglang-{layer}-{device}-sglang-{SGLANG}.json"
-    got = summary(*traced(cli, layer, device))
-    if os.environ.get("GRAPHBREAK_DOCTOR_UPDATE_GOLDEN") == "1":
-        path.write_text(json.dumps(got, indent=2) + "\n")
-    assert path.exists(), f"no golden file {path.name}; run with GRAPHBREAK_DOCTOR_UPDATE_GOLDEN=1"
-    assert got == json.loads(path.read_text())
+def test_golden(traces, layer, device):
+    done = traces.get("--layer", layer, "--impl", "sglang", "--device", device, "--mode", "both")
+    got = golden_summary(done)
+    if done.findings is not None:
+        got["registered_ops"] = done.findings.registered_ops()
+    check_golden(GOLDEN / f"glm5-sglang-{layer}-{device}-sglang-{SGLANG}.json", got)
 
 
 # ------------------------------------------------------------ what it finds
 
 
 @pytest.mark.slow
-def test_dense_sm120_verdict_and_why(cli):
+def test_dense_sm120_verdict_and_why(traces):
     """A release that wraps fp4_quantize in its own op captures the dense block
     whole, and the report says which ops the library calls hide behind; an
     older one fails at FlashInfer's fp4_quantize JIT path (the user's story)."""
     from graphbreak_doctor.render import get
 
-    findings = ok(cli, "dense")
+    findings = ok(traces, "dense")
     html = get("html").render(findings)
     text = get("terminal").render(findings)
     if wraps_fp4_quantize():
@@ -123,24 +96,24 @@ def test_dense_sm120_verdict_and_why(cli):
 @pytest.mark.slow
 @pytest.mark.skipif(HAS_SGLANG and not sglang_has_tc_piecewise(),
                     reason="this SGLang release has no tc_piecewise runner (test_sglang_compile_map.py)")
-def test_moe_is_clean_in_sglangs_piecewise_state_and_not_outside_it(cli):
-    piecewise = ok(cli, "moe", "sm120", "piecewise")
+def test_moe_is_clean_in_sglangs_piecewise_state_and_not_outside_it(traces):
+    piecewise = ok(traces, "moe", "sm120", "piecewise")
     assert piecewise.fullgraph.ok and piecewise.breaks == []
     assert "tc_piecewise" in piecewise.target.facts["compile_state"]
     assert any(op.startswith("sglang::moe_forward") for op in piecewise.registered_ops())
     assert piecewise.target.split_ops and all("::" in op for op in piecewise.target.split_ops)
     # Plain: FlashInfer's fused MoE path breaks (explain mode may crash Dynamo
     # itself on an older FlashInfer: the run says so, the fullgraph verdict stands).
-    _, plain, _ = traced(cli, "moe")
+    _, plain, _ = traced(traces, "moe")
     assert plain.fullgraph.ok is False and plain.breaks
     assert {b.package for b in plain.breaks} == {"flashinfer"}, [b.package for b in plain.breaks]
 
 
 @pytest.mark.slow
-def test_findings_record_impl_release_state_warm_up_and_stand_ins(cli):
+def test_findings_record_impl_release_state_warm_up_and_stand_ins(traces):
     from graphbreak_doctor.render import get
 
-    (_, warm, _), (_, cold, _) = traced(cli, "moe"), traced(cli, "moe", "sm120", "explain", "--cold")
+    (_, warm, _), (_, cold, _) = traced(traces, "moe"), traced(traces, "moe", "sm120", "explain", "--cold")
     for findings, warmed in ((warm, True), (cold, False)):
         info = findings.target
         assert info.facts["impl"] == "sglang" and info.facts["sglang_version"] == SGLANG
@@ -161,7 +134,7 @@ def test_findings_record_impl_release_state_warm_up_and_stand_ins(cli):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("layer", ["dense", "moe"])
-def test_a_plain_dynamo_script_finds_the_same_categories_and_frames(cli, tmp_path, layer):
+def test_a_plain_dynamo_script_finds_the_same_categories_and_frames(traces, tmp_path, layer):
     """fixtures.sglang_plain runs torch._dynamo.explain and
     torch.compile(fullgraph=True, backend="eager") on the same SGLang block,
     without the doctor's capture; its TORCH_TRACE, read by ingest, gives the
@@ -169,7 +142,7 @@ def test_a_plain_dynamo_script_finds_the_same_categories_and_frames(cli, tmp_pat
     lists is one the doctor found, and the fullgraph verdicts agree."""
     from graphbreak_doctor.ingest import ingest
 
-    _, live, _ = traced(cli, layer)
+    _, live, _ = traced(traces, layer)
     if live.outcome != "complete" or live.fullgraph.crashed:
         pytest.skip(f"Dynamo crashed on this release's {layer} block: {live.fullgraph.error}")
     env = {**os.environ, "TORCH_TRACE": str(tmp_path / "trace"),

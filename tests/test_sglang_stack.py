@@ -10,7 +10,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -22,17 +21,10 @@ pytestmark = [pytest.mark.sglang, pytest.mark.skipif(not HAS_SGLANG, reason="SGL
 
 ROOT = Path(__file__).resolve().parents[1]
 
-_traced: dict = {}
-
-
-def traced(cli, *args: str) -> tuple[int, Findings | None, str]:
-    """(exit code, findings, stderr) of `trace ARGS --json`, once per arguments."""
-    if args not in _traced:
-        out = Path(tempfile.mkdtemp()) / "findings.json"
-        result = cli("trace", *args, "--json", str(out), "--no-html")
-        findings = Findings.from_json(out.read_text()) if out.exists() else None
-        _traced[args] = (result.returncode, findings, result.stderr)
-    return _traced[args]
+def traced(traces, *args: str) -> tuple[int, Findings | None, str]:
+    """(exit code, findings, stderr) of `trace ARGS --json`, once per arguments (the session's traces)."""
+    done = traces.get(*args)
+    return done.code, done.findings, done.stderr
 
 
 def sparse_mla_plans_on_host() -> bool:
@@ -52,8 +44,8 @@ def value(findings: Findings, start: str) -> str:
 @pytest.mark.slow
 @pytest.mark.parametrize("layer,phase,device", [("dense", "extend", "sm100"), ("moe", "decode", "sm100"),
                                                 ("dense", "extend", "sm120"), ("moe", "decode", "sm120")])
-def test_whole_layer_traces_with_a_forward_batch(cli, layer, phase, device):
-    code, findings, stderr = traced(cli, "--layer", layer, "--whole-layer", "--forward", phase, "--device", device,
+def test_whole_layer_traces_with_a_forward_batch(traces, layer, phase, device):
+    code, findings, stderr = traced(traces, "--layer", layer, "--whole-layer", "--forward", phase, "--device", device,
                                     "--mode", "both", "--tokens", "16")
     assert code == 0 and findings is not None, stderr[-3000:]
     facts = findings.target.facts
@@ -85,8 +77,8 @@ def test_whole_layer_traces_with_a_forward_batch(cli, layer, phase, device):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("device", ["sm100", "sm120"])
-def test_model_forward_is_cut_to_one_layer_of_each_kind(cli, device):
-    code, findings, stderr = traced(cli, "--model", "--device", device, "--mode", "fullgraph", "--tokens", "16")
+def test_model_forward_is_cut_to_one_layer_of_each_kind(traces, device):
+    code, findings, stderr = traced(traces, "--model", "--device", device, "--mode", "fullgraph", "--tokens", "16")
     assert code == 0 and findings is not None, stderr[-3000:]
     facts = findings.target.facts
     assert (facts["scope"], facts["layers_built"], facts["model_layers"]) == ("model", 4, 78)
@@ -97,7 +89,7 @@ def test_model_forward_is_cut_to_one_layer_of_each_kind(cli, device):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("device", ["sm100", "sm120"])
-def test_a_plain_torch_compile_of_the_same_layer_and_batch_agrees(cli, tmp_path, device):
+def test_a_plain_torch_compile_of_the_same_layer_and_batch_agrees(traces, tmp_path, device):
     """fixtures.sglang_plain builds the same whole layer and batch and runs
     torch._dynamo.explain and torch.compile(fullgraph=True, backend="eager")
     on it, with none of the doctor's capture: the fullgraph verdicts agree,
@@ -105,7 +97,7 @@ def test_a_plain_torch_compile_of_the_same_layer_and_batch_agrees(cli, tmp_path,
     explain lists is at a frame the doctor found."""
     args = ("--layer", "dense", "--whole-layer", "--forward", "extend", "--device", device, "--mode", "both",
             "--tokens", "16")
-    code, live, stderr = traced(cli, *args)
+    code, live, stderr = traced(traces, *args)
     assert code == 0 and live is not None, stderr[-3000:]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     done = subprocess.run([sys.executable, "-m", "fixtures.sglang_plain", "--layer", "dense", "--whole-layer",

@@ -55,7 +55,7 @@ def run_write(args: argparse.Namespace) -> int:
     if args.from_path:
         results = [read_run(args)[1]]
     else:
-        results = run_diagnoses(args, selections(args), Progress())
+        results = run_diagnoses(args, selections(args), Progress()).findings
     incomplete = [f for f in results if f.incomplete()]
     if incomplete:
         for f in incomplete:

@@ -22,6 +22,7 @@ from graphbreak_doctor.cli.ingest import add_from_option, read_run
 from graphbreak_doctor.cli.outputs import OutputSet, add_output_options
 from graphbreak_doctor.cli.targets import (
     add_target_options,
+    keep_logs,
     run_diagnoses,
     selections,
     stem,
@@ -109,13 +110,14 @@ def run(args: argparse.Namespace) -> int:
                              "verdict; gate with --max-breaks 0 instead")
         stems = [name]
         outputs = OutputSet.plan(args, (FINDINGS, GATE), stems)
-        results = [read]
+        results, logs = [read], []
         device = read.device.get("name", "?")
     else:
         selected = selections(args)
         stems = [stem(s, args) for s in selected]
         outputs = OutputSet.plan(args, (FINDINGS, GATE), stems)
-        results = run_diagnoses(args, selected, Progress())
+        done = run_diagnoses(args, selected, Progress())
+        results, logs = done.findings, done.logs
         device = args.device
     report = GateReport(device=device, targets=[])
     if accepted is not None and results:
@@ -134,6 +136,7 @@ def run(args: argparse.Namespace) -> int:
         report.targets.append(evaluate(name, findings, policy, per_target))
     sys.stdout.write(get("gate").render(report))
     outputs.write({**dict(zip(stems, results)), "": report})
+    keep_logs(outputs, stems, logs)
     if os.environ.get("GITHUB_ACTIONS") == "true":
         sys.stdout.write(get("github").render(report))
     if report.crashed:

@@ -14,6 +14,7 @@ from graphbreak_doctor.cli.common import (
 from graphbreak_doctor.cli.outputs import OutputSet, add_output_options
 from graphbreak_doctor.cli.targets import (
     add_target_options,
+    keep_logs,
     run_fixes,
     selections,
     stem,
@@ -44,9 +45,10 @@ def run(args: argparse.Namespace) -> int:
     stems = [stem(s, args, "fix") for s in selected]
     outputs = OutputSet.plan(args, (FINDINGS,), stems)
     # Every ladder first, then the files: a bad second target writes nothing.
-    results = run_fixes(args, selected, Progress())
+    done = run_fixes(args, selected, Progress())
     ladder = get("ladder")
-    for findings in results:
+    for findings in done.findings:
         sys.stdout.write(ladder.render(findings))
-    outputs.write(dict(zip(stems, results)))
-    return run_exit_code(results)
+    outputs.write(dict(zip(stems, done.findings)))
+    keep_logs(outputs, stems, done.logs)
+    return run_exit_code(done.findings)

@@ -108,6 +108,10 @@ class OutputSet:
             if not os.access(parent, os.W_OK | os.X_OK):
                 raise UsageError(f"{p.path}: folder {parent} is not writable")
 
+    def path_for(self, key: str) -> Path | None:
+        """The first file planned for one subject (a target's stem)."""
+        return next((p.path for p in self.planned if p.key == key), None)
+
     def write(self, subjects: dict[str, Any], announce: bool = True) -> list[Path]:
         """Render every planned file from ``subjects`` (stem -> findings, "" ->
         the gate report), then write them all: temporary files first, renamed

@@ -5,14 +5,22 @@ process); and turning them into selected targets and their findings."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
 from typing import Any
 
 from graphbreak_doctor.cli.common import UsageError, int_at_least
+from graphbreak_doctor.cli.outputs import OutputSet, write_file
 from graphbreak_doctor.emulation.presets import DEFAULT_DEVICE, PRESETS
 from graphbreak_doctor.findings import MAP_MODE, MODE_CHOICES, Findings, modes_for
 from graphbreak_doctor.jobs import Job, Outcome, run_in_process, run_jobs
 from graphbreak_doctor.jobs.job import FIX, MAP, TRACE
+from graphbreak_doctor.jobs.output import read_log, to_log
+from graphbreak_doctor.patching import UndoLog
 from graphbreak_doctor.progress import Progress
 from graphbreak_doctor.targets.provider import Option, Selection, TargetProvider
 from graphbreak_doctor.targets.registry import PROVIDERS
@@ -71,6 +79,9 @@ def add_target_options(p: argparse.ArgumentParser, default_mode: str = "both") -
     run.add_argument("--in-process", action="store_true",
                      help="trace in this process, one after the other (for debugging; no --timeout, and a "
                           "target that exits or segfaults ends the doctor)")
+    run.add_argument("--verbose", action="store_true",
+                     help="also show what the traced code wrote to stdout and stderr (always kept in a log file "
+                          "beside the report)")
     p.add_argument("--debug", action="store_true", help="show tracebacks and whole error messages")
 
 
@@ -112,18 +123,51 @@ def stem(selection: Selection, args: argparse.Namespace, what: str | None = None
 
 
 def run(args: argparse.Namespace, jobs: list[Job], progress: Progress) -> list[Outcome]:
-    """Every job's outcome, in order; a target that is bad input is a UsageError."""
-    if args.in_process:
-        outcomes = [run_in_process(job, progress) for job in jobs]
-    else:
-        outcomes = run_jobs(jobs, timeout=args.timeout, parallel=args.jobs or os.cpu_count() or 1)
+    """Every job's outcome, in order, with what its traced code wrote (``log``,
+    kept out of the terminal); a target that is bad input is a UsageError."""
+    folder = tempfile.mkdtemp(prefix="graphbreak-doctor-logs-")
+    try:
+        jobs = [dataclasses.replace(job, log=os.path.join(folder, f"job-{i}.log")) for i, job in enumerate(jobs)]
+        if args.in_process:
+            outcomes = []
+            for job in jobs:
+                with UndoLog() as log:
+                    to_log(job.log, log)
+                    outcomes.append(run_in_process(job, progress))
+        else:
+            outcomes = run_jobs(jobs, timeout=args.timeout, parallel=args.jobs or os.cpu_count() or 1)
+        for outcome, job in zip(outcomes, jobs):
+            outcome.log = read_log(job.log)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
     usage = next((o for o in outcomes if o.usage), None)
     if usage is not None:
         raise UsageError(usage.message)
+    for o in outcomes:
+        # A worker that failed: what its code wrote is the first thing to read.
+        if (o.findings is None or args.verbose) and o.log:
+            sys.stderr.write(f"graphbreak-doctor: what {o.job.describe()} wrote:\n{_lines(o.log)}")
     return outcomes
 
 
-def run_diagnoses(args: argparse.Namespace, selected: list[Selection], progress: Progress) -> list[Findings]:
+def _lines(text: str) -> str:
+    return text if text.endswith("\n") else text + "\n"
+
+
+def _logs(outcomes: list[Outcome]) -> str:
+    """One target's log: each mode's output under a line naming it."""
+    return "".join(f"--- {o.job.describe()}\n{_lines(o.log)}" for o in outcomes if o.log)
+
+
+@dataclass
+class Diagnoses:
+    """Each selected target's findings, and what its traced code wrote (its log)."""
+
+    findings: list[Findings]
+    logs: list[str]
+
+
+def run_diagnoses(args: argparse.Namespace, selected: list[Selection], progress: Progress) -> Diagnoses:
     """One findings per selected target, its modes joined (and its compile
     map, for a target whose provider asks for one: traced first, so that an
     --in-process run records torch.compile before the target's code loads)."""
@@ -135,9 +179,31 @@ def run_diagnoses(args: argparse.Namespace, selected: list[Selection], progress:
     groups = [[Job(MAP, s, args.device, MAP_MODE, debug=args.debug)] * (mapped and bool(s.options.get("compile_map")))
               + [Job(TRACE, s, args.device, m, debug=args.debug) for m in modes] for s in selected]
     outcomes = iter(run(args, [job for group in groups for job in group], progress))
-    return [merge_modes([next(outcomes).as_findings() for _ in group]) for group in groups]
+    per_target = [[next(outcomes) for _ in group] for group in groups]
+    return Diagnoses([merge_modes([o.as_findings() for o in group]) for group in per_target],
+                     [_logs(group) for group in per_target])
 
 
-def run_fixes(args: argparse.Namespace, selected: list[Selection], progress: Progress) -> list[Findings]:
+def run_fixes(args: argparse.Namespace, selected: list[Selection], progress: Progress) -> Diagnoses:
     jobs = [Job(FIX, s, args.device, args.mode, steps=args.steps, debug=args.debug) for s in selected]
-    return [o.as_findings() for o in run(args, jobs, progress)]
+    outcomes = run(args, jobs, progress)
+    return Diagnoses([o.as_findings() for o in outcomes], [_logs([o]) for o in outcomes])
+
+
+def keep_logs(outputs: OutputSet, stems: list[str], logs: list[str]) -> None:
+    """Each target's log beside its first output file (<stem>.log), written
+    whole or not at all, after the outputs; its path on the terminal."""
+    for stem, text in zip(stems, logs):
+        if not text:
+            continue
+        where = outputs.path_for(stem)
+        if where is None:
+            print("the traced code wrote to stdout/stderr: --verbose shows it (no output file to keep it beside)")
+            continue
+        path = where.with_suffix(".log")
+        try:
+            write_file(path, text)
+        except OSError as e:  # the outputs are written; the run's verdict stands
+            print(f"graphbreak-doctor: warning: cannot write {path}: {e.strerror or e}", file=sys.stderr)
+            continue
+        print(f"Log of the traced code's output written to {path}")

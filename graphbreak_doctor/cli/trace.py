@@ -10,6 +10,7 @@ from graphbreak_doctor.cli.report import load_findings
 from graphbreak_doctor.cli.outputs import OutputSet, add_output_options
 from graphbreak_doctor.cli.targets import (
     add_target_options,
+    keep_logs,
     run_diagnoses,
     selections,
     stem,
@@ -43,7 +44,8 @@ def run(args: argparse.Namespace) -> int:
     stems = [stem(s, args) for s in selected]
     outputs = OutputSet.plan(args, (FINDINGS,), stems)
     saved = _saved_ladder(args.ladder) if args.ladder else None
-    results = run_diagnoses(args, selected, Progress())
+    done = run_diagnoses(args, selected, Progress())
+    results = done.findings
     if saved is not None:
         # Imported here: the fixes import torch, which the command line does
         # not load until it traces.
@@ -55,4 +57,5 @@ def run(args: argparse.Namespace) -> int:
     for findings in results:
         sys.stdout.write(summary.render(findings))
     outputs.write(dict(zip(stems, results)))
+    keep_logs(outputs, stems, done.logs)
     return run_exit_code(results)

@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Optional
 
 from graphbreak_doctor.cache import cache_root
+from graphbreak_doctor.progress import Progress
 
 EXPORT_RE = re.compile(r"TVM_FFI_DLL_EXPORT_TYPED_FUNC\(\s*([A-Za-z_]\w*)\s*,")
 
@@ -188,6 +189,7 @@ def build(name: str, sources: list[Path], include_flags: list[str], identity: st
         return _from_manifest(name, manifest)
 
     folder.parent.mkdir(parents=True, exist_ok=True)
+    Progress()(f"compiling FlashInfer's {name} host code for this machine (once: cached in {folder.parent})")
     work = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=folder.parent))
     try:
         stub = work / "device_names.h"

@@ -31,6 +31,9 @@ class Job:
     debug: bool = False
     # The interpreter of another environment (a matrix cell's); "" = this one.
     python: str = ""
+    # Where the traced code's stdout and stderr go (jobs/output.py); "" = where
+    # the process's own go.
+    log: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -55,6 +58,7 @@ class Outcome:
     message: str = ""  # one line: why there are no findings, or the usage error
     usage: bool = False  # the target is bad input (exit 2)
     details: list[str] = field(default_factory=list)  # --debug: the worker's traceback
+    log: str = ""  # what the traced code wrote to stdout and stderr (Job.log's text)
 
     def as_findings(self) -> Findings:
         """The findings, or findings that record the outcome (for the gate,

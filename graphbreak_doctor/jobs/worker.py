@@ -6,7 +6,7 @@ means the worker ended early (the target exited, aborted or was killed): the
 parent says so from the exit status. SIGINT is ignored here (Ctrl-C at a
 terminal reaches the whole process group; the parent decides what to stop),
 and the target's output to stdout goes to stderr: the parent's stdout carries
-the summary.
+the summary. With a log (Job.log), both go to that file (jobs/output.py).
 """
 
 from __future__ import annotations
@@ -41,13 +41,21 @@ def main(argv: list[str]) -> int:
         resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
     from graphbreak_doctor.jobs.job import Job
     from graphbreak_doctor.jobs.local import run_in_process
-    from graphbreak_doctor.progress import Progress
+    from graphbreak_doctor.jobs.output import to_log
+    from graphbreak_doctor.patching import UndoLog
+    from graphbreak_doctor.progress import Progress, terminal
 
     job = Job.from_dict(data)
+    # Never undone: what the libraries print while the interpreter shuts down
+    # goes to the log too.
+    log = UndoLog()
+    if job.log:
+        to_log(job.log, log)
     outcome = run_in_process(job, Progress(), interrupts_are_ours=False)
     if job.debug:
         for text in outcome.details:
-            sys.stderr.write(text)
+            terminal().write(text)
+        terminal().flush()
     _write(result_path, {
         "status": outcome.status,
         "message": outcome.message,

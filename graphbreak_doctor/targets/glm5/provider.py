@@ -113,10 +113,10 @@ class Glm5Provider(TargetProvider):
             raise ValueError("--model already traces whole layers: leave out --whole-layer")
         impl = options.get("impl") or ("sglang" if sglang.available() else "reference")
         if (model or options.get("whole_layer")) and impl != "sglang":
-            raise ValueError("--whole-layer and --model need SGLang installed (see README, SGLang's own layers)")
+            raise ValueError("--whole-layer and --model need SGLang installed (see docs/sglang-glm5.md)")
         if impl == "sglang":
             if not sglang.available():
-                raise ValueError("--impl sglang needs SGLang installed (see README, SGLang's own layers)")
+                raise ValueError("--impl sglang needs SGLang installed (see docs/sglang-glm5.md)")
             if (options.get("tp") or DEFAULT_TP) != 1:
                 raise ValueError("--tp applies to --impl reference: SGLang's tensor parallelism needs one process per rank")
         elif options.get("cold"):

@@ -1,0 +1,51 @@
+"""What the traced code writes -- a library's import notices, its JIT log
+lines, torch's C++ warnings -- goes to a log file, not the terminal: the
+terminal shows the doctor's summary. File descriptors 1 and 2 point at the
+log (so C and C++ writes go there too, and ``sys.stdout``/``sys.stderr``,
+which write to them) until the undo log is undone; progress keeps the
+terminal (progress.py)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from graphbreak_doctor import progress
+from graphbreak_doctor.patching import UndoLog
+
+
+def to_log(path: str, log: UndoLog) -> None:
+    """Send this process's stdout and stderr to ``path`` (appended) until ``log`` is undone."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = (os.dup(1), os.dup(2))
+    # closefd=False: a worker never undoes this (its interpreter's last words
+    # go to the log too), and a stream left open then says nothing at exit.
+    terminal = open(saved[1], "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)
+    target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        os.dup2(target, 1)
+        os.dup2(target, 2)
+    finally:
+        os.close(target)
+
+    def restore() -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        terminal.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in saved:
+            os.close(fd)
+
+    log.call_on_undo(restore)
+    progress.use_terminal(terminal, log)
+
+
+def read_log(path: str) -> str:
+    """The log's text ("" when nothing was written)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read()
+    except FileNotFoundError:
+        return ""
