@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from graphbreak_doctor.cli.common import (
     UsageError,
     add_subcommand,
     int_at_least,
     run_exit_code,
+    show,
 )
 from graphbreak_doctor.cli.outputs import OutputSet, add_output_options
 from graphbreak_doctor.cli.targets import (
@@ -47,6 +47,6 @@ def run(args: argparse.Namespace) -> int:
     results = run_fixes(args, selected, Progress())
     ladder = get("ladder")
     for findings in results:
-        sys.stdout.write(ladder.render(findings))
+        show(ladder.render(findings))
     outputs.write(dict(zip(stems, results)))
     return run_exit_code(results)
