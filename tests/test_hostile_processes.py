@@ -53,15 +53,15 @@ def test_case06_workers_die_with_a_killed_doctor_and_the_next_run_removes_the_le
                            tmp=scratch)
     try:
         wait_for(lambda: len(_processes_with_tmpdir(scratch)) >= 2, 120, "both workers", process)
-        assert process.poll() is None, process.communicate()
+        assert process.poll() is None, "the doctor ended before its workers started"
         process.send_signal(signal.SIGKILL)
         process.wait(timeout=30)
         wait_for(lambda: not _processes_with_tmpdir(scratch), 30, "the workers to die with the doctor")
     finally:
-        process.kill()
-        process.communicate()
         for pid in _processes_with_tmpdir(scratch):  # what the test itself must not leave running
             os.kill(pid, signal.SIGKILL)
+        process.kill()
+        process.communicate(timeout=60)  # the workers held its pipes too
     left = sorted(scratch.glob("graphbreak-doctor-run-*"))
     assert left, "a killed doctor cannot remove its folder"
     from graphbreak_doctor.jobs import lifetime

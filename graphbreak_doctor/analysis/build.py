@@ -11,7 +11,7 @@ from graphbreak_doctor.frames import actionable_frame, make_frame, package_of, s
 from graphbreak_doctor.analysis.group import root_causes
 from graphbreak_doctor.analysis.registry import gb_id_for
 from graphbreak_doctor.capture.events import BreakEvent
-from graphbreak_doctor.capture.run import ModeResult
+from graphbreak_doctor.capture.result import ModeResult
 from graphbreak_doctor.findings import (
     Break,
     DecompiledCode,

@@ -21,7 +21,6 @@ import re
 import sys
 import types
 import warnings
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
@@ -31,37 +30,14 @@ from graphbreak_doctor.capture import exceptions
 from graphbreak_doctor.capture.events import (BreakEvent, event_for, frames_from_summary, parse_stack, scrub,
                                               stack_in_message, with_causes)
 from graphbreak_doctor.capture.listener import GraphBreakListener
-from graphbreak_doctor.findings import FULLGRAPH_MODES, Frame, GraphInfo, UnparsedEvent
+from graphbreak_doctor.capture.result import ModeResult, RawHazard
+from graphbreak_doctor.findings import FULLGRAPH_MODES, Frame, GraphInfo
 from graphbreak_doctor.frames import actionable_frame
 from graphbreak_doctor.patching import UndoLog
 from graphbreak_doctor.targets import Target, TargetError
 from graphbreak_doctor.text import one_line
 
 _HERE = __file__.removesuffix("c")
-
-
-@dataclass
-class RawHazard:
-    kind: str
-    message: str
-    file: str = ""
-    line: int = 0
-
-
-@dataclass
-class ModeResult:
-    mode: str
-    events: list[BreakEvent] = field(default_factory=list)
-    graphs: list[GraphInfo] = field(default_factory=list)
-    hazards: list[RawHazard] = field(default_factory=list)
-    resume_code: list[tuple[str, str]] = field(default_factory=list)
-    # Break reports the listener could not parse (never dropped).
-    unparsed: list[UnparsedEvent] = field(default_factory=list)
-    ok: bool | None = None
-    error: str = ""
-    crashed: bool = False
-    # Where a crash happened in the user's code (None when nothing says).
-    crash_site: Frame | None = None
 
 
 def _trim_harness(frames: list[Frame]) -> list[Frame]:
