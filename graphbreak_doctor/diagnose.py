@@ -16,7 +16,7 @@ import platform
 import sys
 from typing import Any, Callable
 
-from graphbreak_doctor.analysis.build import build_findings
+from graphbreak_doctor.analysis.build import build_findings, record_source
 from graphbreak_doctor.analysis.merge import merge_modes
 from graphbreak_doctor.capture import run as capture
 from graphbreak_doctor.findings import Findings, JitRequest, modes_for
@@ -103,13 +103,15 @@ def trace_mode(
                 dev.on_jit = None
             jit = [JitRequest(name=r.name, action=r.action) for r in dev.jit_requests[already:]]
             progress("analysing")
-            return build_findings(
+            findings = build_findings(
                 [result],
                 target=target.info,
                 environment=environment(),
                 device=dev.describe(),
                 jit_requests=_dedupe(jit),
             )
+            record_source(findings)
+            return findings
 
 
 def diagnose(

@@ -49,6 +49,21 @@ class Frame:
 
 
 @dataclass
+class SourceExcerpt:
+    """Source lines around a frame, read where the trace ran. The HTML report
+    shows these and never reads a file on the machine that renders it: the
+    paths in findings from elsewhere may name anything (``/etc/passwd``)."""
+
+    file: str
+    # Line number of lines[0].
+    first: int
+    lines: list[str] = field(default_factory=list)
+
+    def covers(self, frame: Frame) -> bool:
+        return self.file == frame.file and self.first <= frame.line < self.first + len(self.lines)
+
+
+@dataclass
 class Fix:
     """A suggested change: what to do, why, and an example."""
 
@@ -140,6 +155,14 @@ class Break:
     # message text because its objects did not say ("culprit", "gb_type", ...).
     exceptions: list[str] = field(default_factory=list)
     fallbacks: list[str] = field(default_factory=list)
+    # Added after schema 1 shipped: the source lines around the site and the
+    # actionable frame, recorded by the trace (what the report shows).
+    excerpts: list[SourceExcerpt] = field(default_factory=list)
+
+    def excerpt_for(self, frame: Frame | None) -> SourceExcerpt | None:
+        if frame is None:
+            return None
+        return next((e for e in self.excerpts if e.covers(frame)), None)
 
     def key(self) -> tuple[str, str, str, str]:
         """Identity that survives line shifts: used by baselines."""

@@ -19,6 +19,16 @@ from graphbreak_doctor.findings import Frame
 _SITE_MARKERS = ("site-packages", "dist-packages")
 
 
+def _realpath(path: str) -> str:
+    """os.path.realpath, or the path as it is where it cannot be resolved: a
+    frame's file name comes from findings or a log written elsewhere and may
+    hold anything (a NUL byte)."""
+    try:
+        return os.path.realpath(path)
+    except (OSError, ValueError):
+        return path
+
+
 @functools.cache
 def _stdlib_dirs() -> tuple[str, ...]:
     paths = sysconfig.get_paths()
@@ -37,7 +47,7 @@ _OTHER_STDLIB = re.compile(r"[/\\](?:lib[/\\]python3\.\d+t?|Lib)[/\\](?P<rel>.+\
 def stdlib_relpath(filename: str) -> str:
     """A standard-library file's path inside its library folder ('subprocess.py',
     'json/decoder.py'), of this interpreter or another one; '' for anything else."""
-    real = os.path.realpath(filename)
+    real = _realpath(filename)
     for base in _stdlib_dirs():
         if real.startswith(base):
             rel = real[len(base):]
@@ -53,7 +63,7 @@ def package_of(filename: str) -> str:
     package ('flashinfer', 'sglang'), or the top-level module of user code."""
     if filename.startswith("<frozen ") or filename in ("<string>", "<stdin>"):
         return "stdlib" if filename.startswith("<frozen ") else "user"
-    real = os.path.realpath(filename)
+    real = _realpath(filename)
     parts = Path(real).parts
     for marker in _SITE_MARKERS:
         if marker in parts:
@@ -101,13 +111,13 @@ def short_path(path: str, *, portable: bool = False) -> str:
         token = f"{marker}{os.sep}"
         if token in path:
             return path.split(token, 1)[1]
-    real = os.path.realpath(path) if os.path.isabs(path) else path
+    real = _realpath(path) if os.path.isabs(path) else path
     for base in _stdlib_dirs():
         if real.startswith(base):
             return real[len(base):]
     try:
         rel = os.path.relpath(path)
-    except ValueError:
+    except (OSError, ValueError):
         return path
     if not rel.startswith(".."):
         return rel

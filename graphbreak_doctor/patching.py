@@ -188,6 +188,46 @@ class UndoLog:
             torch.set_default_device(None if device == torch.device("cpu") else device)
 
         self._steps.append(restore)
+        # A target that rebinds torch.cuda's functions (torch.cuda.is_available
+        # = lambda: True) gets them put back too.
+        self.keep_callables("torch.cuda")
+        self.keep_attribute(torch, "cuda")
+
+    def keep_attribute(self, owner: Any, name: str) -> None:
+        """Whatever ``owner.name`` is rebound to after this call is put back on undo."""
+        old = vars(owner).get(name, _MISSING)
+
+        def restore() -> None:
+            if old is not _MISSING and vars(owner).get(name, _MISSING) is not old:
+                setattr(owner, name, old)
+
+        self._steps.append(restore)
+
+    def keep_callables(self, package: str) -> None:
+        """Whatever is done after this call to the functions and classes that
+        the module ``package`` and its loaded submodules hold -- one rebound
+        (``torch.cuda.is_available = lambda: True``), deleted, or a function
+        added -- is put back on undo. Values that are not callable (a
+        module's own state: ``torch.cuda._initialized``, its generators) and
+        submodules imported meanwhile are left as they are."""
+        def callable_entries(module: types.ModuleType) -> dict[str, Any]:
+            return {k: v for k, v in vars(module).items()
+                    if callable(v) and not isinstance(v, types.ModuleType)}
+
+        saved = {name: (module, callable_entries(module)) for name, module in list(sys.modules.items())
+                 if isinstance(module, types.ModuleType) and (name == package or name.startswith(package + "."))}
+
+        def restore() -> None:
+            for module, before in saved.values():
+                now = vars(module)
+                for name, value in before.items():
+                    if now.get(name, _MISSING) is not value:
+                        setattr(module, name, value)
+                for name in [n for n, v in now.items() if n not in before and callable(v)
+                             and not isinstance(v, types.ModuleType)]:
+                    delattr(module, name)
+
+        self._steps.append(restore)
 
     def keep_environment(self) -> None:
         """Whatever is set in or removed from ``os.environ`` after this call

@@ -303,7 +303,7 @@ def test_missing_source_file_shows_the_recorded_line(fixture_reports):
     card = parse(html.render(moved)).by_id(f"break-{moved.breaks[0].id}")
     figure = card.find_all("figure", cls="source")[1]
     text = squash(figure.text())
-    assert "not readable here" in text
+    assert "no source lines recorded for this frame" in text
     assert moved.breaks[0].actionable_frame.code in text
 
 

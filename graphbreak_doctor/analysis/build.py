@@ -11,7 +11,7 @@ from graphbreak_doctor.frames import actionable_frame, make_frame, package_of, s
 from graphbreak_doctor.analysis.group import root_causes
 from graphbreak_doctor.analysis.registry import gb_id_for
 from graphbreak_doctor.capture.events import BreakEvent
-from graphbreak_doctor.capture.run import ModeResult
+from graphbreak_doctor.capture.result import ModeResult
 from graphbreak_doctor.findings import (
     Break,
     DecompiledCode,
@@ -20,6 +20,7 @@ from graphbreak_doctor.findings import (
     FullgraphVerdict,
     Hazard,
     JitRequest,
+    SourceExcerpt,
     TargetInfo,
 )
 
@@ -149,6 +150,28 @@ def build_findings(
     findings.unparsed_events = [u for r in results for u in r.unparsed]
     findings.count_fallbacks()
     return findings
+
+
+# Lines shown above and below a frame's line in the report.
+SOURCE_CONTEXT = 3
+
+
+def record_source(findings: Findings, context: int = SOURCE_CONTEXT) -> None:
+    """Keep, in each break, the source lines around its site and its
+    actionable frame, read here -- where the trace ran and its files are the
+    ones it traced. Renderers show only these. Not for findings ingested from
+    a log: its paths name files of another machine."""
+    import linecache
+
+    for b in findings.breaks:
+        for frame in (b.site, b.actionable_frame):
+            if frame is None or not frame.file or frame.file.startswith("<") or b.excerpt_for(frame) is not None:
+                continue
+            lines = linecache.getlines(frame.file)
+            if not 1 <= frame.line <= len(lines):
+                continue
+            lo, hi = max(1, frame.line - context), min(len(lines), frame.line + context)
+            b.excerpts.append(SourceExcerpt(frame.file, lo, [line.rstrip("\r\n") for line in lines[lo - 1:hi]]))
 
 
 def _decompiled(results: list[ModeResult]) -> list[DecompiledCode]:

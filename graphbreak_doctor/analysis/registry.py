@@ -3,20 +3,30 @@ and the hint constants Dynamo attaches to breaks (torch/_dynamo/graph_break_hint
 
 from __future__ import annotations
 
+import ast
 import functools
+import importlib.util
 import json
 from pathlib import Path
 
 DOC_URL = "https://meta-pytorch.github.io/compile-graph-break-site/gb/{id}.html"
 
 
+def _dynamo_file(name: str) -> Path | None:
+    """A file of torch/_dynamo, found without importing torch: the commands
+    that only read files (ingest, report, diff, check --from, baseline write
+    --from) never load torch."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.origin:
+        return None
+    return Path(spec.origin).parent / "_dynamo" / name
+
+
 @functools.cache
 def _registry() -> dict[str, list[dict]]:
-    import torch._dynamo
-
-    path = Path(torch._dynamo.__file__).with_name("graph_break_registry.json")
+    path = _dynamo_file("graph_break_registry.json")
     try:
-        return json.loads(path.read_text())
+        return json.loads(path.read_text()) if path is not None else {}
     except (OSError, ValueError):
         return {}
 
@@ -42,8 +52,22 @@ def doc_url(gb_id: str) -> str:
 
 @functools.cache
 def caused_by_earlier_hint() -> str:
-    """Dynamo's hint on a break that may follow from an earlier one."""
-    from torch._dynamo import graph_break_hints
+    """Dynamo's hint on a break that may follow from an earlier one
+    (``CAUSED_BY_EARLIER_GRAPH_BREAK`` in torch/_dynamo/graph_break_hints.py,
+    read from the file)."""
+    path = _dynamo_file("graph_break_hints.py")
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8")) if path is not None else None
+    except (OSError, SyntaxError, ValueError):
+        tree = None
+    for node in tree.body if tree is not None else ():
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "CAUSED_BY_EARLIER_GRAPH_BREAK"
+                                                for t in node.targets):
+            try:
+                return str(ast.literal_eval(node.value)[0])
+            except (ValueError, TypeError, IndexError):
+                break
+    from torch._dynamo import graph_break_hints  # the file moved: ask the module
 
     return graph_break_hints.CAUSED_BY_EARLIER_GRAPH_BREAK[0]
 

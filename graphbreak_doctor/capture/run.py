@@ -14,12 +14,13 @@ each run so that one run never leaks into the next.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 import os
 import re
 import sys
+import types
 import warnings
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
@@ -29,37 +30,14 @@ from graphbreak_doctor.capture import exceptions
 from graphbreak_doctor.capture.events import (BreakEvent, event_for, frames_from_summary, parse_stack, scrub,
                                               stack_in_message, with_causes)
 from graphbreak_doctor.capture.listener import GraphBreakListener
-from graphbreak_doctor.findings import FULLGRAPH_MODES, Frame, GraphInfo, UnparsedEvent
+from graphbreak_doctor.capture.result import ModeResult, RawHazard
+from graphbreak_doctor.findings import FULLGRAPH_MODES, Frame, GraphInfo
 from graphbreak_doctor.frames import actionable_frame
 from graphbreak_doctor.patching import UndoLog
 from graphbreak_doctor.targets import Target, TargetError
 from graphbreak_doctor.text import one_line
 
 _HERE = __file__.removesuffix("c")
-
-
-@dataclass
-class RawHazard:
-    kind: str
-    message: str
-    file: str = ""
-    line: int = 0
-
-
-@dataclass
-class ModeResult:
-    mode: str
-    events: list[BreakEvent] = field(default_factory=list)
-    graphs: list[GraphInfo] = field(default_factory=list)
-    hazards: list[RawHazard] = field(default_factory=list)
-    resume_code: list[tuple[str, str]] = field(default_factory=list)
-    # Break reports the listener could not parse (never dropped).
-    unparsed: list[UnparsedEvent] = field(default_factory=list)
-    ok: bool | None = None
-    error: str = ""
-    crashed: bool = False
-    # Where a crash happened in the user's code (None when nothing says).
-    crash_site: Frame | None = None
 
 
 def _trim_harness(frames: list[Frame]) -> list[Frame]:
@@ -278,7 +256,7 @@ def run(target: Target, mode: str, *, decompile: bool = True, on_event: Callable
             kind = exceptions.failure_kind(e)
             if kind == exceptions.CAPTURE or (fullgraph and kind == exceptions.BREAK):
                 result.ok = False
-                result.events.extend(with_causes(_failure_event(mode, e)))
+                result.events.extend(with_causes(_failure_event(mode, e, target.fn)))
                 result.error = result.events[0].gb_type
             else:
                 _check_eager(target)
@@ -293,15 +271,38 @@ def run(target: Target, mode: str, *, decompile: bool = True, on_event: Callable
     return result
 
 
-def _failure_event(mode: str, e: Exception) -> BreakEvent:
+def _failure_event(mode: str, e: Exception, fn: Any = None) -> BreakEvent:
     """The event for the error that stopped a trace: a break under fullgraph,
-    or a capture failure in any mode."""
+    or a capture failure in any mode. A failure Dynamo raises before it
+    traces a line of the target (``Attempt to trace generator``: the target
+    is a generator function) names no frame: its site is where the target
+    is defined, never ``<unknown>:0``."""
     frames = exceptions.user_frames(e)
     stack = _trim_harness(frames_from_summary(frames)) if frames else _trim_harness(stack_in_message(e))
+    from_message = bool(stack) and not frames
+    if not stack and fn is not None:
+        defined = _definition_frame(fn)
+        stack = [defined] if defined is not None else []
     event = event_for(mode, e, getattr(e, "msg", None) or str(e), stack, stack[-1] if stack else None)
-    if stack and not frames:
+    if from_message:
         event.fallbacks.append("stack")
     return event
+
+
+def _definition_frame(fn: Any) -> Frame | None:
+    """The first line of the function ``fn`` runs (a function, a bound method,
+    a module's forward, an object's __call__), as a frame; None if it has no
+    Python code."""
+    from graphbreak_doctor.frames import make_frame
+
+    try:
+        for candidate in (fn, getattr(fn, "forward", None), getattr(type(fn), "__call__", None)):
+            code = getattr(inspect.unwrap(candidate), "__code__", None) if candidate is not None else None
+            if isinstance(code, types.CodeType):
+                return make_frame(code.co_filename, code.co_firstlineno, code.co_name)
+    except Exception:  # a hostile attribute: no site rather than no diagnosis
+        return None
+    return None
 
 
 def _crash_site(e: BaseException) -> Frame | None:

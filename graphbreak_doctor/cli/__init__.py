@@ -6,6 +6,8 @@ and sets ``func``. Exit codes are in common.py (and --help, and the README).
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import sys
 import traceback
 
@@ -23,11 +25,14 @@ from graphbreak_doctor.cli import (
 from graphbreak_doctor.cli.common import (
     EXIT_CODES_HELP,
     EXIT_CRASH,
+    EXIT_NOTHING,
     EXIT_SIGNAL_BASE,
     EXIT_USAGE,
     InternalError,
+    NothingToGate,
     Parser,
     UsageError,
+    show,
 )
 from graphbreak_doctor.jobs import Interrupted
 from graphbreak_doctor.targets import TargetError
@@ -55,7 +60,8 @@ def build_parser() -> Parser:
 def _fail(message: str, code: int, debug: bool, what: str = "error") -> int:
     if debug:
         traceback.print_exc()
-    print(f"graphbreak-doctor: {what}: {message if debug else one_line(message)}", file=sys.stderr)
+    show(f"graphbreak-doctor: {what + ': ' if what else ''}{one_line(message) if not debug else message}\n",
+         sys.stderr)
     return code
 
 
@@ -76,17 +82,40 @@ def _command_line_values(argv: list[str]) -> list[str]:
     return out
 
 
+@contextlib.contextmanager
+def _sigterm_stops():
+    """SIGTERM stops any command the way Ctrl-C does (Interrupted: what was
+    started is stopped and cleaned up, nothing is written, one line, exit
+    143), in the worker pool and outside it (report, ingest, --in-process,
+    a matrix environment build)."""
+    def stop(signum, _frame):
+        raise Interrupted(signum)
+
+    try:
+        previous = signal.signal(signal.SIGTERM, stop)
+    except ValueError:  # not the main thread (main() called from a thread): leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = _command_line_values(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
     try:
-        args = build_parser().parse_args(argv)
-        if not getattr(args, "func", None):
-            names = ", ".join(c.NAME for c in COMMANDS)
-            raise UsageError(f"choose a command ({names}); see --help")
-        return args.func(args)
+        with _sigterm_stops():
+            args = build_parser().parse_args(argv)
+            if not getattr(args, "func", None):
+                names = ", ".join(c.NAME for c in COMMANDS)
+                raise UsageError(f"choose a command ({names}); see --help")
+            return args.func(args)
     except (UsageError, TargetError) as e:
         return _fail(str(e), EXIT_USAGE, debug)
+    except NothingToGate as e:
+        return _fail(str(e), EXIT_NOTHING, debug, what="")
     except InternalError as e:
         return _fail(f"internal error: {e}", EXIT_CRASH, debug)
     except OSError as e:
@@ -95,3 +124,5 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(f"{e} received; stopped, nothing written", e.exit_code, debug, "interrupted")
     except KeyboardInterrupt:
         return _fail("Ctrl-C; stopped, nothing written", EXIT_SIGNAL_BASE + 2, debug, "interrupted")
+    except Exception as e:  # a bug of the doctor's own: one line and exit 3, never a traceback with exit 1
+        return _fail(f"internal error: {type(e).__name__}: {e}", EXIT_CRASH, debug)

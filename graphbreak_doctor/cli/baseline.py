@@ -9,12 +9,14 @@ import sys
 from graphbreak_doctor.cli.common import (
     EXIT_CRASH,
     EXIT_OK,
+    NothingToGate,
     UsageError,
     add_subcommand,
     run_exit_code,
+    show,
 )
-from graphbreak_doctor.cli.ingest import add_from_option, read_run
-from graphbreak_doctor.cli.outputs import write_file
+from graphbreak_doctor.cli.ingest import add_from_option, nothing_to_gate, read_run, reports_nothing
+from graphbreak_doctor.cli.outputs import check_output, write_file
 from graphbreak_doctor.cli.targets import add_target_options, run_diagnoses, selections
 from graphbreak_doctor.gate import baseline as baselines
 from graphbreak_doctor.progress import Progress
@@ -41,30 +43,38 @@ def _without_action(args: argparse.Namespace) -> int:
 
 
 def run_write(args: argparse.Namespace) -> int:
+    # The output first, before anything is traced or read: never the run it records.
+    check_output(args.output, [args.from_path] if args.from_path else [], what="baseline")
+    if args.from_path:
+        results = [read_run(args)[1]]
+        if reports_nothing(results[0]):
+            raise NothingToGate(nothing_to_gate(args.from_path).replace("nothing to gate", "nothing to record", 1))
+        # The device the run was on, not --device's default.
+        device = results[0].device.get("name") or args.device
+        if device in ("?", "unknown"):
+            device = args.device
+    else:
+        device = args.device
     previous = None
-    if os.path.exists(args.output):
+    if os.path.isfile(args.output):
         try:
             previous = baselines.load(args.output)
         except baselines.BaselineError as e:
             raise UsageError(f"{e} (refusing to overwrite it; remove it to start a new baseline)") from e
-        if previous.device != args.device:
-            raise UsageError(f"baseline {args.output} holds device {previous.device!r}, not {args.device!r}: "
+        if previous.device != device:
+            raise UsageError(f"baseline {args.output} holds device {previous.device!r}, not {device!r}: "
                              "write a separate file per device")
-    elif not os.path.isdir(os.path.dirname(args.output) or "."):
-        raise UsageError(f"{args.output}: no such folder {os.path.dirname(args.output)}")
-    if args.from_path:
-        results = [read_run(args)[1]]
-    else:
+    if not args.from_path:
         results = run_diagnoses(args, selections(args), Progress()).findings
     incomplete = [f for f in results if f.incomplete()]
     if incomplete:
         for f in incomplete:
-            print(f"graphbreak-doctor: {f.target.spec}: {one_line(f.incomplete())}; no baseline written",
-                  file=sys.stderr)
+            show(f"graphbreak-doctor: {f.target.spec}: {one_line(f.incomplete())}; no baseline written\n",
+                 sys.stderr)
         return run_exit_code(incomplete) or EXIT_CRASH
     written = [baselines.target_baseline(f, "+".join(f.modes) if args.from_path else args.mode) for f in results]
     try:
-        updated = baselines.updated(previous, args.device, written, results[0].environment if results else {})
+        updated = baselines.updated(previous, device, written, results[0].environment if results else {})
     except baselines.BaselineError as e:
         raise UsageError(str(e)) from e
     try:
@@ -73,6 +83,6 @@ def run_write(args: argparse.Namespace) -> int:
         raise UsageError(f"cannot write {args.output}: {e.strerror or e}") from e
     for t in written:
         cats = sorted({e.category for e in t.entries})
-        print(f"baseline {args.output}: {t.target} ({args.device}, {t.mode}): {len(t.entries)} accepted "
-              f"break key(s){': ' + ', '.join(cats) if cats else ''}")
+        show(f"baseline {args.output}: {t.target} ({device}, {t.mode}): {len(t.entries)} accepted "
+             f"break key(s){': ' + ', '.join(cats) if cats else ''}\n")
     return EXIT_OK

@@ -5,20 +5,21 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 
 from graphbreak_doctor.analysis.categories import CATEGORIES
 from graphbreak_doctor.cli.common import (
     EXIT_CRASH,
     EXIT_GATE,
     EXIT_OK,
+    NothingToGate,
     UsageError,
     add_subcommand,
     int_at_least,
     names_list,
     run_exit_code,
+    show,
 )
-from graphbreak_doctor.cli.ingest import add_from_option, read_run
+from graphbreak_doctor.cli.ingest import add_from_option, check_from_options, nothing_to_gate, read_run
 from graphbreak_doctor.cli.outputs import OutputSet, add_output_options
 from graphbreak_doctor.cli.targets import (
     add_target_options,
@@ -102,20 +103,23 @@ def run(args: argparse.Namespace) -> int:
         only_packages=args.only_packages,
         ignore_packages=args.ignore_packages,
     )
-    accepted = _baseline(args)
+    # Outputs first: checked before anything is traced or read (none may be an input).
     if args.from_path:
-        name, read = read_run(args)
-        if args.require_fullgraph and not any(m in FULLGRAPH_MODES for m in read.modes):
-            raise UsageError(f"--require-fullgraph: {args.from_path} shows no fullgraph=True failure, so no "
-                             "verdict; gate with --max-breaks 0 instead")
+        name = check_from_options(args)
         stems = [name]
-        outputs = OutputSet.plan(args, (FINDINGS, GATE), stems)
-        results, logs = [read], []
-        device = read.device.get("name", "?")
     else:
         selected = selections(args)
         stems = [stem(s, args) for s in selected]
-        outputs = OutputSet.plan(args, (FINDINGS, GATE), stems)
+    outputs = OutputSet.plan(args, (FINDINGS, GATE), stems)
+    accepted = _baseline(args)
+    if args.from_path:
+        _, read = read_run(args)
+        if args.require_fullgraph and not any(m in FULLGRAPH_MODES for m in read.modes):
+            raise UsageError(f"--require-fullgraph: {args.from_path} shows no fullgraph=True failure, so no "
+                             "verdict; gate with --max-breaks 0 instead")
+        results, logs = [read], []
+        device = read.device.get("name") or "?"
+    else:
         done = run_diagnoses(args, selected, Progress())
         results, logs = done.findings, done.logs
         device = args.device
@@ -134,11 +138,15 @@ def run(args: argparse.Namespace) -> int:
                 raise UsageError(f"baseline {args.baseline} has no entry for target {name} (it has: {have}); "
                                  "add one with `graphbreak-doctor baseline write`")
         report.targets.append(evaluate(name, findings, policy, per_target))
-    sys.stdout.write(get("gate").render(report))
+    if not report.crashed and not any(t.cases for t in report.targets):
+        # No target x mode was checked: the input reports nothing Dynamo did.
+        # A gate that checked nothing does not pass.
+        raise NothingToGate(nothing_to_gate(args.from_path or "the traced targets"))
+    show(get("gate").render(report))
     outputs.write({**dict(zip(stems, results)), "": report})
     keep_logs(outputs, stems, logs)
     if os.environ.get("GITHUB_ACTIONS") == "true":
-        sys.stdout.write(get("github").render(report))
+        show(get("github").render(report))
     if report.crashed:
         # A target that timed out or crashed (or has unparsed breaks) was not
         # traced to the end: the gate cannot pass, whatever the checks say.

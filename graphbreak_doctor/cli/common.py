@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import sys
+from typing import TextIO
+
+from graphbreak_doctor.text import escape_controls
 
 EXIT_OK, EXIT_GATE, EXIT_USAGE, EXIT_CRASH, EXIT_TIMEOUT = 0, 1, 2, 3, 4
+# The gate checked nothing: the input holds no Dynamo report (an empty log,
+# noise, findings of no traced mode). Never a pass.
+EXIT_NOTHING = 5
 # Interrupted by a signal: 128 + its number (130 for SIGINT / Ctrl-C, 143 for SIGTERM).
 EXIT_SIGNAL_BASE = 128
 
@@ -17,12 +24,25 @@ EXIT_CODES_HELP = """exit codes:
        aborted, segfaulted or was killed; a break report could not be parsed
        (check); or an internal error
   4    timed out (--timeout): the worker was killed
+  5    nothing to gate (check --from, diff --fail-on-new, baseline write --from):
+       the input holds no Dynamo report, so no check ran (one line on stderr)
   130  interrupted (Ctrl-C / SIGINT; 143 for SIGTERM): nothing written
 """
 
 
 class UsageError(Exception):
     """Bad input: reported as one line on stderr, exit code 2."""
+
+
+class NothingToGate(Exception):
+    """The gate's input holds no Dynamo report: one line on stderr, exit code 5."""
+
+
+def show(text: str, stream: TextIO | None = None) -> None:
+    """Write terminal text (a summary, a verdict, a note) with every control
+    character but the line breaks escaped (text.escape_controls): findings and
+    logs come from elsewhere, and their text must not drive the terminal."""
+    (stream or sys.stdout).write(escape_controls(text, keep="\n"))
 
 
 class InternalError(Exception):

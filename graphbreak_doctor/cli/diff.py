@@ -4,10 +4,9 @@ two FlashInfer versions, an emulated GPU and the real one)."""
 from __future__ import annotations
 
 import argparse
-import sys
 
-from graphbreak_doctor.cli.common import EXIT_GATE, EXIT_OK, add_subcommand
-from graphbreak_doctor.cli.ingest import add_format_option, findings_from, input_stem
+from graphbreak_doctor.cli.common import EXIT_GATE, EXIT_OK, NothingToGate, add_subcommand, show
+from graphbreak_doctor.cli.ingest import add_format_option, findings_from, input_stem, nothing_to_gate, reports_nothing
 from graphbreak_doctor.cli.outputs import OutputSet, add_output_options
 from graphbreak_doctor.render import DIFF, get
 
@@ -17,6 +16,7 @@ HELP = """A and B are findings JSON (trace/ingest --json) or anything `ingest` r
 Breaks are matched as baselines match them: category, package, the function to
 change and Dynamo's gb_type, never line numbers.
   1  with --fail-on-new: B has breaks that A lacks
+  5  with --fail-on-new: A or B holds no Dynamo report (nothing to compare)
 
 """
 
@@ -39,7 +39,14 @@ def run(args: argparse.Namespace) -> int:
 
     stem = f"diff-{input_stem([args.a])}-{input_stem([args.b])}"
     outputs = OutputSet.plan(args, (DIFF,), [stem])
-    result = diff(findings_from(args.a, args.format), findings_from(args.b, args.format), args.a, args.b)
-    sys.stdout.write(get("diff").render(result))
+    a, b = findings_from(args.a, args.format), findings_from(args.b, args.format)
+    if args.fail_on_new:
+        # A side with no Dynamo report has no breaks to compare: no new break
+        # there means nothing, and the gate does not pass on it.
+        empty = [path for path, f in ((args.a, a), (args.b, b)) if reports_nothing(f)]
+        if empty:
+            raise NothingToGate(nothing_to_gate(" and ".join(empty)))
+    result = diff(a, b, args.a, args.b)
+    show(get("diff").render(result))
     outputs.write({stem: result})
     return EXIT_GATE if args.fail_on_new and result.only_b else EXIT_OK

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from graphbreak_doctor.cli.common import (
     UsageError,
     add_subcommand,
     int_at_least,
     run_exit_code,
+    show,
 )
 from graphbreak_doctor.cli.outputs import OutputSet, add_output_options
 from graphbreak_doctor.cli.targets import (
@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     done = run_fixes(args, selected, Progress())
     ladder = get("ladder")
     for findings in done.findings:
-        sys.stdout.write(ladder.render(findings))
+        show(ladder.render(findings))
     outputs.write(dict(zip(stems, done.findings)))
     keep_logs(outputs, stems, done.logs)
     return run_exit_code(done.findings)

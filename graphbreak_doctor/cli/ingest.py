@@ -5,12 +5,11 @@ graphbreak_doctor.ingest; analysis and output are the same as `trace`."""
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-from graphbreak_doctor.cli.common import EXIT_CRASH, EXIT_OK, UsageError, add_subcommand
+from graphbreak_doctor.cli.common import EXIT_CRASH, EXIT_OK, UsageError, add_subcommand, show
 from graphbreak_doctor.cli.outputs import OutputSet, add_output_options
-from graphbreak_doctor.cli.report import load_findings
+from graphbreak_doctor.cli.report import findings_of
 from graphbreak_doctor.findings import Findings
 from graphbreak_doctor.render import FINDINGS, get
 from graphbreak_doctor.targets.factory import slug
@@ -36,23 +35,23 @@ def add_format_option(p: argparse.ArgumentParser, help: str) -> None:
 
 
 def findings_from(path: str, fmt: str = "auto") -> Findings:
-    """Saved findings (a JSON file), or the diagnosis of anything `ingest` reads."""
-    from graphbreak_doctor.ingest import IngestError, ingest
+    """Saved findings, or the diagnosis of anything `ingest` reads.
 
-    p = Path(path)
-    if p.is_file() and _looks_like_json(p):
-        return load_findings(path)
+    A file is findings when it parses as one JSON document (plain or
+    compressed, any key order, a UTF-8 byte-order mark or not); a JSON
+    document that is not findings is an error, never a log that reports
+    nothing. Anything else is read as `ingest` reads it."""
+    from graphbreak_doctor.ingest import IngestError, ingest
+    from graphbreak_doctor.ingest.source import input_kind, json_document
+
     try:
+        if input_kind(path) == "file":
+            data = json_document(path)
+            if data is not None:
+                return findings_of(path, data)
         return ingest([path], fmt)
     except IngestError as e:
         raise UsageError(str(e)) from e
-
-
-def _looks_like_json(path: Path) -> bool:
-    """Findings JSON starts with its schema version (a JSON-lines log does not)."""
-    with open(path, "rb") as f:
-        head = f.read(256).lstrip()
-    return head.startswith(b"{") and b'"schema_version"' in head
 
 
 def add_from_option(p: argparse.ArgumentParser) -> None:
@@ -60,15 +59,32 @@ def add_from_option(p: argparse.ArgumentParser) -> None:
                    help="gate on what a run left behind (a TORCH_TRACE, a log, findings JSON) instead of tracing")
 
 
-def read_run(args: argparse.Namespace) -> tuple[str, Findings]:
-    """(stem, findings) of ``--from PATH``; the target options must be left out."""
+def check_from_options(args: argparse.Namespace) -> str:
+    """The stem of ``--from PATH``'s outputs; a UsageError when target options
+    are given with it. Reads nothing."""
     from graphbreak_doctor.targets.registry import PROVIDERS
 
     given = [o.flag for p in PROVIDERS for o in p.options if getattr(args, o.name, None) is not None]
     if given:
         raise UsageError(f"--from reads a run instead of tracing: leave out {', '.join(given)}")
-    findings = findings_from(args.from_path)
-    return input_stem([args.from_path]), findings
+    return input_stem([args.from_path])
+
+
+def read_run(args: argparse.Namespace) -> tuple[str, Findings]:
+    """(stem, findings) of ``--from PATH``; the target options must be left out."""
+    name = check_from_options(args)
+    return name, findings_from(args.from_path)
+
+
+def nothing_to_gate(where: str) -> str:
+    """The one line of a gate that checked nothing (exit 5)."""
+    return f"nothing to gate: no Dynamo report in {where} (no graph break, Dynamo error or compilation); not a pass"
+
+
+def reports_nothing(findings: Findings) -> bool:
+    """No mode was traced or read, and nothing could not be parsed: the input
+    holds no Dynamo report at all."""
+    return not findings.modes and not findings.incomplete()
 
 
 def input_stem(paths: list[str]) -> str:
@@ -111,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
         findings = ingest(args.paths, args.format)
     except IngestError as e:
         raise UsageError(str(e)) from e
-    sys.stdout.write(get("terminal").render(findings))
-    sys.stdout.write(summary(findings))
+    show(get("terminal").render(findings))
+    show(summary(findings))
     outputs.write({stem: findings})
     return EXIT_CRASH if findings.fullgraph.crashed else EXIT_OK

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from pathlib import Path
 
 from graphbreak_doctor.cli.common import (
@@ -16,6 +15,7 @@ from graphbreak_doctor.cli.common import (
     add_subcommand,
     int_at_least,
     names_list,
+    show,
 )
 from graphbreak_doctor.cli.outputs import OutputSet, add_output_options, write_file
 from graphbreak_doctor.emulation.presets import PRESETS
@@ -172,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
             result = run_cells(plan, builder, limits, progress)
     except EnvError as e:
         raise UsageError(str(e)) from e
-    sys.stdout.write(get("matrix").render(result))
+    show(get("matrix").render(result))
     html = next((p.path for p in outputs.planned if p.renderer.name == "matrix-html"), None)
     if html is not None:
         result.reports_dir = f"{html.stem}-cells"

@@ -1,22 +1,34 @@
 """Output files: chosen from the renderer registry, checked before anything is
-traced, and written as a set -- every file whole, or none of them.
+traced or read, and written as a set -- every file whole, or none of them.
 
 ``--json [PATH]``, ``--html [PATH]`` (and ``--junit``, ``--sarif`` for the
 gate) come from the renderers a command produces. ``auto`` (the option
 without a path) means ``reports/<target>-<device>-<mode><suffix>``; a path
 given for several targets gets ``-<target stem>`` added before its suffix.
+
+The check (:func:`check_output`, the one every command and ``baseline write
+-o`` uses) refuses, before anything runs: an output that is, or resolves to
+(a symlink, a hard link, ``./x``), one of the command's inputs; a folder; a
+block device or socket; a folder that cannot be written (a file is created
+there and removed, so ``/proc/x.json`` is refused before the trace, not
+after it). A regular file is written to a temporary file beside it and
+renamed into place. An output that exists and is not a regular file -- a
+character device such as ``/dev/null`` or a terminal, a FIFO, a symlink to
+either (``/dev/stdout``) -- is written in place, after the regular files,
+never replaced by a regular file.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import stat
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
-from graphbreak_doctor.cli.common import InternalError, UsageError
+from graphbreak_doctor.cli.common import InternalError, UsageError, show
 from graphbreak_doctor.render import GATE, Renderer, file_renderers
 
 REPORTS = Path("reports")
@@ -62,6 +74,87 @@ def output_path(option: str, stem: str, count: int, suffix: str) -> Path:
     return path if count == 1 else path.with_name(f"{path.stem}-{stem}{path.suffix or suffix}")
 
 
+# Options that name what a command reads: an output may never be one of them.
+INPUT_OPTIONS = ("findings", "paths", "a", "b", "baseline", "from_path", "ladder", "config")
+
+
+def inputs_of(args: argparse.Namespace) -> list[str]:
+    """The paths a command reads, from its options (see INPUT_OPTIONS)."""
+    found: list[str] = []
+    for name in INPUT_OPTIONS:
+        value = getattr(args, name, None)
+        if isinstance(value, str) and value:
+            found.append(value)
+        elif isinstance(value, (list, tuple)):
+            found.extend(v for v in value if isinstance(v, str) and v)
+    return found
+
+
+def _identity(path: str | os.PathLike) -> tuple[str, tuple[int, int] | None]:
+    """(resolved path, (device, inode) if it exists) -- what makes two names one file."""
+    try:
+        real = os.path.realpath(path)
+    except (OSError, ValueError):
+        real = os.path.abspath(path)
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return real, None
+    return real, (st.st_dev, st.st_ino)
+
+
+def writes_in_place(path: str | os.PathLike) -> bool:
+    """An existing output that is a character device or a FIFO (or a symlink to
+    one): written in place, never replaced by a regular file."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return False
+    return stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)
+
+
+def check_output(path: str | os.PathLike, inputs: Iterable[str] = (), *, create_parent: bool = False,
+                 what: str = "") -> None:
+    """The one check of an output path, run before anything is traced or read:
+    a UsageError (one line) for an output that is one of ``inputs``, a folder,
+    a block device or socket, or in a folder that cannot be written."""
+    shown = str(path)
+    label = f"{what} {shown}" if what else shown
+    if "\x00" in shown:
+        raise UsageError(f"{label!r}: a path cannot hold a NUL byte")
+    real, ident = _identity(path)
+    for given in inputs:
+        other_real, other = _identity(given)
+        if real == other_real or (ident is not None and ident == other):
+            raise UsageError(f"{label}: is the input {given}; refusing to overwrite an input (choose another path)")
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as e:
+        raise UsageError(f"{label}: cannot write: {e.strerror or e}") from e
+    if mode is not None:
+        if stat.S_ISDIR(mode):
+            raise UsageError(f"{label}: is a folder, not a file")
+        if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
+            if not os.access(path, os.W_OK):
+                raise UsageError(f"{label}: cannot write: permission denied")
+            return  # written in place (writes_in_place)
+        if not stat.S_ISREG(mode):
+            raise UsageError(f"{label}: is not a regular file, a character device or a FIFO; refusing to write it")
+    parent = Path(path).parent
+    if create_parent and not parent.is_dir():
+        parent = parent.parent  # reports/ is created when it is missing: its parent must take it
+    if not parent.is_dir():
+        raise UsageError(f"{label}: no such folder {Path(path).parent}")
+    try:  # a real probe: access() says yes to root for /proc, a read-only mount, ...
+        fd, probe = tempfile.mkstemp(prefix=".graphbreak-doctor-probe-", dir=parent)
+    except OSError as e:
+        raise UsageError(f"{label}: folder {parent} is not writable: {e.strerror or e}") from e
+    os.close(fd)
+    os.unlink(probe)
+
+
 @dataclass
 class _Planned:
     path: Path
@@ -76,7 +169,8 @@ class OutputSet:
 
     @classmethod
     def plan(cls, args: argparse.Namespace, kinds: tuple[str, ...], stems: list[str]) -> OutputSet:
-        """The files the options ask for, checked now (before tracing)."""
+        """The files the options ask for, checked now: before anything is
+        traced or read (every command plans its outputs first)."""
         out = cls()
         for r in file_renderers(*kinds):
             option = getattr(args, option_dest(r), None)
@@ -88,25 +182,17 @@ class OutputSet:
                                                 option == AUTO))
             else:
                 out.planned.append(_Planned(Path(option), r, "", False))
-        out._check()
+        out._check(inputs_of(args))
         return out
 
-    def _check(self) -> None:
-        seen: dict[Path, str] = {}
+    def _check(self, inputs: list[str]) -> None:
+        seen: dict[str, str] = {}
         for p in self.planned:
-            where = p.path.resolve()
-            if where in seen:
+            check_output(p.path, inputs, create_parent=p.ours)
+            where, _ = _identity(p.path)
+            if where in seen and not writes_in_place(p.path):
                 raise UsageError(f"{p.path}: asked for twice ({seen[where]} and {p.renderer.option})")
             seen[where] = p.renderer.option
-            if p.path.is_dir():
-                raise UsageError(f"{p.path}: is a folder, not a file")
-            parent = p.path.parent
-            if p.ours:
-                continue  # reports/ is created when it is missing
-            if not parent.is_dir():
-                raise UsageError(f"{p.path}: no such folder {parent}")
-            if not os.access(parent, os.W_OK | os.X_OK):
-                raise UsageError(f"{p.path}: folder {parent} is not writable")
 
     def path_for(self, key: str) -> Path | None:
         """The first file planned for one subject (a target's stem)."""
@@ -115,21 +201,24 @@ class OutputSet:
     def write(self, subjects: dict[str, Any], announce: bool = True) -> list[Path]:
         """Render every planned file from ``subjects`` (stem -> findings, "" ->
         the gate report), then write them all: temporary files first, renamed
-        into place only when every one is complete."""
+        into place only when every one is complete; outputs that are devices
+        or FIFOs are written in place last."""
         texts = []
         for p in self.planned:
             try:
                 texts.append(p.renderer.render(subjects[p.key]))
             except Exception as e:  # valid findings the renderer fails on: our bug, not the user's input
                 raise InternalError(f"the {p.renderer.name} renderer failed: {type(e).__name__}: {e}") from e
+        regular = [(p, text) for p, text in zip(self.planned, texts) if not writes_in_place(p.path)]
+        in_place = [(p, text) for p, text in zip(self.planned, texts) if writes_in_place(p.path)]
         temps: list[Path] = []
         try:
-            for p, text in zip(self.planned, texts):
+            for p, text in regular:
                 temps.append(_write_temp(p.path, text, create_parent=p.ours))
-            for p, tmp in zip(self.planned, temps):
+            for (p, _), tmp in zip(regular, temps):
                 os.replace(tmp, p.path)
         except OSError as e:
-            failed = self.planned[len(temps)].path if len(temps) < len(self.planned) else None
+            failed = regular[len(temps)][0].path if len(temps) < len(regular) else None
             for tmp in temps:
                 tmp.unlink(missing_ok=True)
             where = failed or (e.filename and Path(e.filename)) or "output"
@@ -138,10 +227,20 @@ class OutputSet:
             for tmp in temps:
                 tmp.unlink(missing_ok=True)
             raise
+        for p, text in in_place:
+            _write_in_place(p.path, text)
         if announce:
             for p in self.planned:
-                print(f"{p.renderer.title or p.renderer.name} written to {p.path}")
+                show(f"{p.renderer.title or p.renderer.name} written to {p.path}\n")
         return [p.path for p in self.planned]
+
+
+def _write_in_place(path: Path, text: str) -> None:
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+    except OSError as e:
+        raise UsageError(f"cannot write {path}: {e.strerror or e}") from e
 
 
 def _write_temp(path: Path, text: str, *, create_parent: bool) -> Path:
@@ -163,7 +262,11 @@ def _write_temp(path: Path, text: str, *, create_parent: bool) -> Path:
 
 
 def write_file(path: str | os.PathLike, text: str) -> Path:
-    """One file (a baseline), written whole or not at all."""
+    """One file (a baseline), written whole or not at all (in place when it
+    is a device or a FIFO)."""
+    if writes_in_place(path):
+        _write_in_place(Path(path), text)
+        return Path(path)
     tmp = _write_temp(Path(path), text, create_parent=False)
     try:
         os.replace(tmp, path)

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
-from graphbreak_doctor.cli.common import UsageError, add_subcommand, run_exit_code
+from graphbreak_doctor.cli.common import UsageError, add_subcommand, run_exit_code, show
 from graphbreak_doctor.cli.report import load_findings
 from graphbreak_doctor.cli.outputs import OutputSet, add_output_options
 from graphbreak_doctor.cli.targets import (
@@ -55,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
             attach_verified(findings.breaks, saved.ladder, source=f"saved ladder {args.ladder}")
     summary = get("terminal")
     for findings in results:
-        sys.stdout.write(summary.render(findings))
+        show(summary.render(findings))
     outputs.write(dict(zip(stems, results)))
     keep_logs(outputs, stems, done.logs)
     return run_exit_code(results)

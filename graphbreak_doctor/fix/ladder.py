@@ -21,7 +21,7 @@ import torch
 
 from graphbreak_doctor import recipes
 from graphbreak_doctor.analysis import categories
-from graphbreak_doctor.analysis.build import build_findings
+from graphbreak_doctor.analysis.build import build_findings, record_source
 from graphbreak_doctor.analysis.fixes import attach_verified
 from graphbreak_doctor.capture import run as capture
 from graphbreak_doctor.findings import DEFAULT_FIX_STEPS as DEFAULT_STEPS
@@ -257,6 +257,7 @@ def fix(build: Callable[[UndoLog], Target], *, mode: str = "fullgraph", device: 
             progress("analysing")
             findings = build_findings(outcome.traces, target=target.info,
                                       environment=environment(), device=dev.describe())
+            record_source(findings)
     first = outcome.traces[0]
     first_break = build_findings([first], target=TargetInfo(), environment={}, device={}).fullgraph
     findings.fullgraph = FullgraphVerdict(ran=True, ok=bool(first.ok), error=first.error,

@@ -162,8 +162,10 @@ def parse(data: Any, path: str = "<baseline>") -> Baseline:
 
 def load(path: str | os.PathLike) -> Baseline:
     path = str(path)
+    if os.path.exists(path) and not os.path.isfile(path):  # a folder, a FIFO, a device: never read
+        raise BaselineError(f"baseline {path} is not a regular file")
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = Path(path).read_text(encoding="utf-8-sig")
     except FileNotFoundError:
         raise BaselineError(f"baseline {path} does not exist (create it with `graphbreak-doctor baseline write`)")
     except OSError as e:
@@ -174,4 +176,6 @@ def load(path: str | os.PathLike) -> Baseline:
         data = json.loads(text)
     except json.JSONDecodeError as e:
         raise BaselineError(f"baseline {path} is not valid JSON: {e.msg} at line {e.lineno}")
+    except RecursionError:
+        raise BaselineError(f"baseline {path} is JSON nested too deeply to be a baseline") from None
     return parse(data, path)

@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterable
 
 from graphbreak_doctor.analysis.build import build_findings
 from graphbreak_doctor.capture.events import BreakEvent, with_causes
-from graphbreak_doctor.capture.run import ModeResult
+from graphbreak_doctor.capture.result import ModeResult
 from graphbreak_doctor.findings import Findings, GraphInfo, TargetInfo, UnparsedEvent
 from graphbreak_doctor.ingest.dynamo_text import Crash, Unparsed, parse_report
 

@@ -7,16 +7,25 @@ bytes, not their names), have Windows line endings or ANSI colours. Reading
 is streaming: fixed-size chunks are decompressed, decoded and split, so memory
 does not grow with the file; a "line" longer than :data:`MAX_LINE` characters
 (a file of noise without newlines) is cut there and its rest skipped.
+
+Only regular files are read: a FIFO or a device would block or never end
+(and every file is read twice: its first line tells the format). A
+compressed file that ends before its last frame does (copied while it was
+written) is reported as cut, gzip and zstd alike; a zstd file may hold
+several frames (``pzstd``, ``cat a.zst b.zst``).
 """
 
 from __future__ import annotations
 
 import codecs
 import gzip
+import json
+import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterator
+from typing import Any, BinaryIO, Callable, Iterator
 
 # What --format accepts: auto looks at each file's first line.
 FORMATS = ("auto", "torch-trace", "text")
@@ -53,20 +62,37 @@ class InputFile:
         return int(m.group(1)) if m else None
 
 
+def input_kind(raw: str | os.PathLike) -> str:
+    """'file' or 'folder'; an IngestError (one line) for anything else: missing,
+    a symlink loop, unreadable, a FIFO, a device or a socket."""
+    try:
+        mode = os.stat(raw).st_mode
+    except FileNotFoundError:
+        raise IngestError(f"{raw}: no such file or folder") from None
+    except (OSError, ValueError) as e:  # ELOOP (a symlink loop), EACCES, a NUL byte in the name
+        raise IngestError(f"{raw}: cannot read: {getattr(e, 'strerror', None) or e}") from None
+    if stat.S_ISDIR(mode):
+        return "folder"
+    if stat.S_ISREG(mode):
+        return "file"
+    what = ("a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a character device" if stat.S_ISCHR(mode)
+            else "a block device" if stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) else "not a file")
+    raise IngestError(f"{raw}: is {what}, not a regular file: ingest reads files and folders "
+                      "(each file twice); save the stream to a file first")
+
+
 def expand(paths: list[str]) -> list[InputFile]:
     """The files to read, in a stable order; an IngestError for anything missing or empty."""
     files: list[InputFile] = []
     for raw in paths:
         path = Path(raw)
-        if path.is_dir():
+        if input_kind(raw) == "folder":
             found = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
             if not found:
                 raise IngestError(f"{raw}: the folder holds no files (expected a TORCH_TRACE folder or logs)")
             files.extend(_opened(p, in_folder=True) for p in found)
-        elif path.exists():
-            files.append(_opened(path))
         else:
-            raise IngestError(f"{raw}: no such file or folder")
+            files.append(_opened(path))
     return files
 
 
@@ -83,6 +109,54 @@ def _opened(path: Path, in_folder: bool = False) -> InputFile:
     return InputFile(path, "", in_folder)
 
 
+class _ZstdStream:
+    """A zstd file as a binary stream, frame after frame. Unlike zstandard's
+    own stream reader it tells a file that ends inside a frame (EOFError, as
+    gzip does) and a frame it cannot decode (ValueError: a dictionary
+    mismatch, corrupt data) from the end of the data."""
+
+    _RAW = 1 << 16  # compressed bytes per step: what one step yields stays bounded
+
+    def __init__(self, raw: BinaryIO, zstandard: Any) -> None:
+        self._raw, self._zstd = raw, zstandard
+        self._frame = zstandard.ZstdDecompressor().decompressobj()
+        self._started = False  # the current frame has received input
+        self._end = False
+
+    def read1(self, size: int = -1) -> bytes:
+        while not self._end:
+            data = self._raw.read(self._RAW)
+            if not data:
+                self._end = True
+                if self._started and not self._frame.eof:
+                    raise EOFError("the zstd stream ends before its frame does")
+                return b""
+            out = self._feed(data)
+            if out:
+                return out
+        return b""
+
+    read = read1
+
+    def _feed(self, data: bytes) -> bytes:
+        out = []
+        try:
+            while data:
+                self._started = True
+                out.append(self._frame.decompress(data))
+                if not self._frame.eof:
+                    break
+                data = self._frame.unused_data  # the next frame starts here
+                self._frame = self._zstd.ZstdDecompressor().decompressobj()
+                self._started = False
+        except self._zstd.ZstdError as e:
+            raise ValueError(str(e)) from None
+        return b"".join(out)
+
+    def close(self) -> None:
+        self._raw.close()
+
+
 def _binary_stream(file: InputFile) -> BinaryIO:
     raw = open(file.path, "rb")
     if file.compression == "gzip":
@@ -96,7 +170,7 @@ def _binary_stream(file: InputFile) -> BinaryIO:
                 f"{file.path}: is zstd-compressed; reading it needs the 'zstandard' package "
                 "(pip install zstandard), or decompress it first (zstd -d)"
             ) from None
-        return zstandard.ZstdDecompressor().stream_reader(raw, closefd=True)  # type: ignore[return-value]
+        return _ZstdStream(raw, zstandard)  # type: ignore[return-value]
     return raw
 
 
@@ -172,3 +246,56 @@ def peek(file: InputFile, count: int = 20, budget: int = 4 * MAX_LINE) -> list[s
     finally:
         stream.close()
     return out
+
+
+# Saved findings are read whole; a file that decompresses to more is a log.
+MAX_JSON_BYTES = 1 << 30
+
+
+class NotJSON(ValueError):
+    """json_document(strict=True): the file is not one JSON document (why)."""
+
+
+def json_document(path: str | os.PathLike, *, strict: bool = False) -> Any:
+    """The JSON document a regular file holds -- plain, gzip- or
+    zstd-compressed, with or without a UTF-8 byte-order mark, keys in any
+    order. When it is not one: None (it is a log; a JSON-lines log is not one
+    document), or with ``strict`` a NotJSON saying why. An IngestError (one
+    line) when the file cannot be read at all, or is JSON nested too deeply
+    to load."""
+    file = _opened(Path(path))
+    stream = _binary_stream(file)
+    try:
+        head = b""
+        while len(head) < 64 and (chunk := stream.read(64)):
+            head += chunk
+        if not strict and head.removeprefix(codecs.BOM_UTF8).lstrip()[:1] not in (b"{", b"["):
+            return None
+        parts, size = [head], len(head)
+        while chunk := stream.read(CHUNK):
+            parts.append(chunk)
+            size += len(chunk)
+            if size > MAX_JSON_BYTES:
+                if strict:
+                    raise NotJSON(f"larger than {MAX_JSON_BYTES >> 20} MiB")
+                return None
+    except (OSError, EOFError) as e:
+        raise IngestError(f"{path}: cannot read ({file.compression or 'plain'}): {e or type(e).__name__}") from e
+    except ValueError as e:
+        if isinstance(e, NotJSON):
+            raise
+        raise IngestError(f"{path}: cannot read ({file.compression or 'plain'}): {e or type(e).__name__}") from e
+    finally:
+        stream.close()
+    try:
+        return json.loads(b"".join(parts).decode("utf-8-sig"))
+    except RecursionError:
+        raise IngestError(f"{path}: JSON nested too deeply to be findings") from None
+    except UnicodeDecodeError:
+        if strict:
+            raise NotJSON("not UTF-8 text") from None
+        return None
+    except ValueError as e:  # json.JSONDecodeError
+        if strict:
+            raise NotJSON(str(e)) from None
+        return None

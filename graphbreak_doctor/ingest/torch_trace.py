@@ -122,7 +122,7 @@ class TraceReader:
             return
         try:
             meta = json.loads(meta_text)
-        except ValueError:
+        except (ValueError, RecursionError):
             self.collection.unparsed_block(self.record, self._source(number),
                                            "a TORCH_TRACE record that is not valid JSON (cut short?)", [line])
             return
@@ -237,7 +237,7 @@ class TraceReader:
     def _on_version(self, cid: tuple, meta: dict, payload: list[str], number: int) -> None:
         try:
             version = json.loads("\n".join(payload)).get("pytorch_version")
-        except (ValueError, AttributeError):
+        except (ValueError, AttributeError, RecursionError):
             # Not a version record after all: the version then comes from
             # compilation_metrics, or stays unknown (shown as such).
             version = None

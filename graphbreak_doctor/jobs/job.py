@@ -68,11 +68,37 @@ class Outcome:
         s = self.job.selection
         return Findings(
             target=TargetInfo(spec=s.spec or s.name, provider=s.provider, title=s.spec or s.name),
+            # What the run asked for, though the worker could not say it.
+            environment=_environment() if not self.job.python else {},
+            device=_device(self.job.device),
             modes=[self.job.mode],
             fullgraph=FullgraphVerdict(ran=self.job.mode in FULLGRAPH_MODES, ok=False, crashed=True,
                                        error=self.message),
             outcome=self.status if self.status != COMPLETE else CRASHED,
         )
+
+
+def _device(name: str) -> dict[str, Any]:
+    """The device a job was to run on, from its preset (torch not needed)."""
+    from graphbreak_doctor.emulation.presets import PRESETS
+
+    preset = PRESETS.get(name)
+    return preset.describe() if preset is not None else {"name": name}
+
+
+def _environment() -> dict[str, str]:
+    """This interpreter's versions, as a trace's findings record them
+    (diagnose.environment), read from the installed packages' metadata."""
+    import importlib.metadata
+    import platform
+
+    env = {"python": platform.python_version()}
+    for key, dist in (("torch", "torch"), ("flashinfer", "flashinfer-python"), ("sglang", "sglang")):
+        try:
+            env[key] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            env[key] = ""
+    return env
 
 
 class Interrupted(BaseException):

@@ -5,21 +5,73 @@ from __future__ import annotations
 
 import json
 import os
+import selectors
 import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import graphbreak_doctor
 from graphbreak_doctor.findings import CRASHED, TIMED_OUT, Findings
+from graphbreak_doctor.jobs import lifetime
 from graphbreak_doctor.jobs.job import Interrupted, Job, Outcome
 from graphbreak_doctor.patching import UndoLog
 
 _POLL = 0.05  # seconds between looks at the running workers
+
+# First lines of the native crash reports a dying worker prints: tvm-ffi's
+# SIGSEGV handler (installed when FlashInfer loads it), Python's faulthandler,
+# glog. What follows is dozens of lines of C stack; the summary already says
+# how the worker ended, and --debug shows the report.
+_CRASH_REPORTS = (b"!!!!!!! Segfault encountered", b"Fatal Python error:", b"*** SIGSEGV", b"*** SIGBUS",
+                  b"*** SIGABRT", b"*** Aborted at")
+
+
+@dataclass
+class _Relay:
+    """A worker's stderr, passed on line by line to the doctor's; a native
+    crash report is held back (counted) unless --debug."""
+
+    job: Job
+    fd: int
+    partial: bytes = b""
+    held: int = 0
+
+    def feed(self, data: bytes) -> None:
+        lines = (self.partial + data).split(b"\n")
+        self.partial = lines.pop()
+        for line in lines:
+            self._line(line + b"\n")
+
+    def _line(self, line: bytes) -> None:
+        if self.held or (not self.job.debug and line.lstrip().startswith(_CRASH_REPORTS)):
+            self.held += 1
+            return
+        _write_stderr(line)
+
+    def close(self) -> None:
+        if self.partial:
+            self._line(self.partial + b"\n")
+            self.partial = b""
+        if self.held:
+            from graphbreak_doctor.text import escape_controls
+
+            _write_stderr(escape_controls(
+                f"graphbreak-doctor: {self.job.describe()}: the worker's native crash report ({self.held} lines) "
+                "is not shown; --debug shows it").encode() + b"\n")
+            self.held = 0
+
+
+def _write_stderr(data: bytes) -> None:
+    buffer = getattr(sys.stderr, "buffer", None)
+    if buffer is not None:
+        buffer.write(data)
+        buffer.flush()
+    else:  # a replaced sys.stderr (pytest's capture)
+        sys.stderr.write(data.decode("utf-8", "replace"))
 
 
 @dataclass
@@ -29,6 +81,7 @@ class _Running:
     folder: Path
     process: subprocess.Popen
     deadline: float
+    relay: _Relay | None = field(default=None)
 
 
 def _exit_status(code: int) -> str:
@@ -41,16 +94,19 @@ def _exit_status(code: int) -> str:
     return f"the worker exited with code {code}"
 
 
-def _start(job: Job, index: int, run_dir: Path, timeout: float, memory: int) -> _Running:
+def _start(job: Job, index: int, run_dir: Path, timeout: float, memory: int,
+           selector: selectors.BaseSelector) -> _Running:
     folder = run_dir / f"job-{index}"
     (folder / "tmp").mkdir(parents=True)
     # Another environment's interpreter gets only this checkout (PYTHONPATH
     # below), never this interpreter's site-packages.
-    data = {**job.to_dict(), "sys_path": [] if job.python else [p for p in sys.path if p], "memory": memory}
+    data = {**job.to_dict(), "sys_path": [] if job.python else [p for p in sys.path if p], "memory": memory,
+            "progress": sys.stderr.isatty()}
     (folder / "job.json").write_text(json.dumps(data), encoding="utf-8")
     # Everything the target or the emulation puts in the temporary folder lands
-    # in the worker's own folder, removed with it.
-    env = {**os.environ, "TMPDIR": str(folder / "tmp")}
+    # in the worker's own folder, removed with it. (The TMPDIR also names the
+    # worker's processes to the sweep of a later run: jobs/lifetime.py.)
+    env = {**os.environ, "TMPDIR": str(folder / "tmp"), lifetime.PARENT_ENV: str(os.getpid())}
     # The worker imports this very graphbreak_doctor (a checkout or an install),
     # whatever the current folder is.
     home = str(Path(graphbreak_doctor.__file__).resolve().parents[1])
@@ -58,9 +114,60 @@ def _start(job: Job, index: int, run_dir: Path, timeout: float, memory: int) -> 
     process = subprocess.Popen(
         [job.python or sys.executable, "-m", "graphbreak_doctor.jobs.worker", str(folder / "job.json"),
          str(folder / "result.json")],
-        env=env, stdin=subprocess.DEVNULL, start_new_session=True,
+        env=env, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
     )
-    return _Running(job, index, folder, process, time.monotonic() + timeout)
+    running = _Running(job, index, folder, process, time.monotonic() + timeout)
+    fd = process.stderr.fileno()
+    os.set_blocking(fd, False)
+    running.relay = _Relay(job, fd)
+    selector.register(fd, selectors.EVENT_READ, running)
+    return running
+
+
+def _pump(selector: selectors.BaseSelector, timeout: float) -> None:
+    """Pass on what the workers wrote to stderr, waiting at most ``timeout``."""
+    if not selector.get_map():
+        time.sleep(timeout)
+        return
+    for key, _ in selector.select(timeout):
+        _read(selector, key.data)
+
+
+def _read(selector: selectors.BaseSelector, running: _Running) -> None:
+    """Read what is there now (never waits: a process the worker started may
+    hold the pipe open after the worker ended)."""
+    relay = running.relay
+    if relay is None:
+        return
+    while True:
+        try:
+            data = os.read(relay.fd, 1 << 16)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            _close(selector, running)
+            return
+        relay.feed(data)
+
+
+def _close(selector: selectors.BaseSelector, running: _Running) -> None:
+    relay, running.relay = running.relay, None
+    if relay is None:
+        return
+    try:
+        selector.unregister(relay.fd)
+    except (KeyError, ValueError):
+        pass
+    relay.close()
+    running.process.stderr.close()
+
+
+def _ended(selector: selectors.BaseSelector, running: _Running) -> None:
+    """The worker has ended: pass on the rest of its stderr, then stop reading."""
+    _read(selector, running)
+    _close(selector, running)
 
 
 def _kill(running: _Running) -> None:
@@ -103,21 +210,26 @@ def run_jobs(jobs: list[Job], *, timeout: float, parallel: int, memory: int = 0)
     outcomes: list[Outcome | None] = [None] * len(jobs)
     pending = list(enumerate(jobs))
     running: list[_Running] = []
+    # What a killed run left (its folder, processes in it) goes first.
+    lifetime.sweep_temp()
     with UndoLog() as log:
-        run_dir = Path(tempfile.mkdtemp(prefix="graphbreak-doctor-run-"))
-        log.call_on_undo(lambda: shutil.rmtree(run_dir, ignore_errors=True))
-        log.call_on_undo(lambda: [_kill(r) for r in running])
+        run_dir = log.enter(lifetime.owned_folder("graphbreak-doctor-run-"))
+        selector = selectors.DefaultSelector()
+        log.call_on_undo(selector.close)
+        log.call_on_undo(lambda: [(_kill(r), _ended(selector, r)) for r in running])
         _signals(log)
         while pending or running:
             while pending and len(running) < max(1, parallel):
                 index, job = pending.pop(0)
-                running.append(_start(job, index, run_dir, timeout, memory))
-            time.sleep(_POLL)
+                running.append(_start(job, index, run_dir, timeout, memory, selector))
+            _pump(selector, _POLL)
             for r in list(running):
                 if r.process.poll() is not None:
+                    _ended(selector, r)
                     outcomes[r.index] = _finish(r)
                 elif time.monotonic() > r.deadline:
                     _kill(r)
+                    _ended(selector, r)
                     outcomes[r.index] = Outcome(r.job, status=TIMED_OUT,
                                                 message=f"after {timeout:g} s (--timeout); the worker was killed")
                 else:
@@ -125,4 +237,3 @@ def run_jobs(jobs: list[Job], *, timeout: float, parallel: int, memory: int = 0)
                 running.remove(r)
                 shutil.rmtree(r.folder, ignore_errors=True)
     return [o for o in outcomes if o is not None]
-

@@ -26,6 +26,11 @@ def _write(path: str, data: dict) -> None:
 
 def main(argv: list[str]) -> int:
     job_path, result_path = argv
+    # First: die with the doctor, however it ends (jobs/lifetime.py).
+    from graphbreak_doctor.jobs.lifetime import PARENT_ENV, die_with_parent
+
+    parent = os.environ.pop(PARENT_ENV, "")
+    die_with_parent(int(parent) if parent.isdigit() else None)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.dup2(2, 1)  # C-level writes to stdout too
     with open(job_path, encoding="utf-8") as f:
@@ -34,6 +39,7 @@ def main(argv: list[str]) -> int:
     for entry in reversed(data.pop("sys_path")):
         if entry not in sys.path:
             sys.path.insert(0, entry)
+    progress = bool(data.pop("progress", False))  # stderr is a pipe here: the parent says if it is a terminal
     memory = data.pop("memory", 0)
     if memory:  # the parent's limit on this worker's address space, in bytes
         import resource
@@ -51,7 +57,7 @@ def main(argv: list[str]) -> int:
     log = UndoLog()
     if job.log:
         to_log(job.log, log)
-    outcome = run_in_process(job, Progress(), interrupts_are_ours=False)
+    outcome = run_in_process(job, Progress(progress), interrupts_are_ours=False)
     if job.debug:
         for text in outcome.details:
             terminal().write(text)

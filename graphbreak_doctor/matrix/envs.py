@@ -11,6 +11,12 @@ and the doctor itself is installed editable from this checkout. An
 environment is ready once its manifest is written, last; a second run finds
 the manifest and builds nothing. uv's cache hard-links the packages, so
 environments share their files.
+
+A build holds its environment's lock file (``.<name>.lock``) while it runs;
+an environment without a manifest whose lock nobody holds was left by a
+killed run, and the next Builder removes it (with the killed run's
+``graphbreak-doctor-env-*`` temporary folder: jobs/lifetime.py). uv runs so
+that it dies with the doctor.
 """
 
 from __future__ import annotations
@@ -24,12 +30,12 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from graphbreak_doctor.cache import cache_root
+from graphbreak_doctor.jobs import lifetime
 from graphbreak_doctor.text import one_line
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -204,6 +210,31 @@ class Builder:
             raise EnvError("torch is not installed in this environment: the matrix holds every cell at its version")
         links = list(find_links or []) + pip_find_links()
         self.find_links = list(dict.fromkeys(links))
+        self.sweep()
+
+    def sweep(self) -> list[Path]:
+        """Remove what killed runs left: half-built environments (no manifest)
+        whose lock nobody holds, and their temporary folders. Returns the
+        environments removed."""
+        lifetime.sweep_temp()
+        removed: list[Path] = []
+        if not self.root.is_dir():
+            return removed
+        for path in sorted(self.root.iterdir()):
+            if not path.is_dir() or path.name.startswith(".") or (path / MANIFEST).is_file():
+                continue
+            lock = self.root / f".{path.name}.lock"
+            if not lock.is_file():
+                continue  # not an environment of ours
+            with open(lock, "a") as f:
+                try:
+                    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError:
+                    continue  # being built now
+                if not (path / MANIFEST).is_file():
+                    shutil.rmtree(path, ignore_errors=True)
+                    removed.append(path)
+        return removed
 
     def path(self, spec: EnvSpec) -> Path:
         return self.root / spec.folder_name(self.torch)
@@ -232,7 +263,7 @@ class Builder:
         shutil.rmtree(self.path(spec), ignore_errors=True)
 
     def _uv(self, *args: str, what: str) -> str:
-        command = [uv_binary(), *args]
+        command = lifetime.command([uv_binary(), *args])
         result = subprocess.run(command, check=False, capture_output=True, text=True, stdin=subprocess.DEVNULL)
         if result.returncode != 0:
             lines = [ln.strip(" ×╰─▶│") for ln in result.stderr.splitlines() if ln.strip(" ×╰─▶│")]
@@ -249,7 +280,7 @@ class Builder:
         files = spec.requirement_files()
         self._uv("venv", "--quiet", "--python", sys.executable, str(path), what="creating the environment")
         python = str(path / "bin" / "python")
-        with tempfile.TemporaryDirectory(prefix="graphbreak-doctor-env-") as tmp:
+        with lifetime.owned_folder("graphbreak-doctor-env-") as tmp:
             constraints = Path(tmp) / "constraints.txt"
             constraints.write_text(f"torch=={self.torch}\n", encoding="utf-8")
             for name, text in files.items():

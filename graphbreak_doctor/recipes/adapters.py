@@ -15,8 +15,6 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Callable
 
-import torch
-
 _EMPTY = inspect.Parameter.empty
 _VAR = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
 
@@ -38,7 +36,10 @@ def type_hints(fn: Callable) -> dict[str, Any]:
 
 # ------------------------------------------------------------ schema types
 
-_SCALARS = {int: "int", float: "float", bool: "bool", str: "str", torch.dtype: "ScalarType", torch.device: "Device"}
+def _scalars() -> dict[type, str]:
+    import torch
+
+    return {int: "int", float: "float", bool: "bool", str: "str", torch.dtype: "ScalarType", torch.device: "Device"}
 
 
 def schema_type(annotation: Any, observed: list[Any]) -> str | None:
@@ -57,10 +58,13 @@ def schema_type(annotation: Any, observed: list[Any]) -> str | None:
 
 
 def _from_annotation(ann: Any) -> str | None:
+    import torch
+
     if ann is torch.Tensor:
         return "Tensor"
-    if ann in _SCALARS:
-        return _SCALARS[ann]
+    scalars = _scalars()
+    if ann in scalars:
+        return scalars[ann]
     origin, args = typing.get_origin(ann), typing.get_args(ann)
     if origin is typing.Union or (origin is not None and str(origin) == "<class 'types.UnionType'>"):
         inner = [a for a in args if a is not type(None)]
@@ -75,11 +79,13 @@ def _from_annotation(ann: Any) -> str | None:
 
 
 def _from_value(value: Any) -> str | None:
+    import torch
+
     if isinstance(value, torch.Tensor):
         return "Tensor"
     if isinstance(value, bool):
         return "bool"
-    for tp, name in _SCALARS.items():
+    for tp, name in _scalars().items():
         if isinstance(value, tp):
             return name
     if isinstance(value, (list, tuple)) and value and all(isinstance(v, torch.Tensor) for v in value):
@@ -88,6 +94,8 @@ def _from_value(value: Any) -> str | None:
 
 
 def return_schema(outputs: Any) -> str | None:
+    import torch
+
     if isinstance(outputs, torch.Tensor):
         return "Tensor"
     if isinstance(outputs, tuple) and outputs and all(isinstance(o, torch.Tensor) for o in outputs):

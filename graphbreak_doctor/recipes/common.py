@@ -12,8 +12,6 @@ import sys
 import types
 from typing import Any
 
-import torch
-
 from graphbreak_doctor.findings import Break, Frame
 from graphbreak_doctor.frames import INFRASTRUCTURE, package_of, short_path
 from graphbreak_doctor.patching import PatchSet
@@ -118,7 +116,8 @@ def disabled_callee(site: Frame) -> tuple[types.ModuleType, str, Any] | None:
 
 
 def has_tensor(value: Any, depth: int = 0) -> bool:
-    if isinstance(value, torch.Tensor):
+    torch = sys.modules.get("torch")  # not loaded (a log read back): no value is a tensor
+    if torch is not None and isinstance(value, torch.Tensor):
         return True
     if depth > 3:
         return False

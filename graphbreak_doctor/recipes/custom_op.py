@@ -8,14 +8,12 @@ from __future__ import annotations
 import inspect
 import re
 import typing
-from typing import Any, Callable
-
-import torch
+from typing import TYPE_CHECKING, Any, Callable
 
 from graphbreak_doctor.findings import Break, Frame
 from graphbreak_doctor.frames import package_of, short_path
 from graphbreak_doctor.patching import OP_NAMESPACE, PatchSet
-from graphbreak_doctor.recipes import adapters, catalogue
+from graphbreak_doctor.recipes import adapters
 from graphbreak_doctor.recipes.common import (
     bound,
     disabled_callee,
@@ -28,6 +26,11 @@ from graphbreak_doctor.recipes.common import (
     where_of,
 )
 from graphbreak_doctor.recipes.recipe import Advice, FixContext, NotApplicable, Plan, Recipe
+
+if TYPE_CHECKING:  # annotations only: torch and the catalogue load when a fix is made
+    import torch
+
+    from graphbreak_doctor.recipes import catalogue
 
 
 def plan(brk: Break, ctx: FixContext, *, recipe: str = "wrap-custom-op") -> Plan:
@@ -50,6 +53,8 @@ def plan(brk: Break, ctx: FixContext, *, recipe: str = "wrap-custom-op") -> Plan
     sig = adapters.signature(inner)
     if sig is None:
         raise NotApplicable(f"cannot read the signature of {culprit}")
+    from graphbreak_doctor.recipes import catalogue  # its fakes import torch
+
     known = catalogue.known(package, fn_name)
     calls = warm_calls(ctx, replace)
     hints = adapters.type_hints(inner)
@@ -131,6 +136,8 @@ def signature_patch(caller: Frame, package: str, fn_name: str, fn: Callable) -> 
     if sig is None:
         return ""
     hints = adapters.type_hints(fn)
+    from graphbreak_doctor.recipes import catalogue  # its fakes import torch
+
     known = catalogue.known(package, fn_name)
     fixed = dict(known.fixed) if known else {}
     params, passed, left = [], [], []
@@ -157,10 +164,14 @@ def signature_patch(caller: Frame, package: str, fn_name: str, fn: Callable) -> 
 
 
 def _py_default(value: Any) -> str:
+    import torch
+
     return repr(value) if not isinstance(value, torch.dtype) else str(value)
 
 
 def _annotated_returns(annotation: Any, known: catalogue.KnownFunction | None) -> str:
+    import torch
+
     if known is not None:
         return _py_returns(known.returns)
     if annotation is torch.Tensor:
@@ -172,6 +183,8 @@ def _annotated_returns(annotation: Any, known: catalogue.KnownFunction | None) -
 
 
 def _impl(fn: Callable, passed: list[str]) -> Callable:
+    import torch
+
     def impl(*args: Any) -> Any:
         inputs = [a for a in args if isinstance(a, torch.Tensor)]
         out = fn(**dict(zip(passed, args)))
@@ -183,6 +196,8 @@ def _impl(fn: Callable, passed: list[str]) -> Callable:
 
 
 def _unalias(out: Any, inputs: list[torch.Tensor]) -> Any:
+    import torch
+
     if isinstance(out, tuple):
         return tuple(_unalias(o, inputs) for o in out)
     if isinstance(out, torch.Tensor):
@@ -205,6 +220,8 @@ def _catalogue_fake(known: catalogue.KnownFunction, passed: list[str]) -> Callab
 
 
 def _signature_key(values: dict) -> tuple:
+    import torch
+
     key = []
     for name, v in sorted(values.items()):
         if isinstance(v, torch.Tensor):
@@ -223,6 +240,8 @@ def _meta(out: Any) -> Any:
 
 
 def _make(meta: Any, device: torch.device) -> Any:
+    import torch
+
     if meta[0] == "tuple":
         return tuple(_make(m, device) for m in meta[1])
     _, shape, stride, dtype = meta
@@ -231,6 +250,8 @@ def _make(meta: Any, device: torch.device) -> Any:
 
 
 def _inferred_fake(calls: list, sig: inspect.Signature, passed: list[str]) -> Callable:
+    import torch
+
     table = {}
     for args, kwargs, result in calls:
         values = bound(sig, args, kwargs)
@@ -266,6 +287,8 @@ def _cross_check(known: catalogue.KnownFunction, calls: list, sig: inspect.Signa
 
 
 def _shapes(out: Any) -> Any:
+    import torch
+
     if isinstance(out, (tuple, list)):
         return tuple(_shapes(o) for o in out)
     if isinstance(out, torch.Tensor):

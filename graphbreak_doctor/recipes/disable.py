@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 from graphbreak_doctor.findings import Break
 from graphbreak_doctor.frames import package_of, short_path
 from graphbreak_doctor.patching import PatchSet
@@ -35,6 +33,8 @@ def plan(brk: Break, ctx: FixContext) -> Plan:
     )
 
     def apply(ps: PatchSet) -> str:
+        import torch
+
         names = ps.rebind(fn, torch.compiler.disable(fn))
         return f"torch.compiler.disable({package}.{frame.function}) in {', '.join(names)}"
 

@@ -10,8 +10,6 @@ import inspect
 import types
 from typing import Any, Callable
 
-import torch
-
 from graphbreak_doctor.findings import Break, Frame
 from graphbreak_doctor.frames import INFRASTRUCTURE, package_of, short_path
 from graphbreak_doctor.patching import PatchSet
@@ -27,11 +25,16 @@ from graphbreak_doctor.recipes.examples import (
 )
 from graphbreak_doctor.recipes.recipe import Advice, FixContext, Names, NotApplicable, Plan, Recipe
 
+
+def _cuda_version() -> Any:
+    import torch
+    from packaging.version import Version
+
+    return Version(torch.version.cuda) if torch.version.cuda else None
+
+
 PRECOMPUTED: dict[tuple[str, str], tuple[str, Callable[[], Any]]] = {
-    ("flashinfer", "get_cuda_version"): (
-        "Version(torch.version.cuda)",
-        lambda: __import__("packaging.version").version.Version(torch.version.cuda) if torch.version.cuda else None,
-    ),
+    ("flashinfer", "get_cuda_version"): ("Version(torch.version.cuda)", _cuda_version),
 }
 
 

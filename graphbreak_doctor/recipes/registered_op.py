@@ -5,21 +5,24 @@ calling the op keeps the call as one graph node and never traces the wrapper."""
 from __future__ import annotations
 
 import re
+import sys
 from typing import Any
-
-import torch
 
 from graphbreak_doctor.findings import Break, Frame
 from graphbreak_doctor.frames import package_of, short_path
 from graphbreak_doctor.patching import PatchSet
-from graphbreak_doctor.recipes import adapters, catalogue
+from graphbreak_doctor.recipes import adapters
 from graphbreak_doctor.recipes.common import library_entry, qualified, source_of, where_of
 from graphbreak_doctor.recipes.recipe import Advice, FixContext, NotApplicable, Plan, Recipe
 
 
 def registered_op_for(stack: list[Frame]) -> tuple[str, str] | None:
     """(package, op) when the outermost library frame of the stack is a
-    function the library also registers as a torch op."""
+    function the library also registers as a torch op. Without torch loaded
+    (findings read from a log) no op is registered."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
     for frame in stack:
         package = package_of(frame.file)
         if package in ("stdlib", "torch", "user") or not frame.function.isidentifier() or frame.function.startswith("_"):
@@ -45,6 +48,7 @@ def plan(brk: Break, ctx: FixContext) -> Plan:
     if entry is None or entry[1].function != op_name:
         raise NotApplicable(f"torch.ops.{package}.{op_name} exists but the traced code does not call {op_name} directly")
     caller, frame, module, wrapper = entry
+    import torch
     from torch._library import custom_ops
 
     opdef = custom_ops.OPDEFS.get(f"{package}::{op_name}")
@@ -61,6 +65,8 @@ def plan(brk: Break, ctx: FixContext) -> Plan:
         raise NotApplicable(f"cannot read the signature of {package}.{op_name}")
     op_args = [a.name for a in schema.arguments]
     passed = [p for p in sig.parameters if p in op_args]
+    from graphbreak_doctor.recipes import catalogue  # its fakes import torch
+
     accepted = catalogue.REGISTERED_OP_EQUIVALENTS.get((package, op_name), {})
     fwd = adapters.Forward(wrapper, op, passed, accepted)
     adapter = adapters.forwarding_adapter(fwd, sig, f"{package}.{op_name} -> torch.ops.{package}.{op_name}")
@@ -82,11 +88,15 @@ def plan(brk: Break, ctx: FixContext) -> Plan:
 def op_call_patch(caller: Frame, package: str, op_name: str, wrapper: Any, accepted: dict | None = None) -> str:
     """The caller's line calling ``torch.ops.<package>.<op>`` instead of the
     wrapper, with the op's schema and the wrapper parameters it lacks."""
+    import torch
+
     schema = getattr(getattr(torch.ops, package), op_name).default._schema
     sig = adapters.signature(wrapper)
     op_args = [a.name for a in schema.arguments]
     dropped = [p for p in (sig.parameters if sig else {}) if p not in op_args]
     if accepted is None:
+        from graphbreak_doctor.recipes import catalogue  # its fakes import torch
+
         accepted = catalogue.REGISTERED_OP_EQUIVALENTS.get((package, op_name), {})
     call = source_of(caller, f"    {package}.{op_name}(...)")
     new = call.replace(f"{package}.{op_name}(", f"torch.ops.{package}.{op_name}(", 1) if f"{package}.{op_name}(" in call \

@@ -8,17 +8,20 @@ allows no network source at all and only the one inline script, by hash, so
 text from a break (an error message, a source line, a file name) can never
 become a running script even if it slipped past escaping.
 
-Like every renderer this one only presents the findings. What it adds is
-presentation: source lines read around frames at render time (``linecache``;
-a file that is gone on this machine shows the line the findings kept), and
-the layout of the breaks' call graph (``svg.py``).
+Like every renderer this one only presents the findings, and reads nothing
+else: the source lines around a break are those the trace recorded in the
+findings (``Break.excerpts``), else the one line a frame kept -- never a file
+of the machine that renders the report, whose paths findings from elsewhere
+may name (``/etc/passwd``). Every value printed goes through
+``text.escape_controls`` (NUL, escape sequences and other control characters
+shown as escapes; ``finalize`` below). What it adds is the layout of the
+breaks' call graph (``svg.py``).
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
-import linecache
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,9 +38,9 @@ from graphbreak_doctor.findings import Break, Findings, Frame, TargetInfo
 from graphbreak_doctor.render import compile_map, svg
 from graphbreak_doctor.render.renderer import FINDINGS, Renderer
 from graphbreak_doctor.text import counted as _plural
+from graphbreak_doctor.text import escape_controls
 
 TEMPLATES = Path(__file__).with_name("templates")
-CONTEXT_LINES = 3
 
 # Keys of target.meta shown in the banner's headline rather than in the table.
 
@@ -53,21 +56,32 @@ class SourceLine:
 class Excerpt:
     frame: Frame
     lines: list[SourceLine]
-    # False when the file cannot be read here: only the line the findings kept is shown.
+    # False when the findings recorded no lines around the frame: only the
+    # line the frame kept is shown.
     from_file: bool
 
 
-
-
-def excerpt(frame: Frame | None, context: int = CONTEXT_LINES) -> Excerpt | None:
-    """The source lines around ``frame``, read now (the findings keep one line)."""
+def excerpt(frame: Frame | None, brk: Break | None = None) -> Excerpt | None:
+    """The source lines around ``frame`` that the findings carry (``brk``'s
+    excerpts), else the frame's own line. Nothing is read from disk."""
     if frame is None:
         return None
-    lines = linecache.getlines(frame.file) if frame.file and not frame.file.startswith("<frozen") else []
-    if lines and 1 <= frame.line <= len(lines):
-        lo, hi = max(1, frame.line - context), min(len(lines), frame.line + context)
-        return Excerpt(frame, [SourceLine(n, lines[n - 1].rstrip("\r\n"), n == frame.line) for n in range(lo, hi + 1)], True)
+    recorded = brk.excerpt_for(frame) if brk is not None else None
+    if recorded is not None:
+        lines = [SourceLine(recorded.first + i, text, recorded.first + i == frame.line)
+                 for i, text in enumerate(recorded.lines)]
+        return Excerpt(frame, lines, True)
     return Excerpt(frame, [SourceLine(frame.line, frame.code, True)] if frame.code else [], False)
+
+
+def _finalize(value: Any) -> Any:
+    """Every printed value, control characters escaped (the markup of our own
+    templates and inlined CSS/JS has only line breaks and tabs)."""
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    if isinstance(value, Markup):
+        return Markup(escape_controls(str(value), keep="\n\t"))
+    return escape_controls(str(value), keep="\n\t")
 
 
 def _ticks(text: str) -> Markup:
@@ -103,6 +117,7 @@ def template_environment():
         trim_blocks=True,
         lstrip_blocks=True,
         keep_trailing_newline=True,
+        finalize=_finalize,
     )
     env.filters.update(short=short_path, ticks=_ticks, slug=_slug, doc_url=doc_url, code_name=_code_name)
     env.globals.update(plural=_plural, excerpt=excerpt, is_mapping=lambda v: isinstance(v, dict),

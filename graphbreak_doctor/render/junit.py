@@ -14,6 +14,7 @@ import xml.etree.ElementTree as ET
 from graphbreak_doctor.findings import COMPLETE, CaseResult, GateReport, TargetResult
 from graphbreak_doctor.render.gate_text import describe_break
 from graphbreak_doctor.render.renderer import GATE, Renderer
+from graphbreak_doctor.text import escape_controls
 
 SUITE = "graphbreak-doctor check"
 
@@ -64,7 +65,10 @@ def render(report: GateReport) -> str:
     for t, c in cases:
         suite.append(_case(t, c, report.device))
     ET.indent(root)
-    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+    # Control characters from findings (NUL, ESC) are not allowed in XML 1.0:
+    # shown as escapes, as on the terminal, so the file stays well-formed.
+    xml = escape_controls(ET.tostring(root, encoding="unicode"), keep="\n\t\r")
+    return '<?xml version="1.0" encoding="utf-8"?>\n' + xml + "\n"
 
 
 RENDERER = Renderer("junit", GATE, render, suffix=".xml", option="--junit",

@@ -26,12 +26,31 @@ def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-") or "target"
 
 
+_DOTTED = re.compile(r"[^\W\d]\w*(?:\.[^\W\d]\w*)*")
+
+
+def check_spec(spec: str) -> tuple[str, str]:
+    """(module, attribute) of ``pkg.module:factory``; a ValueError (one line)
+    unless both are dotted Python names -- a path (``../../etc:passwd``), a
+    relative import or a file name is not a module, and is never imported."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"--target must look like pkg.module:factory, got {spec!r}")
+    if not _DOTTED.fullmatch(module_name):
+        raise ValueError(f"--target {spec!r}: {module_name!r} is not a module name (dotted Python names, like "
+                         "pkg.module; run from the folder that holds the package)")
+    if not _DOTTED.fullmatch(attr):
+        raise ValueError(f"--target {spec!r}: {attr!r} is not a Python name")
+    return module_name, attr
+
+
 def load_factory(spec: str, log: UndoLog) -> Callable[[], Any]:
     """Resolve ``pkg.module:factory``; the current directory goes on
     ``sys.path`` through ``log`` (undone with it)."""
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise TargetError(f"--target must look like pkg.module:factory, got {spec!r}")
+    try:
+        module_name, attr = check_spec(spec)
+    except ValueError as e:
+        raise TargetError(str(e)) from e
     log.prepend_sys_path(os.getcwd())
     try:
         module = importlib.import_module(module_name)
@@ -98,6 +117,8 @@ class FactoryProvider(TargetProvider):
     def select(self, options: Mapping[str, Any]) -> list[Selection]:
         specs = options["target"]
         specs = [specs] if isinstance(specs, str) else list(dict.fromkeys(specs))
+        for spec in specs:
+            check_spec(spec)  # a ValueError: a usage error before anything runs
         return [Selection(self.name, slug(spec.replace(":", ".")), {"spec": spec}, spec=spec) for spec in specs]
 
     def build(self, selection: Selection, device: str, log: UndoLog) -> Target:

@@ -14,7 +14,7 @@ import torch
 from graphbreak_doctor.findings import TargetInfo
 from graphbreak_doctor.targets import Target
 from graphbreak_doctor.targets.glm5 import ops
-from graphbreak_doctor.targets.glm5.config import Glm5Config, load_config
+from graphbreak_doctor.targets.glm5.config import Glm5Config, check_tp, load_config
 from graphbreak_doctor.targets.glm5.flashinfer_plan import FlashInferPlan, make_plan
 from graphbreak_doctor.targets.glm5.layer import DecoderLayer, GatedMlp, Moe
 from graphbreak_doctor.targets.glm5.weights import BF16_FORMAT, NVFP4_FORMAT
@@ -50,15 +50,7 @@ def _check_device(arch: str) -> None:
 
 
 def _check_tp(cfg: Glm5Config, tp: int) -> None:
-    if tp < 1:
-        raise ValueError(f"tp must be >= 1, got {tp}")
-    for name, size, unit in (
-        ("num_attention_heads", cfg.num_attention_heads, 1),
-        ("intermediate_size", cfg.intermediate_size, 32),
-        ("moe_intermediate_size", cfg.moe_intermediate_size, 32),
-    ):
-        if size % (tp * unit):
-            raise ValueError(f"tp={tp} does not divide {name}={size} into shards of a multiple of {unit}")
+    check_tp(cfg, tp)
 
 
 def _tokens_inputs(cfg: Glm5Config, tokens: int, with_residual: bool):

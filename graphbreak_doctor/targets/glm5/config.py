@@ -128,14 +128,20 @@ class Glm5Config:
 
 
 def _read_json(path: Path, what: str) -> dict[str, Any]:
+    if path.exists() and not path.is_file():  # a FIFO or a device would block or never end
+        raise ValueError(f"{what} {path} is not a regular file")
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8-sig")
     except OSError as exc:
         raise ValueError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{what} {path} is not UTF-8 text") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ValueError(f"{what} {path} is not valid JSON: {exc.msg} (line {exc.lineno})") from None
+    except RecursionError:
+        raise ValueError(f"{what} {path} is JSON nested too deeply") from None
     if not isinstance(data, dict):
         raise ValueError(f"{what} {path} must hold a JSON object")
     return data
@@ -176,6 +182,50 @@ def _quant_profile(config_dir: Path, values: dict[str, Any], quant_profile: str 
     return QuantProfile(str(algo), int(group), tuple(excludes), source)
 
 
+# Keys whose values are real numbers (the rest of _REQUIRED are sizes and counts).
+_REAL = ("routed_scaling_factor", "rms_norm_eps")
+# Optional keys read as integers, with their least value.
+_OPTIONAL_INTS = {"first_k_dense_replace": 0, "moe_layer_freq": 1, "vocab_size": 1, "num_key_value_heads": 1}
+# May be null: a model without routed experts (every layer dense).
+_NULLABLE = ("n_routed_experts",)
+
+
+def _check_values(config_file: Path, values: dict[str, Any]) -> None:
+    """Every size a positive integer, every real a positive number: a config
+    that says ``"hidden_size": "big"`` or ``-6144`` is bad input (exit 2), not
+    an error deep inside the layer build."""
+    def bad(key: str, expected: str) -> ValueError:
+        return ValueError(f"{config_file}: {key!r} must be {expected}, got {values[key]!r}"[:300])
+
+    for key in _REQUIRED:
+        value = values[key]
+        if key in _NULLABLE and value is None:
+            continue
+        if key in _REAL:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or value == float("inf"):
+                raise bad(key, "a positive number")
+        elif isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise bad(key, "a positive integer")
+    for key, least in _OPTIONAL_INTS.items():
+        if key in values and (isinstance(values[key], bool) or not isinstance(values[key], int) or values[key] < least):
+            raise bad(key, f"an integer >= {least}")
+
+
+def check_tp(cfg: Glm5Config, tp: int) -> None:
+    """``tp`` shards every split dimension evenly (kernels need shards of
+    whole 32-column NVFP4 blocks); a ValueError saying which one it does not."""
+    if tp < 1:
+        raise ValueError(f"tp must be >= 1, got {tp}")
+    for name, size, unit in (
+        ("num_attention_heads", cfg.num_attention_heads, 1),
+        ("intermediate_size", cfg.intermediate_size, 32),
+        ("moe_intermediate_size", cfg.moe_intermediate_size, 32),
+    ):
+        if size % (tp * unit):
+            shards = "" if unit == 1 else f" into shards that are multiples of {unit}"
+            raise ValueError(f"--tp {tp} does not divide {name}={size} evenly{shards}")
+
+
 def load_config(path: str | Path | None = None, *, quant_profile: str | Path | None = None) -> Glm5Config:
     """Read a GLM-5 config.
 
@@ -205,5 +255,6 @@ def load_config(path: str | Path | None = None, *, quant_profile: str | Path | N
     missing = [k for k in _REQUIRED if k not in values]
     if missing:
         raise ValueError(f"{config_file} lacks keys: {', '.join(missing)}")
+    _check_values(config_file, values)
     quant = _quant_profile(config_file.parent, values, quant_profile)
     return Glm5Config(values=values, path=str(config_file.resolve()), quant=quant)

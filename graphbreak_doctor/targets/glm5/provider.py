@@ -138,8 +138,13 @@ class Glm5Provider(TargetProvider):
         environment can build them (a matrix cell runs in another one)."""
         from graphbreak_doctor.targets.glm5.config import load_config
 
-        # Read now, so a bad --config is a usage error before anything is traced.
+        from graphbreak_doctor.targets.glm5.config import check_tp
+
+        # Read now, so a bad --config (or a --tp it cannot shard) is a usage
+        # error before anything is traced.
         loaded = load_config(config)
+        if scope == "block" and impl == "reference":
+            check_tp(loaded, tp or DEFAULT_TP)
         kinds = ["dense", "moe"] if layer == "all" else [layer]
         if scope != "block":
             return [self._stack_selection(kind, impl, loaded, tokens=tokens, cold=cold, scope=scope, phase=phase,

@@ -1,0 +1,34 @@
+"""What one mode's capture gives: the raw events, graphs and hazards of one
+trace (capture/run.py), or of a log read back (ingest/). Plain data, no torch:
+the analysis that turns it into findings runs without torch too."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from graphbreak_doctor.capture.events import BreakEvent
+from graphbreak_doctor.findings import Frame, GraphInfo, UnparsedEvent
+
+
+@dataclass
+class RawHazard:
+    kind: str
+    message: str
+    file: str = ""
+    line: int = 0
+
+
+@dataclass
+class ModeResult:
+    mode: str
+    events: list[BreakEvent] = field(default_factory=list)
+    graphs: list[GraphInfo] = field(default_factory=list)
+    hazards: list[RawHazard] = field(default_factory=list)
+    resume_code: list[tuple[str, str]] = field(default_factory=list)
+    # Break reports the listener could not parse (never dropped).
+    unparsed: list[UnparsedEvent] = field(default_factory=list)
+    ok: bool | None = None
+    error: str = ""
+    crashed: bool = False
+    # Where a crash happened in the user's code (None when nothing says).
+    crash_site: Frame | None = None
