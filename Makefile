@@ -60,12 +60,15 @@ $(VENVSGL0521)/.installed: pyproject.toml requirements/sglang-0.5.21.txt require
 
 # The main job: GLM-5-NVFP4's dense decoder layer on an emulated RTX PRO 6000
 # (sm120); JSON and HTML findings under reports/. SGLang's own dense layer when
-# the SGLang environment exists (make venv, make test), else the project's
-# re-creation of it.
+# the SGLang environment exists (make venv, make test), then what the default
+# GLM-5 launch of that SGLang compiles (the compile map); else the project's
+# re-creation of the layer.
 trace: $(VENV)/.installed
 	@if [ -f $(VENVSGL)/.installed ]; then \
 	  echo "make trace: SGLang's own dense layer (--impl sglang, $(VENVSGL))"; \
-	  $(VENVSGL)/bin/graphbreak-doctor trace --layer dense --impl sglang --json; \
+	  $(VENVSGL)/bin/graphbreak-doctor trace --layer dense --impl sglang --json && \
+	  echo "make trace: what a GLM-5 server with the default launch compiles (--model --mode map)" && \
+	  $(VENVSGL)/bin/graphbreak-doctor trace --model --mode map --json; \
 	else \
 	  echo "make trace: the re-created dense layer (--impl reference, $(VENV); make venv adds SGLang)"; \
 	  $(VENV)/bin/graphbreak-doctor trace --layer dense --impl reference --json; \

@@ -7,12 +7,14 @@ server's prefill and decode forwards), and every region a phase entered is
 traced the way its code asked for: ``fullgraph=True`` gives the first hard
 failure, ``fullgraph=False`` every break and the graphs it splits into,
 ``dynamic=True`` is traced dynamic. The call traced is the first one the
-phase made, with its own arguments (fake tensors on an emulated device).
+phase made, with its own arguments (fake tensors on an emulated device),
+inside the context the phase ran it in.
 Regions no phase entered are listed as registered only.
 """
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Callable
 
 from graphbreak_doctor.analysis.build import build_findings
@@ -24,6 +26,7 @@ from graphbreak_doctor.findings import (MAP_MODE, REGION_BREAKS, REGION_CRASHED,
 from graphbreak_doctor.frames import make_frame
 from graphbreak_doctor.patching import UndoLog
 from graphbreak_doctor.targets import Target, TargetError
+from graphbreak_doctor.text import one_line
 
 def _plain(value: Any) -> Any:
     return value if value is None or isinstance(value, (bool, int, float, str)) else repr(value)
@@ -33,7 +36,8 @@ def trace_region(site: Site, progress: Callable[[str], None] = lambda _m: None) 
     """The region of one torch.compile call; traced when a phase entered it."""
     region = Region(function=site.name, site=make_frame(site.file, site.line, site.name.rsplit(".", 1)[-1]),
                     options={k: _plain(v) for k, v in site.options.items()},
-                    calls=dict(site.calls), shapes={k: list(v) for k, v in site.shapes.items()})
+                    calls=dict(site.calls), shapes={k: list(v) for k, v in site.shapes.items()},
+                    recompiles=[dict(r) for r in site.recompiles])
     if not site.entered or site.options.get("disable"):
         return region
     phase = next(iter(site.calls))
@@ -42,9 +46,18 @@ def trace_region(site: Site, progress: Callable[[str], None] = lambda _m: None) 
     mode = "fullgraph" if fullgraph else "explain"
     progress(f"tracing region {site.name} ({mode})")
     target = Target(fn=site.fn, args=args, kwargs=kwargs, info=TargetInfo(spec=site.name, function=site.name))
-    result = capture.run(target, mode, decompile=False, dynamic=site.options.get("dynamic"))
-    traced = build_findings([result], target=target.info, environment={}, device={})
     region.traced, region.traced_phase = mode, phase
+    try:
+        with site.context.get(phase, contextlib.nullcontext)():
+            result = capture.run(target, mode, decompile=False, dynamic=site.options.get("dynamic"))
+    except TargetError as e:
+        # The region's own code raises as its phase ran it, compiled or not:
+        # the server fails here too. A verdict of the region, not bad input.
+        cause = e.__cause__
+        why = f"{type(cause).__name__}: {one_line(str(cause), 200)}" if cause is not None else str(e)
+        region.verdict, region.error = REGION_CRASHED, f"raises as its phase ran it, compiled or not: {why}"
+        return region
+    traced = build_findings([result], target=target.info, environment={}, device={})
     region.graphs, region.breaks = len(result.graphs), traced.breaks
     if result.crashed:
         region.verdict, region.error = REGION_CRASHED, result.error

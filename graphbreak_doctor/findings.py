@@ -282,6 +282,10 @@ class Region:
     graphs: int = 0
     error: str = ""
     breaks: list[Break] = field(default_factory=list)
+    # The calls that made Dynamo compile the region again while its phases ran
+    # (a server calling it at several sizes): {"phase", "shapes", "reasons"},
+    # the reasons being Dynamo's own guard failures, one per recompiled frame.
+    recompiles: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def entered(self) -> bool:

@@ -24,6 +24,7 @@ import logging
 import os
 import sys
 import types
+import warnings
 from typing import Any, Callable, Iterable
 
 _MISSING = object()
@@ -67,6 +68,20 @@ class UndoLog:
         setattr(config, name, value)
         self._steps.append(lambda: setattr(config, name, old))
         self.patched.append((config, name))
+
+    def keep_config(self, config: Any) -> None:
+        """Whatever code changes in a torch config module (``torch._dynamo.config``)
+        after this call -- code the doctor does not own, such as a framework's
+        own compile settings -- is put back on undo."""
+        saved = config.get_config_copy()
+
+        def restore() -> None:
+            # Loading every option back sets deprecated ones too, which warn.
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", FutureWarning)
+                config.load_config(saved)
+
+        self._steps.append(restore)
 
     def setitem(self, mapping: Any, key: Any, value: Any) -> None:
         old = mapping.get(key, _MISSING)

@@ -6,6 +6,7 @@ compile map is in test_sglang_compile_map.py."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import subprocess
 
 import pytest
@@ -70,7 +71,9 @@ def test_every_form_of_torch_compile_is_recorded_and_counted_per_phase():
     by_name = {s.name.rsplit(".", 1)[-1]: s for s in recorder.sites}
     assert set(by_name) == {"gate", "chatty", "probe", "forward", "never"}
     assert by_name["gate"].options == {"dynamic": True, "backend": "eager"}
-    assert by_name["gate"].calls == {"extend": 1, "decode": 2}
+    # The compiled layer's call of gate is part of the layer's graph (Dynamo
+    # traced it inline), not a call of the phase's own.
+    assert by_name["gate"].calls == {"decode": 2}
     assert by_name["gate"].shapes["decode"] == ["[5, 4]", "[7, 4]"]
     assert by_name["forward"].calls == {"extend": 1} and by_name["forward"].options == {"dynamic": False, "backend": "eager"}
     assert by_name["probe"].options == {"fullgraph": True, "backend": "eager"} and not by_name["probe"].entered
@@ -154,3 +157,70 @@ def test_sglang_args_without_sglang_is_one_line(cli, tmp_path):
     assert not out.exists()
     with pytest.raises(ValueError, match="needs SGLang installed"):
         PROVIDER.select({"layer": "dense", "sglang_args": "--enable-torch-compile"})
+
+
+def test_a_region_compiled_again_per_size_is_one_region_and_its_recompiles_say_why():
+    """A graph runner compiles the same forward once per batch size with
+    static shapes: one region, each later size a recompile with Dynamo's own
+    guard-failure reason."""
+    recorder = CompileRecorder()
+
+    def forward(x):
+        return torch.relu(x) + 1
+
+    with UndoLog() as log:
+        recorder.install(log)
+        with recorder.phase("decode"):
+            for size in (1, 4, 8):
+                torch.compile(forward, dynamic=False, backend="eager")(torch.ones(size, 3))
+    (site,) = [s for s in recorder.sites if s.name.endswith("forward")]
+    assert site.calls == {"decode": 3} and site.shapes["decode"] == ["[1, 3]", "[4, 3]", "[8, 3]"]
+    assert [r["shapes"] for r in site.recompiles] == ["[4, 3]", "[8, 3]"]
+    assert all("size mismatch" in reason and reason.startswith("forward: ")
+               for r in site.recompiles for reason in r["reasons"]), site.recompiles
+    region = trace_region(site)
+    assert region.recompiles == site.recompiles and region.verdict == REGION_OK
+    text = "\n".join(get("terminal").render(Findings(target=TargetInfo(spec="s", title="s"), regions=[region]))
+                     .splitlines())
+    assert "recompiled 2 times while its phases ran:" in text and "decode at [4, 3]: forward: " in text
+
+
+def _gated(regions, baseline=None, **policy):
+    from graphbreak_doctor.gate.policy import Policy, evaluate
+
+    findings = Findings(target=TargetInfo(spec="model", title="model"), modes=["map"], regions=regions)
+    return evaluate("model", findings, Policy(**policy), baseline)
+
+
+def test_the_gate_checks_each_entered_region():
+    from graphbreak_doctor.gate import baseline as baselines
+
+    recorder, layer = _decode_run()
+    with recorder.phase("extend"), pytest.raises(torch._dynamo.exc.Unsupported):
+        layer.probe(torch.ones(2, 4))
+    regions = [trace_region(s) for s in recorder.sites]
+    result = _gated(regions)
+    cases = {c.mode.rsplit(".", 1)[-1]: c for c in result.cases}
+    # Only entered regions are checks; the map mode itself is not one.
+    assert set(cases) == {"gate", "chatty", "probe"}
+    assert cases["gate"].passed
+    assert [f.check for f in cases["probe"].failures] == ["region", "max-breaks"]
+    assert [f.check for f in cases["chatty"].failures] == ["max-breaks"]
+    # Accepted as they are: the same map passes; a new region, a worse verdict
+    # or more breaks fail.
+    accepted = baselines.target_baseline(result.findings, "map")
+    assert {r.function.rsplit(".", 1)[-1]: r.verdict for r in accepted.regions} == {
+        "gate": REGION_OK, "chatty": REGION_BREAKS, "probe": REGION_FAILS}
+    again = baselines.parse(json.loads(baselines.Baseline(device="cpu", targets=[accepted]).to_json()))
+    assert all(c.passed for c in _gated(regions, again.targets[0]).cases if "probe" not in c.mode)
+    fewer = baselines.TargetBaseline("model", "map", regions=[r for r in again.targets[0].regions
+                                                              if not r.function.endswith("chatty")])
+    assert [c.failures[0].reason for c in _gated(regions, fewer).cases if c.mode.endswith("chatty")] == [
+        "a region the baseline does not list"]
+    better = baselines.TargetBaseline("model", "map", regions=[
+        baselines.RegionEntry(r.function, REGION_OK, 0) for r in again.targets[0].regions])
+    worse = {c.mode.rsplit(".", 1)[-1]: c.failures[-1].reason for c in _gated(regions, better).cases if c.failures}
+    assert worse["chatty"] == "verdict 'graph breaks', worse than the baseline's 'ok'"
+    with pytest.raises(baselines.BaselineError, match="'verdict' must be one of"):
+        baselines.parse({**json.loads(again.to_json()), "targets": [{"target": "model", "entries": [],
+                                                                     "regions": [{"function": "f", "verdict": "meh"}]}]})

@@ -150,3 +150,38 @@ def test_the_map_is_the_regions_dynamo_itself_compiled():
     assert {name for _, name in listed} >= {"_biased_grouped_topk_postprocess", "_get_logits_head_gate"}
     assert listed <= compiled, (sorted(listed), sorted(compiled))
     assert all(name in called for _, name in compiled - listed), (sorted(compiled - listed), sorted(called))
+
+
+@pytest.mark.slow
+def test_enable_torch_compile_adds_the_decode_forward_at_sglangs_compile_sizes_and_the_gate_reads_it(cli, tmp_path):
+    """--enable-torch-compile: SGLang's own compile sizes, settings and
+    patch_model; the decode forward is one region, traced in SGLang's compile
+    state. On releases whose DSA indexer has no pure-torch path the server's
+    first compiled decode raises, and the gate fails on that region."""
+    out = tmp_path / "map.json"
+    result = cli("check", "--model", "--mode", "map", "--tokens", "16", "--sglang-args", "--enable-torch-compile",
+                 "--json", str(out), "--junit", str(tmp_path / "gate.xml"))
+    assert result.returncode in (0, 1) and out.exists(), result.stderr[-3000:]
+    findings = Findings.from_json(out.read_text())
+    assert findings.modes == ["map"]
+    compiled = findings.target.facts["launch"]["decode_compile"]
+    sizes = compiled["compile_bs"]
+    assert sizes == sorted(sizes) and sizes[0] >= 1 and len(sizes) > 2, compiled
+    assert compiled["traced_bs"] == [sizes[0], sizes[len(sizes) // 2], sizes[-1]]
+    # SGLang's own setting, read after its set_torch_compile_config ran.
+    assert compiled["recompile_limit"] > len(sizes)
+    assert f"{len(sizes)} sizes" in findings.target.facts["launch"]["phases"]["decode"]
+    (forward,) = [r for r in findings.regions if r.entered and r.function.endswith("ForCausalLM.forward")]
+    assert set(forward.calls) == {"decode"} and forward.options.get("fullgraph") is not True
+    assert forward.options.get("mode") == "max-autotune-no-cudagraphs" and forward.traced == "explain"
+    gate = (tmp_path / "gate.xml").read_text()
+    if any("Indexer has no native" in note for note in compiled["notes"]):
+        # The server's first compile size stops in SGLang's own code: so does the map.
+        assert forward.verdict == "crashed" and "Indexer has no native" in forward.error
+        assert forward.shapes["decode"] == [f"[{sizes[0]}], [{sizes[0]}]"]
+        assert result.returncode == 1 and "region sglang.srt.models" in gate and "<failure" in gate
+        assert "ForCausalLM.forward" in result.stdout and "crashed" in result.stdout, result.stdout
+    else:
+        # Every traced size after the first recompiles (static shapes), with Dynamo's reason.
+        assert [r["shapes"] for r in forward.recompiles] == [f"[{b}], [{b}]" for b in compiled["traced_bs"][1:]]
+        assert all("size mismatch" in " ".join(r["reasons"]) for r in forward.recompiles), forward.recompiles

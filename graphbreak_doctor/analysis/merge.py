@@ -18,7 +18,10 @@ def merge_modes(parts: list[Findings]) -> Findings:
     the compile map's (MAP_MODE), whose regions join the result; a map that
     did not finish is a note, not the diagnosis's outcome."""
     maps = [p for p in parts if p.modes == [MAP_MODE]]
-    out = _merge_traces([p for p in parts if p.modes != [MAP_MODE]])
+    traces = [p for p in parts if p.modes != [MAP_MODE]]
+    if not traces:  # --mode map: the map alone
+        return maps[0] if len(maps) == 1 else _merge_traces(maps)
+    out = _merge_traces(traces)
     for part in maps:
         out.regions += part.regions
         why = part.incomplete()

@@ -13,7 +13,15 @@ and the first call's arguments are kept so the region can be traced later
 with the options the framework gave it.
 
 A site whose function never runs in any marked phase is only *registered*
-(importing a framework registers the sites of every model it ships).
+(importing a framework registers the sites of every model it ships). A call
+made while Dynamo traces another region is part of that region's graph, not
+a call of the phase's own, and is not counted.
+
+The same function compiled again with the same options (a graph runner
+compiles its forward once per batch size) is one site. A call that made
+Dynamo compile again is kept with Dynamo's own guard-failure reasons (its
+``guard_failures`` record, filled on every recompile): what the server pays
+when it calls the region at another size.
 """
 
 from __future__ import annotations
@@ -51,8 +59,15 @@ class Site:
     calls: dict[str, int] = field(default_factory=dict)
     shapes: dict[str, list[str]] = field(default_factory=dict)
     first: dict[str, tuple[tuple, dict]] = field(default_factory=dict)
+    # Per phase: what the first call ran inside (the phase's context, e.g. a
+    # framework's forward context), to enter again when the region is traced.
+    context: dict[str, Callable[[], Any]] = field(default_factory=dict)
+    # Calls that made Dynamo compile again: phase, shapes, its guard-failure reasons.
+    recompiles: list[dict[str, Any]] = field(default_factory=list)
 
-    def enter(self, phase: str, args: tuple, kwargs: dict) -> None:
+    def enter(self, phase: str, args: tuple, kwargs: dict, context: Callable[[], Any] | None = None) -> None:
+        if phase not in self.first and context is not None:
+            self.context[phase] = context
         self.calls[phase] = self.calls.get(phase, 0) + 1
         shapes = self.shapes.setdefault(phase, [])
         text = describe_args(args, kwargs)
@@ -63,6 +78,11 @@ class Site:
     @property
     def entered(self) -> bool:
         return bool(self.calls)
+
+    def same_region(self, name: str, file: str, line: int, options: dict[str, Any]) -> bool:
+        """The same function compiled again with the same options (a graph
+        runner compiles the forward once per batch size)."""
+        return (self.name, self.file, self.line, self.options) == (name, file, line, options)
 
 
 def _where(fn: Any) -> tuple[str, str, int]:
@@ -76,12 +96,35 @@ def _where(fn: Any) -> tuple[str, str, int]:
     return (f"{module}.{name}" if module else name), file, line
 
 
+def _guard_failures() -> dict[Any, int]:
+    """How many guard failures Dynamo has recorded so far, per code object."""
+    from torch._dynamo.utils import guard_failures
+
+    return {code: len(reasons) for code, reasons in guard_failures.items()}
+
+
+def _new_guard_failures(before: dict[Any, int]) -> list[str]:
+    """The guard-failure reasons Dynamo recorded since ``before``: each
+    recompile of a frame says which guard failed ("size mismatch at index
+    0 ..."), prefixed with the frame's function."""
+    from torch._dynamo.utils import guard_failures
+
+    out = []
+    for code, reasons in list(guard_failures.items()):
+        if code.co_name.startswith("torch_dynamo_resume_in"):
+            continue  # the frame after a break recompiles for the same reason as its region
+        for reason in reasons[before.get(code, 0):]:
+            out.append(f"{code.co_name}: {' '.join(str(reason).split())}")
+    return out
+
+
 class CompileRecorder:
     """Records the torch.compile calls made while it is installed."""
 
     def __init__(self) -> None:
         self.sites: list[Site] = []
         self._phase = ""
+        self._context: Callable[[], Any] | None = None
         self._real: Callable[..., Any] | None = None
 
     def install(self, log: UndoLog) -> None:
@@ -91,13 +134,16 @@ class CompileRecorder:
         log.setattr(torch, "compile", self._compile)
 
     @contextlib.contextmanager
-    def phase(self, name: str) -> Iterator[None]:
-        """Count the calls made inside as calls of phase ``name``."""
-        before, self._phase = self._phase, name
+    def phase(self, name: str, context: Callable[[], Any] | None = None) -> Iterator[None]:
+        """Count the calls made inside as calls of phase ``name``. ``context``:
+        a context-manager factory for what the calls run inside (the phase's
+        state), entered again when a region first called here is traced."""
+        before = self._phase, self._context
+        self._phase, self._context = name, context
         try:
             yield
         finally:
-            self._phase = before
+            self._phase, self._context = before
 
     def entered(self) -> list[Site]:
         return [s for s in self.sites if s.entered]
@@ -108,12 +154,14 @@ class CompileRecorder:
         compiled = self._real(model, **options)
         name, file, line = _where(model)
         chosen = {k: options[k] for k in OPTION_NAMES if k in options}
-        site = Site(fn=model, options=chosen, name=name, file=file, line=line)
-        self.sites.append(site)
+        site = next((s for s in self.sites if s.same_region(name, file, line, chosen)), None)
+        if site is None:
+            site = Site(fn=model, options=chosen, name=name, file=file, line=line)
+            self.sites.append(site)
         if isinstance(compiled, torch.nn.Module):
             def hook(_module: Any, args: tuple, kwargs: dict) -> None:
                 if self._phase:
-                    site.enter(self._phase, args, kwargs)
+                    site.enter(self._phase, args, kwargs, self._context)
 
             compiled.register_forward_pre_hook(hook, with_kwargs=True)
             return compiled
@@ -121,9 +169,18 @@ class CompileRecorder:
 
         @functools.wraps(model)
         def entered(*args: Any, **kwargs: Any) -> Any:
-            if recorder._phase:
-                site.enter(recorder._phase, args, kwargs)
-            return compiled(*args, **kwargs)
+            # Inside another region Dynamo is tracing, the call is that
+            # region's; only a call the phase itself makes is counted.
+            if not recorder._phase or torch.compiler.is_compiling():
+                return compiled(*args, **kwargs)
+            phase = recorder._phase
+            site.enter(phase, args, kwargs, recorder._context)
+            before = _guard_failures()
+            out = compiled(*args, **kwargs)
+            reasons = _new_guard_failures(before)
+            if reasons:
+                site.recompiles.append({"phase": phase, "shapes": describe_args(args, kwargs), "reasons": reasons})
+            return out
 
         return entered
 

@@ -63,9 +63,10 @@ def add_target_options(p: argparse.ArgumentParser, default_mode: str = "both") -
             else:
                 group.add_argument(o.flag, dest=o.name, metavar=o.metavar, choices=o.choices, help=o.help,
                                    type=_argparse_type(o))
-    p.add_argument("--mode", choices=MODE_CHOICES, default=default_mode,
+    p.add_argument("--mode", choices=(*MODE_CHOICES, MAP_MODE), default=default_mode,
                    help="explain: every break; fullgraph: the first hard failure, as SGLang sees it; "
-                        "both: explain + fullgraph; piecewise: fullgraph with the attention op as a split point "
+                        "both: explain + fullgraph; piecewise: fullgraph with the attention op as a split point; "
+                        "map: only the compile map (--model: the torch.compile regions the launch enters) "
                         f"(default: {default_mode})")
     emulated = [name for name, preset in PRESETS.items() if preset.emulated]
     p.add_argument("--device", choices=tuple(PRESETS), default=DEFAULT_DEVICE,
@@ -173,9 +174,12 @@ def run_diagnoses(args: argparse.Namespace, selected: list[Selection], progress:
     --in-process run records torch.compile before the target's code loads)."""
     from graphbreak_doctor.analysis.merge import merge_modes
 
-    modes = modes_for(args.mode)
+    modes = [] if args.mode == MAP_MODE else modes_for(args.mode)
     # --mode piecewise asks for one compile path (tc_piecewise), not for the launch's map.
     mapped = args.mode != "piecewise"
+    unmapped = [s.name for s in selected if not s.options.get("compile_map")]
+    if args.mode == MAP_MODE and unmapped:
+        raise UsageError(f"--mode map: {', '.join(unmapped)} has no compile map (it is a model's: --model)")
     groups = [[Job(MAP, s, args.device, MAP_MODE, debug=args.debug)] * (mapped and bool(s.options.get("compile_map")))
               + [Job(TRACE, s, args.device, m, debug=args.debug) for m in modes] for s in selected]
     outcomes = iter(run(args, [job for group in groups for job in group], progress))

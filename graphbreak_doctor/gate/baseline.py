@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from graphbreak_doctor.frames import short_path
-from graphbreak_doctor.findings import BaselineEntry, Break, Findings
+from graphbreak_doctor.findings import (REGION_BREAKS, REGION_CRASHED, REGION_FAILS, REGION_OK, BaselineEntry, Break,
+                                        Findings)
 
 BASELINE_SCHEMA_VERSION = 1
 KIND = "graphbreak-doctor baseline"
@@ -32,11 +33,30 @@ class BaselineError(ValueError):
     """An unreadable or inconsistent baseline file (a usage error: exit 2)."""
 
 
+# A compile-map region's verdicts, best first: a verdict further down is worse.
+REGION_ORDER = (REGION_OK, REGION_BREAKS, REGION_FAILS, REGION_CRASHED)
+
+
+@dataclass
+class RegionEntry:
+    """One torch.compile region a phase entered, as accepted: its verdict and
+    how many breaks it had (a region is named by its compiled function)."""
+
+    function: str
+    verdict: str
+    breaks: int = 0
+
+
 @dataclass
 class TargetBaseline:
     target: str
     mode: str
     entries: list[BaselineEntry] = field(default_factory=list)
+    # The compile map's entered regions (a target traced with its map).
+    regions: list[RegionEntry] = field(default_factory=list)
+
+    def region(self, function: str) -> RegionEntry | None:
+        return next((r for r in self.regions if r.function == function), None)
 
     def keys(self) -> set[Key]:
         return {e.key() for e in self.entries}
@@ -59,7 +79,8 @@ class Baseline:
             "kind": self.kind,
             "device": self.device,
             "environment": self.environment,
-            "targets": [asdict(t) for t in self.targets],
+            # "regions" only for a target traced with its compile map.
+            "targets": [{k: v for k, v in asdict(t).items() if k != "regions" or v} for t in self.targets],
         }
         return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
 
@@ -92,7 +113,10 @@ def entries_from(breaks: list[Break]) -> list[BaselineEntry]:
 
 
 def target_baseline(findings: Findings, mode: str) -> TargetBaseline:
-    return TargetBaseline(target=findings.target.spec, mode=mode, entries=entries_from(findings.breaks))
+    regions = sorted((RegionEntry(r.function, r.verdict, len(r.breaks)) for r in findings.regions if r.verdict),
+                     key=lambda r: r.function)
+    return TargetBaseline(target=findings.target.spec, mode=mode, entries=entries_from(findings.breaks),
+                          regions=regions)
 
 
 def updated(previous: Baseline | None, device: str, written: list[TargetBaseline], environment: dict[str, str]) -> Baseline:
@@ -156,7 +180,19 @@ def parse(data: Any, path: str = "<baseline>") -> Baseline:
                 e["category"], e["package"], e["qualname"], e["gb_type"],
                 list(e.get("modes", [])), e.get("breaks", 1), e.get("count", 1), e.get("hint", ""),
             ))
-        targets.append(TargetBaseline(target=t["target"], mode=str(t.get("mode", "")), entries=entries))
+        regions = []
+        _require(isinstance(t.get("regions", []), list), path, f"targets[{i}]: 'regions' must be a list")
+        for j, r in enumerate(t.get("regions", [])):
+            where = f"targets[{i}].regions[{j}]"
+            _require(isinstance(r, dict) and isinstance(r.get("function"), str) and r["function"], path,
+                     f"{where} needs a 'function' name")
+            _require(r.get("verdict") in REGION_ORDER, path,
+                     f"{where}: 'verdict' must be one of {', '.join(REGION_ORDER)}")
+            _require(isinstance(r.get("breaks", 0), int) and not isinstance(r.get("breaks", 0), bool), path,
+                     f"{where}: 'breaks' must be an integer")
+            regions.append(RegionEntry(r["function"], r["verdict"], r.get("breaks", 0)))
+        targets.append(TargetBaseline(target=t["target"], mode=str(t.get("mode", "")), entries=entries,
+                                      regions=regions))
     return Baseline(device=data["device"], targets=targets, environment={str(k): str(v) for k, v in env.items()})
 
 

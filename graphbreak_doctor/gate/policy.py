@@ -11,6 +11,15 @@ actionable frame belongs to a selected package (``--only-packages`` /
 - baseline: no break whose key is missing from the baseline (keys have no
   line numbers); entries that were not seen any more are reported, not failed.
 
+A target traced with its compile map (``--model``) has one more check per
+torch.compile region its phases entered, each traced with the options its
+code gave it: a region whose trace crashed, or that asks for
+``fullgraph=True`` and fails, fails; its breaks count like a mode's
+(max-breaks, fail-on). Against a baseline that lists the target's regions, a
+region it does not list (new) fails, and so does one whose verdict is worse
+than the accepted one (ok < graph breaks < fails < crashed) or that breaks
+more often.
+
 With no criterion at all the gate is ``max-breaks 0``: the target has no
 graph break.
 """
@@ -20,8 +29,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from graphbreak_doctor.analysis.categories import CATEGORIES
-from graphbreak_doctor.findings import FULLGRAPH_MODES, Break, CaseResult, CheckFailure, Findings, TargetResult
-from graphbreak_doctor.gate.baseline import TargetBaseline
+from graphbreak_doctor.findings import (FULLGRAPH_MODES, MAP_MODE, REGION_CRASHED, REGION_FAILS, Break, CaseResult,
+                                        CheckFailure, Findings, Region, TargetResult)
+from graphbreak_doctor.gate.baseline import REGION_ORDER, TargetBaseline
 from graphbreak_doctor.text import counted as _n
 
 
@@ -74,7 +84,12 @@ def evaluate(name: str, findings: Findings, policy: Policy, baseline: TargetBase
         ]
     max_breaks = policy.effective_max_breaks(baseline is not None)
     crash = findings.incomplete()
+    for region in findings.regions:
+        if region.verdict:
+            result.cases.append(_region_case(name, region, policy, max_breaks, baseline))
     for mode in findings.modes:
+        if mode == MAP_MODE:  # the map's checks are its regions'
+            continue
         in_mode = [b for b in counted if mode in b.modes]
         case = CaseResult(target=name, mode=mode, counted=in_mode, crashed=crash)
         if policy.require_fullgraph and mode in FULLGRAPH_MODES and not findings.fullgraph.ok and not crash:
@@ -98,3 +113,41 @@ def evaluate(name: str, findings: Findings, policy: Policy, baseline: TargetBase
                 case.failures.append(CheckFailure("baseline", f"{_n(len(new), 'break')} not in the baseline", new))
         result.cases.append(case)
     return result
+
+
+def _region_case(name: str, region: Region, policy: Policy, max_breaks: int | None,
+                 baseline: TargetBaseline | None) -> CaseResult:
+    """A compile-map region's check (a JUnit testcase: ``region <function>``)."""
+    counted = [b for b in region.breaks if policy.counts(b)]
+    case = CaseResult(target=name, mode=f"region {region.function}", counted=counted)
+    if region.verdict == REGION_CRASHED:
+        case.failures.append(CheckFailure("region", f"the region's trace crashed: {region.error or 'no reason'}"))
+    elif region.verdict == REGION_FAILS:
+        case.failures.append(CheckFailure(
+            "region", f"fullgraph=True region fails (the server's compile stops here): {region.error or '?'}",
+            counted[:1]))
+    accepted = baseline.region(region.function) if baseline is not None and baseline.regions else None
+    if baseline is not None and baseline.regions:
+        if accepted is None:
+            case.failures.append(CheckFailure("baseline", "a region the baseline does not list", counted))
+        elif _rank(region.verdict) > _rank(accepted.verdict):
+            case.failures.append(CheckFailure(
+                "baseline", f"verdict {region.verdict!r}, worse than the baseline's {accepted.verdict!r}", counted))
+        elif len(region.breaks) > accepted.breaks:
+            case.failures.append(CheckFailure(
+                "baseline", f"{_n(len(region.breaks), 'break')}, the baseline accepts {accepted.breaks}", counted))
+        return case
+    if max_breaks is not None and len(counted) > max_breaks:
+        case.failures.append(CheckFailure(
+            "max-breaks", f"{_n(len(counted), 'break')} counted, at most {max_breaks} allowed", counted))
+    if policy.fail_on:
+        hit = [b for b in counted if b.category in policy.fail_on]
+        if hit:
+            cats = ", ".join(sorted({b.category for b in hit}))
+            case.failures.append(CheckFailure("fail-on", f"{_n(len(hit), 'break')} in forbidden categories: {cats}", hit))
+    return case
+
+
+def _rank(verdict: str) -> int:
+    """How bad a region verdict is; one this version does not know is the worst."""
+    return REGION_ORDER.index(verdict) if verdict in REGION_ORDER else len(REGION_ORDER)

@@ -22,6 +22,8 @@ class Row:
     verdict: str
     graphs: str
     breaks: str
+    # One line per recompile while the phases ran: the call's shapes, Dynamo's reasons.
+    recompiles: list[str]
 
 
 def options_text(region: Region) -> str:
@@ -41,7 +43,19 @@ def rows(findings: Findings) -> list[Row]:
         if r.error and r.verdict != "ok":
             verdict += f" ({r.error})"
         out.append(Row(r.function, f"{short_path(r.site.file)}:{r.site.line}", phases, options_text(r), shapes,
-                       verdict, str(r.graphs) if r.traced else "-", str(len(r.breaks)) if r.traced else "-"))
+                       verdict, str(r.graphs) if r.traced else "-", str(len(r.breaks)) if r.traced else "-",
+                       recompile_lines(r)))
+    return out
+
+
+def recompile_lines(region: Region) -> list[str]:
+    """'decode at [32], [32]: forward: tensor 'input_ids' size mismatch ...' per recompile."""
+    out = []
+    for r in region.recompiles:
+        reasons = r.get("reasons") if isinstance(r, dict) else None
+        reasons = "; ".join(str(x) for x in reasons) if isinstance(reasons, list) else ""
+        out.append(f"{r.get('phase', '?')} at {r.get('shapes', '?')}: {reasons or 'no reason recorded'}"
+                   if isinstance(r, dict) else str(r))
     return out
 
 
@@ -57,6 +71,21 @@ def launch_arguments(findings: Findings) -> list[str]:
     launch = findings.target.facts.get("launch")
     args = launch.get("arguments") if isinstance(launch, dict) else None
     return [str(a) for a in args] if isinstance(args, list) else []
+
+
+def fullgraph_line(findings: Findings) -> str:
+    """Whether this launch compiles anything with fullgraph=True (where a
+    single break stops the server's compile), from the launch's phases and the
+    regions its phases entered."""
+    phases = [p for p, text in phase_lines(findings).items() if "(fullgraph)" in text]
+    regions = [r.function.rsplit(".", 1)[-1] for r in findings.regions if r.entered and r.options.get("fullgraph")]
+    where = [f"the {p} forward" for p in phases] + regions
+    version = findings.environment.get("sglang")
+    this = f"this launch (SGLang {version})" if version else "this launch"
+    if not where:
+        return (f"fullgraph=True: nothing in {this} is compiled with fullgraph=True, so a graph break costs a "
+                "graph split, never the server's start")
+    return f"fullgraph=True: {this} compiles {', '.join(where)} with fullgraph=True: its first break stops the server"
 
 
 def registered_only(findings: Findings) -> list[Region]:
@@ -75,6 +104,10 @@ def terminal_lines(findings: Findings) -> list[str]:
                      f"{counted(int(row.graphs), 'graph') if row.graphs != '-' else 'no graph'}, "
                      f"{counted(int(row.breaks), 'break') if row.breaks != '-' else 'no break'}")
         lines.append(f"      shapes: {row.shapes}")
+        if row.recompiles:
+            lines.append(f"      recompiled {counted(len(row.recompiles), 'time')} while its phases ran:")
+            lines.extend(f"        {text}" for text in row.recompiles)
+    lines.append(f"  {fullgraph_line(findings)}")
     only = registered_only(findings)
     if only:
         lines.append(f"  + {counted(len(only), 'region')} registered (torch.compile called) that no phase entered "
@@ -86,4 +119,5 @@ def terminal_lines(findings: Findings) -> list[str]:
     return lines
 
 
-__all__ = ["Row", "launch_arguments", "options_text", "phase_lines", "registered_only", "rows", "terminal_lines"]
+__all__ = ["Row", "fullgraph_line", "launch_arguments", "options_text", "phase_lines", "recompile_lines", "registered_only", "rows",
+           "terminal_lines"]

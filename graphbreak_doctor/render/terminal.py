@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from graphbreak_doctor.findings import COMPLETE, Findings, Fix
+from graphbreak_doctor.findings import COMPLETE, MAP_MODE, Findings, Fix
 from graphbreak_doctor.render import compile_map
 from graphbreak_doctor.frames import short_path as _short
 from graphbreak_doctor.render.renderer import FINDINGS, Renderer
@@ -63,11 +63,12 @@ def render(findings: Findings) -> str:
     pieces = [g.pieces for g in findings.graphs if g.pieces]
     if pieces:
         lines.append(f"piecewise: the graph splits into {sum(pieces)} pieces at {', '.join(findings.target.split_ops)}")
-    lines.append(
-        f"breaks: {_n(len(findings.breaks), 'distinct break')} ({_n(hits, 'hit')}), "
-        f"{_n(len(findings.root_causes), 'root cause')}"
-        + (f"; explain captured {_n(explain_graphs, 'graph')}" if "explain" in findings.modes else "")
-    )
+    if findings.modes != [MAP_MODE]:  # a map alone: its breaks are its regions'
+        lines.append(
+            f"breaks: {_n(len(findings.breaks), 'distinct break')} ({_n(hits, 'hit')}), "
+            f"{_n(len(findings.root_causes), 'root cause')}"
+            + (f"; explain captured {_n(explain_graphs, 'graph')}" if "explain" in findings.modes else "")
+        )
     if findings.breaks:
         cats = ", ".join(f"{k} {v}" for k, v in sorted(findings.categories().items()))
         lines.append(f"by category: {cats}")

@@ -29,6 +29,7 @@ findings list what was used (``facts["emulation"]``, ``stand_ins``).
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import tempfile
 from pathlib import Path
@@ -43,7 +44,7 @@ from graphbreak_doctor.findings import TargetInfo
 from graphbreak_doctor.patching import UndoLog
 from graphbreak_doctor.targets import Target, TargetError
 from graphbreak_doctor.targets.glm5.config import load_config
-from graphbreak_doctor.targets.glm5.sglang import PHASES, forward, runtime
+from graphbreak_doctor.targets.glm5.sglang import PHASES, decode_compile, forward, runtime
 from graphbreak_doctor.text import one_line
 
 MODEL = "GLM-5 (GlmMoeDsaForCausalLM)"
@@ -301,13 +302,56 @@ def _discover(target: Target, log: UndoLog, phase_scope: Callable[[str], Any], *
     for phase in PHASES:
         state = _forward_state(rt, layers, phase, tokens)
         batch = state.batch
-        with state.context(), phase_scope(phase):
+        with state.context(), phase_scope(phase, state.context):
             _run_eagerly(model.model, (batch.input_ids, batch.positions, batch), phase, f"{phase} forward")
         values.append(f"{phase}: {state.values[0]}")
+    compiled = _compile_decode(rt, model, layers, phase_scope) if decode_compile.enabled(rt) else None
     info = target.info
     _describe(info, model.model, rt, mode="map", tokens=tokens, cold=False, folded=folded, launched=launched)
     info.facts.update(layers_built=layers, model_layers=full, values_used=values + settings)
+    if compiled is not None:
+        launch = info.facts["launch"] = dict(info.facts["launch"])
+        launch["decode_compile"] = compiled.to_dict()
+        phases = launch["phases"] = dict(launch.get("phases") or {})
+        phases["decode"] = f"{phases.get('decode', '')}; {compiled.describe()}".lstrip("; ")
     info.notes.insert(0, _model_note(info, rt.model_config.hf_config, layers, full))
+
+
+def _compile_decode(rt: runtime.Runtime, model: torch.nn.Module, layers: int,
+                    phase_scope: Callable[[str], Any]) -> decode_compile.DecodeCompile:
+    """--enable-torch-compile: the decode forward as SGLang's decode runner
+    compiles it, at the smallest, a middle and the largest of its compile
+    batch sizes (decode_compile.py), inside ``phase_scope("decode")``."""
+    done = decode_compile.DecodeCompile(compile_bs=decode_compile.compile_sizes(rt))
+    done.traced_bs = decode_compile.pick(done.compile_bs)
+    if not done.traced_bs:
+        done.notes.append("SGLang's decode runner has no compile batch size for this launch: nothing compiled")
+        return done
+    with decode_compile.server_settings() as limit:
+        done.recompile_limit = limit
+        for size in done.traced_bs:
+            state = _forward_state(rt, layers, "decode", size)
+            batch = state.batch
+            # What the forward runs inside: the batch's forward context and
+            # SGLang's compile-time module state (entered again to trace it).
+            context = functools.partial(_compiled_decode_state, state, model, size)
+            try:
+                with phase_scope("decode", context), _compiled_decode_state(state, model, size) as fwd:
+                    fwd(batch.input_ids, batch.positions, batch)
+            except Exception as e:
+                # The server would stop here; the map says where, and keeps what it found.
+                done.notes.append(f"the compiled decode forward at batch size {size} failed: "
+                                  f"{type(e).__name__}: {one_line(str(e), 200)}")
+                break
+    return done
+
+
+@contextlib.contextmanager
+def _compiled_decode_state(state: forward.ForwardState, model: torch.nn.Module, size: int) -> Any:
+    """The batch's forward context inside SGLang's ``patch_model`` for batch
+    size ``size``; yields the compiled forward."""
+    with state.context(), decode_compile.compiled_forward(model, size) as fwd:
+        yield fwd
 
 
 def _set_up(moe: bool, config_dir: str, log: UndoLog, *, piecewise: bool,
