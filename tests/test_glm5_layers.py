@@ -104,7 +104,7 @@ def test_bad_layer_arguments():
         glm5.build_layer("attention")
     with pytest.raises(ValueError, match="not a moe layer"):
         glm5.build_layer("moe", layer_index=1)
-    with pytest.raises(ValueError, match="tp=3"):
+    with pytest.raises(ValueError, match="--tp 3 does not divide"):
         glm5.build_layer("dense", tp=3)
     with pytest.raises(ValueError, match="sm100 or sm120"):
         glm5.build_layer("dense", device="sm90")

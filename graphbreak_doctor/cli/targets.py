@@ -20,10 +20,12 @@ from graphbreak_doctor.findings import MAP_MODE, MODE_CHOICES, Findings, modes_f
 from graphbreak_doctor.jobs import Job, Outcome, run_in_process, run_jobs
 from graphbreak_doctor.jobs.job import FIX, MAP, TRACE
 from graphbreak_doctor.jobs.output import read_log, to_log
+from graphbreak_doctor.jobs.pool import crash_report_line, held_back
 from graphbreak_doctor.patching import UndoLog
 from graphbreak_doctor.progress import Progress
 from graphbreak_doctor.targets.provider import Option, Selection, TargetProvider
 from graphbreak_doctor.targets.registry import PROVIDERS
+from graphbreak_doctor.text import escape_controls
 
 DEFAULT_TIMEOUT = 900
 
@@ -145,9 +147,15 @@ def run(args: argparse.Namespace, jobs: list[Job], progress: Progress) -> list[O
     if usage is not None:
         raise UsageError(usage.message)
     for o in outcomes:
-        # A worker that failed: what its code wrote is the first thing to read.
+        # A worker that failed: what its code wrote is the first thing to read
+        # (up to a native crash report, which only --debug shows whole).
         if (o.findings is None or args.verbose) and o.log:
-            sys.stderr.write(f"graphbreak-doctor: what {o.job.describe()} wrote:\n{_lines(o.log)}")
+            shown, held = (o.log, 0) if args.debug else held_back(o.log)
+            if shown.strip():
+                sys.stderr.write(escape_controls(f"graphbreak-doctor: what {o.job.describe()} wrote:\n{_lines(shown)}",
+                                                 keep="\n\t"))
+            if held:
+                sys.stderr.write(escape_controls(crash_report_line(o.job, held)) + "\n")
     return outcomes
 
 

@@ -30,6 +30,26 @@ _CRASH_REPORTS = (b"!!!!!!! Segfault encountered", b"Fatal Python error:", b"***
                   b"*** SIGABRT", b"*** Aborted at")
 
 
+def is_crash_report(line: str | bytes) -> bool:
+    """Whether ``line`` starts a native crash report (everything after it is
+    the report)."""
+    raw = line.encode("utf-8", "replace") if isinstance(line, str) else line
+    return raw.lstrip().startswith(_CRASH_REPORTS)
+
+
+def held_back(text: str) -> tuple[str, int]:
+    """``text`` up to a native crash report, and how many lines of report
+    follow (held back unless --debug)."""
+    lines = text.splitlines(keepends=True)
+    at = next((i for i, line in enumerate(lines) if is_crash_report(line)), len(lines))
+    return "".join(lines[:at]), len(lines) - at
+
+
+def crash_report_line(job: Job, held: int) -> str:
+    return (f"graphbreak-doctor: {job.describe()}: the worker's native crash report ({held} lines) "
+            "is not shown; --debug shows it")
+
+
 @dataclass
 class _Relay:
     """A worker's stderr, passed on line by line to the doctor's; a native
@@ -47,7 +67,7 @@ class _Relay:
             self._line(line + b"\n")
 
     def _line(self, line: bytes) -> None:
-        if self.held or (not self.job.debug and line.lstrip().startswith(_CRASH_REPORTS)):
+        if self.held or (not self.job.debug and is_crash_report(line)):
             self.held += 1
             return
         _write_stderr(line)
@@ -59,9 +79,7 @@ class _Relay:
         if self.held:
             from graphbreak_doctor.text import escape_controls
 
-            _write_stderr(escape_controls(
-                f"graphbreak-doctor: {self.job.describe()}: the worker's native crash report ({self.held} lines) "
-                "is not shown; --debug shows it").encode() + b"\n")
+            _write_stderr(escape_controls(crash_report_line(self.job, self.held)).encode() + b"\n")
             self.held = 0
 
 
