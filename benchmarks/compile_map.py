@@ -1,0 +1,83 @@
+"""Wall time and peak RSS of the compile map: discovery (SGLang imported with
+torch.compile recorded, the reduced GLM-5 model built, one extend and one
+decode forward) plus tracing every region a phase entered.
+
+Runs `graphbreak-doctor trace --model --mode map` as a user does, once per
+launch, and reads the peak RSS of the process tree from the kernel
+(RUSAGE_CHILDREN: the largest of the doctor and its worker). Target: <= 120 s
+and <= 3 GB for the default launch on a 2-CPU machine.
+
+    .venv-sglang/bin/python benchmarks/compile_map.py
+    .venv-sglang/bin/python benchmarks/compile_map.py --launch= --launch=--enable-torch-compile
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+LIMIT_S, LIMIT_MIB = 120, 3 * 1024
+
+
+def measure(launch: str, tokens: int) -> dict:
+    """One map in a fresh child process of this one (so RUSAGE_CHILDREN is its own)."""
+    code = (
+        "import json, resource, subprocess, sys, time\n"
+        "argv = json.loads(sys.argv[1])\n"
+        "t = time.perf_counter()\n"
+        "done = subprocess.run(argv, capture_output=True, text=True)\n"
+        "wall = time.perf_counter() - t\n"
+        "peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024\n"
+        "print(json.dumps({'exit': done.returncode, 'wall_s': round(wall, 1), 'peak_mib': round(peak),\n"
+        "                  'stderr': done.stderr[-400:]}))\n"
+    )
+    with tempfile.TemporaryDirectory() as folder:
+        argv = [sys.executable, "-m", "graphbreak_doctor", "trace", "--model", "--mode", "map",
+                "--tokens", str(tokens), "--json", os.path.join(folder, "map.json"), "--no-html"]
+        if launch:
+            argv += ["--sglang-args", launch]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+        out = subprocess.run([sys.executable, "-c", code, json.dumps(argv)], capture_output=True, text=True,
+                             cwd=ROOT, env=env, check=True)
+        result = json.loads(out.stdout.strip().splitlines()[-1])
+        path = Path(folder) / "map.json"
+        if path.exists():
+            data = json.loads(path.read_text())
+            regions = data.get("regions", [])
+            result["entered"] = sum(1 for r in regions if r.get("calls"))
+            result["registered"] = len(regions)
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--launch", action="append", default=None,
+                        help="launch arguments (--sglang-args); repeat for several; default: the default launch")
+    parser.add_argument("--tokens", type=int, default=128, help="--tokens (default 128, the doctor's default)")
+    args = parser.parse_args()
+    launches = args.launch if args.launch is not None else [""]
+    print(f"compile map (trace --model --mode map --tokens {args.tokens}), {os.cpu_count()} CPUs")
+    print(f"{'launch':<28} {'exit':>4} {'wall s':>7} {'peak MiB':>9} {'entered':>8} {'registered':>10}  target")
+    failed = False
+    for launch in launches:
+        r = measure(launch, args.tokens)
+        ok = r["wall_s"] <= LIMIT_S and r["peak_mib"] <= LIMIT_MIB
+        failed |= not ok and not launch
+        print(f"{launch or '(default)':<28} {r['exit']:>4} {r['wall_s']:>7} {r['peak_mib']:>9} "
+              f"{r.get('entered', '-'):>8} {r.get('registered', '-'):>10}  "
+              f"{'met' if ok else 'MISSED'} (<= {LIMIT_S} s, <= {LIMIT_MIB} MiB)")
+        if r["exit"] not in (0,):
+            print(f"    stderr: {r['stderr'].strip()[-300:]}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
