@@ -107,7 +107,8 @@ def terminal_lines(findings: Findings) -> list[str]:
         if row.recompiles:
             lines.append(f"      recompiled {counted(len(row.recompiles), 'time')} while its phases ran:")
             lines.extend(f"        {text}" for text in row.recompiles)
-    lines.append(f"  {fullgraph_line(findings)}")
+    if findings.regions:  # only a map looked for every region (a layer's trace did not)
+        lines.append(f"  {fullgraph_line(findings)}")
     only = registered_only(findings)
     if only:
         lines.append(f"  + {counted(len(only), 'region')} registered (torch.compile called) that no phase entered "
