@@ -58,7 +58,7 @@ class DecodeCompile:
     def describe(self) -> str:
         """One line for the map's decode phase."""
         if not self.compile_bs:
-            return "no compile batch size: nothing compiled"
+            return "; ".join(["no compile batch size: nothing compiled", *self.notes])
         sizes = ", ".join(str(b) for b in self.compile_bs)
         traced = ", ".join(str(b) for b in self.traced_bs)
         line = (f"compiled once per batch size, {len(self.compile_bs)} sizes ({sizes}); traced at {traced}; "
