@@ -1,7 +1,7 @@
 """Peak RSS and wall time of tracing flashinfer.fp4_quantize on [8192, 6144] under sm120.
 
 Each case runs in its own subprocess so that `ru_maxrss` is that case's peak.
-The target for a trace is < 1 GB peak RSS (issue 3): the input alone would be
+The target for a trace is < 1 GB peak RSS: the input alone would be
 96 MiB real, and its outputs another 30 MiB; as fake tensors they own nothing.
 
     .venv/bin/python benchmarks/emulation_rss.py            # every env found

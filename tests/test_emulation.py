@@ -427,12 +427,12 @@ def test_no_break_warning_or_frame_points_into_emulation(target):
     assert all("graphbreak_doctor.emulation" not in t for t in texts)
 
 
-# ----------------------------------------------------------- issue 3 facts
+# ------------------------------------- FlashInfer FP4 quantization on SM120
 
 
 @pytest.mark.flashinfer_version
 @needs_flashinfer
-def test_issue3_flashinfer_063_story_on_sm120():
+def test_flashinfer_063_story_on_sm120():
     from fixtures.flashinfer_targets import fp4_quantize_wrapper
 
     if _has_fp4_op():
@@ -468,7 +468,7 @@ def test_issue3_flashinfer_063_story_on_sm120():
 
 @pytest.mark.flashinfer_version
 @needs_flashinfer
-def test_issue3_flashinfer_074_registered_op_has_no_quantization_break():
+def test_flashinfer_074_registered_op_has_no_quantization_break():
     from fixtures.flashinfer_targets import fp4_quantize_op, fp4_quantize_wrapper
 
     if not _has_fp4_op():

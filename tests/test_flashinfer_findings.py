@@ -1,5 +1,5 @@
-"""Issue 3's done-when, as the doctor reports it: categories, verdict, fixes and JIT requests
-for FlashInfer's FP4 quantization on an emulated SM120."""
+"""FlashInfer's FP4 quantization on an emulated SM120, as the doctor reports it:
+categories, verdict, fixes and JIT requests."""
 
 import importlib.metadata
 

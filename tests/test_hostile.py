@@ -1,11 +1,33 @@
-"""Hostile input, as issue 28 lists it: the gate never passes on input it did
-not read, no input is ever overwritten, nothing from findings drives the
-terminal or reads files here.
+"""Hostile input: the gate never passes on input it did not read, no input
+is ever overwritten, nothing from findings drives the terminal or reads
+files here.
 
-One test (or a few) per numbered case of the issue, named after it. These run
-the command line in this process, on findings and logs written here (no
-trace but where a case is about tracing). The cases about processes -- signals,
-killed runs, FIFOs, crashing workers -- are in test_hostile_processes.py.
+The cases, numbered; each test is named after its case (caseNN_...):
+ 1. findings JSON recognised by parsing (sorted keys, BOM, gzip, zstd), not
+    by a byte prefix; a JSON document that is not findings is an error;
+ 2. a cut zstd file is reported like a cut gzip one;
+ 3. a gate that checked nothing does not pass (exit 5);
+ 4. an output that is, or resolves to, an input is refused before anything runs;
+ 5. outputs that are not regular files (devices, FIFOs) are written in place,
+    sockets and folders refused;
+ 6. workers die with the doctor; a killed run's leftovers are removed by the next;
+ 7. deeply nested JSON and a zstd dictionary mismatch are one line, exit 2;
+ 8. a FIFO input is refused at once; a symlink loop says so;
+ 9. a NUL byte in a frame's path is shown escaped;
+10. bad --config values are usage errors;
+11. a baseline written from CPU findings is for the CPU;
+12. SIGTERM outside the worker pool is one line, exit 143;
+13. an unwritable output is refused before the trace;
+14. smaller messages: a path as --target, --tp that does not divide, a
+    generator's break site, a crash's device, a native crash report held back;
+15. `report` shows only the source lines the findings carry;
+16. no control character from findings or logs reaches the terminal;
+17. a target's patches to torch.cuda are put back.
+
+These run the command line in this process, on findings and logs written
+here (no trace but where a case is about tracing). The cases about
+processes -- signals, killed runs, FIFOs, crashing workers -- are in
+test_hostile_processes.py.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Hostile input that takes processes: the doctor killed or stopped by a
 signal, workers that must die with it, what a killed run leaves, an input
-that would block, a worker that crashes. Issue 28's cases 6, 8, 12 and 14,
-each test named after its case; real processes and real signals, each
+that would block, a worker that crashes. Cases 6, 8, 12 and 14 of the list
+in test_hostile.py, each test named after its case; real processes and real signals, each
 bounded by a timeout.
 """
 
