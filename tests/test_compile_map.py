@@ -129,6 +129,16 @@ def test_the_map_is_in_the_json_the_summary_and_the_report(tmp_path):
     assert "3 regions registered (torch.compile called) that no phase entered" in text
     html = get("html").render(again)
     assert 'id="compile-map"' in html and "_library.&lt;locals&gt;.chatty" in html
+    # The map alone (--mode map): its verdict is its regions', in every output.
+    alone = Findings.from_json(findings.to_json())
+    alone.modes = ["map"]
+    assert "compile map: 2 regions the launch's phases entered: 1 ok, 1 graph breaks" in get("terminal").render(alone)
+    assert "fullgraph not run" not in get("html").render(alone)
+    assert "<strong>compile map</strong>: 2 regions the launch" in get("html").render(alone)
+    # Without regions (a layer's trace) the launch's phases are shown, not called a map.
+    layer = Findings.from_json(findings.to_json())
+    layer.regions = []
+    assert "<h2>Launch</h2>" in get("html").render(layer) and "Compile map" not in get("html").render(layer)
     # Findings from elsewhere may hold anything under facts: no crash.
     hostile = Findings.from_json(findings.to_json().replace('"arguments": [', '"arguments": 7, "x": ['))
     assert "compile map (default launch arguments)" in get("terminal").render(hostile)

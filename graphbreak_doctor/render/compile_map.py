@@ -73,6 +73,16 @@ def launch_arguments(findings: Findings) -> list[str]:
     return [str(a) for a in args] if isinstance(args, list) else []
 
 
+def summary(findings: Findings) -> str:
+    """The map's verdict in one line: '2 regions the launch's phases entered: 2 ok'."""
+    entered = [r for r in findings.regions if r.entered]
+    verdicts: dict[str, int] = {}
+    for r in entered:
+        verdicts[r.verdict or "not traced"] = verdicts.get(r.verdict or "not traced", 0) + 1
+    shown = ", ".join(f"{n} {v}" for v, n in verdicts.items())
+    return f"{counted(len(entered), 'region')} the launch's phases entered" + (f": {shown}" if shown else "")
+
+
 def fullgraph_line(findings: Findings) -> str:
     """Whether this launch compiles anything with fullgraph=True (where a
     single break stops the server's compile), from the launch's phases and the
@@ -120,5 +130,5 @@ def terminal_lines(findings: Findings) -> list[str]:
     return lines
 
 
-__all__ = ["Row", "fullgraph_line", "launch_arguments", "options_text", "phase_lines", "recompile_lines", "registered_only", "rows",
+__all__ = ["Row", "fullgraph_line", "summary", "launch_arguments", "options_text", "phase_lines", "recompile_lines", "registered_only", "rows",
            "terminal_lines"]

@@ -34,7 +34,7 @@ from graphbreak_doctor import __version__
 from graphbreak_doctor.frames import short_path
 from graphbreak_doctor.analysis.group import call_graph, node_id
 from graphbreak_doctor.analysis.registry import doc_url
-from graphbreak_doctor.findings import Break, Findings, Frame, TargetInfo
+from graphbreak_doctor.findings import MAP_MODE, Break, Findings, Frame, TargetInfo
 from graphbreak_doctor.render import compile_map, svg
 from graphbreak_doctor.render.renderer import FINDINGS, Renderer
 from graphbreak_doctor.text import counted as _plural
@@ -186,6 +186,8 @@ def render(findings: Findings) -> str:
         compile_phases=compile_map.phase_lines(findings),
         compile_registered=compile_map.registered_only(findings),
         compile_args=compile_map.launch_arguments(findings),
+        compile_summary=compile_map.summary(findings),
+        map_only=findings.modes == [MAP_MODE],
         **_card_context(findings),
     )
     return page

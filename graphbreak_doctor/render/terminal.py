@@ -63,7 +63,9 @@ def render(findings: Findings) -> str:
     pieces = [g.pieces for g in findings.graphs if g.pieces]
     if pieces:
         lines.append(f"piecewise: the graph splits into {sum(pieces)} pieces at {', '.join(findings.target.split_ops)}")
-    if findings.modes != [MAP_MODE]:  # a map alone: its breaks are its regions'
+    if findings.modes == [MAP_MODE]:  # a map alone: its verdict is its regions'
+        lines.append(f"compile map: {compile_map.summary(findings)}")
+    else:
         lines.append(
             f"breaks: {_n(len(findings.breaks), 'distinct break')} ({_n(hits, 'hit')}), "
             f"{_n(len(findings.root_causes), 'root cause')}"
