@@ -15,7 +15,7 @@ PYTEST_ARGS ?= --durations=30
 TEST_TRACES := $(CURDIR)/reports/test-traces
 PIP_FLAGS := -q --disable-pip-version-check
 
-.PHONY: trace test test-stages test-main-then-fi063 test-main test-fi063 test-sglang test-sglang-0.5.9 test-sglang-0.5.21 chromium bench bench-matrix clean venv
+.PHONY: trace test test-stages test-sglang-then-fi063 test-main test-fi063 test-both-versions test-sglang test-sglang-0.5.9 test-sglang-0.5.21 chromium bench bench-matrix clean venv
 
 venv: $(VENV)/.installed $(VENV063)/.installed $(VENVSGL)/.installed
 
@@ -75,20 +75,23 @@ trace: $(VENV)/.installed
 	fi
 
 # The three stages share their traces (tests/conftest.py) in one folder,
-# emptied first. The flashinfer 0.6.3 stage runs after the main one (it reads
-# the main stage's traces). With -j2 (.ci/run) the environments build while a
-# stage runs, and SGLang's stage runs beside the other two.
+# emptied first, and run independently: with -j2 (.ci/run) the environments
+# build while a stage runs, the main stage has a core of its own, and the
+# flashinfer 0.6.3 stage follows SGLang's on the other. The tests that compare
+# the two FlashInfer environments (marked `both_versions`) run last, on both
+# stages' traces.
 test:
 	rm -rf $(TEST_TRACES)
 	GRAPHBREAK_DOCTOR_TEST_TRACES=$(TEST_TRACES) $(MAKE) test-stages
+	GRAPHBREAK_DOCTOR_TEST_TRACES=$(TEST_TRACES) $(MAKE) test-both-versions
 
-test-stages: test-main-then-fi063 test-sglang
+test-stages: test-main test-sglang-then-fi063
 
-test-main-then-fi063: test-main $(VENV063)/.installed
+test-sglang-then-fi063: test-sglang $(VENV063)/.installed
 	$(MAKE) test-fi063
 
 test-main: $(VENV)/.installed chromium
-	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest -m 'not both_versions' $(PYTEST_ARGS)
 
 # The browser tests (marked `browser`) drive Debian's chromium: installed here
 # when missing and running as root (CI); otherwise they skip, except under CI=true.
@@ -101,7 +104,11 @@ chromium:
 # FlashInfer version (marked `flashinfer_version`; those marked `flashinfer`
 # need FlashInfer but not a version of it, and run in the main stage only).
 test-fi063: $(VENV063)/.installed
-	$(VENV063)/bin/python -m pytest -m flashinfer_version $(PYTEST_ARGS)
+	$(VENV063)/bin/python -m pytest -m 'flashinfer_version and not both_versions' $(PYTEST_ARGS)
+
+# The FlashInfer 0.6.3 vs 0.7.4 comparisons, on the traces both stages made.
+test-both-versions: $(VENV)/.installed $(VENV063)/.installed
+	$(VENV063)/bin/python -m pytest -m both_versions $(PYTEST_ARGS)
 
 # The SGLang environment runs the tests of SGLang's own layers (marked `sglang`).
 test-sglang: $(VENVSGL)/.installed

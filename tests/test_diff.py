@@ -143,13 +143,13 @@ def _both_versions(traces, args: tuple[str, ...]) -> tuple[Findings, Findings]:
     return (theirs, mine) if not FLASHINFER.startswith("0.6.") else (mine, theirs)
 
 
-# Both FlashInfer versions in one test: it runs once, in the 0.6.3 environment's
-# stage, which `make test` runs after the main one (whose traces it reads).
+# Both FlashInfer versions in one test: it runs once, in the 0.6.3 environment,
+# after both FlashInfer stages (`make test-both-versions`), on their traces.
 ONCE = pytest.mark.skipif(not FLASHINFER.startswith("0.6."),
                           reason="compares both FlashInfer versions: runs in the flashinfer 0.6.3 environment")
 
 
-@pytest.mark.flashinfer_version
+@pytest.mark.both_versions
 @ONCE
 def test_diff_of_flashinfer_versions_on_fp4(traces):
     old, new = _both_versions(traces, FP4_WRAPPER)
@@ -168,7 +168,7 @@ def _golden(version: str) -> set[tuple[str, str, str, str]]:
 
 
 @pytest.mark.slow
-@pytest.mark.flashinfer_version
+@pytest.mark.both_versions
 @ONCE
 def test_diff_of_flashinfer_versions_on_the_dense_layer(traces):
     """What changed between FlashInfer 0.6.3 and 0.7.4 in GLM-5's dense layer,

@@ -120,7 +120,8 @@ def test_locks_and_memory_pools_inside_the_library_get_fitting_advice(third_part
 @pytest.mark.flashinfer_version
 def test_the_report_and_the_ladder_agree_on_the_fix_inside_a_library(cli, tmp_path, third_party):
     ladder = tmp_path / "fix.json"
-    fixed = cli("fix", "--target", "fixtures.third_party:fp4_linear", "--json", str(ladder), "--no-html")
+    fixed = cli("fix", "--target", "fixtures.third_party:fp4_linear", "--json", str(ladder), "--no-html",
+                "--in-process")
     assert fixed.returncode == 0, fixed.stderr
     # A later rung may fix a break only the patched target reaches.
     rungs = [r for r in json.loads(ladder.read_text())["ladder"]
@@ -128,7 +129,7 @@ def test_the_report_and_the_ladder_agree_on_the_fix_inside_a_library(cli, tmp_pa
     assert rungs
     report = tmp_path / "trace.json"
     traced = cli("trace", "--target", "fixtures.third_party:fp4_linear", "--ladder", str(ladder), "--json",
-                 str(report), "--no-html")
+                 str(report), "--no-html", "--in-process")
     # 3 on flashinfer 0.6.3: Dynamo itself crashes in its autotuner in explain mode (tests/golden).
     assert traced.returncode in (0, 3) and report.exists(), traced.stderr
     breaks = {b["id"]: b for b in json.loads(report.read_text())["breaks"]}

@@ -315,10 +315,17 @@ def _include_flags(name: str, headers: Optional[Path]) -> list[str]:
     return flags
 
 
-def _build_host_code(name: str, sources: list[Path]) -> host_build.HostLibrary:
+def build_host_library(name: str, sources: list[Path]) -> host_build.HostLibrary:
+    """FlashInfer module ``name``'s host code built (or found in the cache
+    folder) with the headers and flags its own JIT spec gives, keyed by the
+    FlashInfer release as well; not loaded."""
     flashinfer = sys.modules["flashinfer"]
-    library = host_build.build(name, sources, _include_flags(name, host_build.cuda_host_headers()),
-                               identity=f"flashinfer {getattr(flashinfer, '__version__', '')}")
+    return host_build.build(name, sources, _include_flags(name, host_build.cuda_host_headers()),
+                            identity=f"flashinfer {getattr(flashinfer, '__version__', '')}")
+
+
+def _build_host_code(name: str, sources: list[Path]) -> host_build.HostLibrary:
+    library = build_host_library(name, sources)
     if library.unavailable or library.path is None or not library.exports:
         return library
     import tvm_ffi
