@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.sglang, pytest.mark.skipif(not HAS_SGLANG, reason="SGL
 
 def _run(cli, *args: str) -> tuple[int, Findings | None, str]:
     out = Path(tempfile.mkdtemp()) / "findings.json"
-    result = cli("trace", *args, "--json", str(out), "--no-html")
+    result = cli("trace", *args, "--json", str(out), "--no-html", "--in-process")
     findings = Findings.from_json(out.read_text()) if out.exists() else None
     return result.returncode, findings, result.stderr
 
@@ -160,7 +160,7 @@ def test_enable_torch_compile_adds_the_decode_forward_at_sglangs_compile_sizes_a
     first compiled decode raises, and the gate fails on that region."""
     out = tmp_path / "map.json"
     result = cli("check", "--model", "--mode", "map", "--tokens", "16", "--sglang-args", "--enable-torch-compile",
-                 "--json", str(out), "--junit", str(tmp_path / "gate.xml"))
+                 "--json", str(out), "--junit", str(tmp_path / "gate.xml"), "--in-process")
     assert result.returncode in (0, 1) and out.exists(), result.stderr[-3000:]
     findings = Findings.from_json(out.read_text())
     assert findings.modes == ["map"]
