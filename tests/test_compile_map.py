@@ -284,3 +284,30 @@ def test_a_fullgraph_region_with_a_piecewise_backend_is_traced_as_its_pieces():
     text = get("terminal").render(Findings(target=TargetInfo(spec="s", title="s"), regions=[own, failed]))
     assert "piecewise backend: the graph is cut into 3 pieces at graphbreak_doctor_test::split_here" in text
     assert "piecewise backend: no pieces: no graph was captured" in text
+
+
+def test_a_trace_with_its_map_shows_the_phases_as_the_map_ran_them():
+    """`trace --model` (explain + fullgraph + the map, each in its own worker):
+    the joined findings keep the map's account of the launch's phases (what
+    the map added while it ran them), not the trace's resolved-only lines."""
+    from graphbreak_doctor.analysis.merge import merge_modes
+    from graphbreak_doctor.findings import MAP_MODE
+
+    resolved = {"arguments": [], "phases": {"extend": "tc_piecewise CUDA graph (fullgraph)"}}
+    ran = {"arguments": [], "phases": {"extend": "tc_piecewise CUDA graph (fullgraph); compiled by SGLang's ..."}}
+    trace = Findings(target=TargetInfo(spec="m", title="m", facts={"launch": resolved}), modes=["fullgraph"])
+    from graphbreak_doctor.findings import Region
+    from graphbreak_doctor.frames import make_frame
+
+    forward = Region(function="models.m.Model.forward", site=make_frame("m.py", 3, "forward"),
+                     options={"fullgraph": True}, calls={"extend": 1})
+    mapped = Findings(target=TargetInfo(spec="m", title="m", facts={"launch": ran}), modes=[MAP_MODE],
+                      regions=[forward])
+    merged = merge_modes([trace, mapped])
+    assert merged.target.facts["launch"] == ran and merged.modes == ["fullgraph"]
+    text = get("terminal").render(merged)
+    assert "compiled by SGLang's ..." in text
+    # The forward a fullgraph phase compiles is named once, as that phase's.
+    assert "compiles the extend forward with fullgraph=True" in text, text
+    forward.calls = {"extend": 1, "decode": 2}  # entered outside the fullgraph phase too: named
+    assert "compiles the extend forward, Model.forward with fullgraph=True" in get("terminal").render(merged)

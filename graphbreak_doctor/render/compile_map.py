@@ -100,7 +100,9 @@ def fullgraph_line(findings: Findings) -> str:
     single break stops the server's compile), from the launch's phases and the
     regions its phases entered."""
     phases = [p for p, text in phase_lines(findings).items() if "(fullgraph)" in text]
-    regions = [r.function.rsplit(".", 1)[-1] for r in findings.regions if r.entered and r.options.get("fullgraph")]
+    # A region only those phases enter is their forward, already named.
+    regions = [".".join(r.function.split(".")[-2:]) for r in findings.regions
+               if r.entered and r.options.get("fullgraph") and not set(r.calls) <= set(phases)]
     where = [f"the {p} forward" for p in phases] + regions
     version = findings.environment.get("sglang")
     this = f"this launch (SGLang {version})" if version else "this launch"
