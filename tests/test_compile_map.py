@@ -284,6 +284,8 @@ def test_a_fullgraph_region_with_a_piecewise_backend_is_traced_as_its_pieces():
     text = get("terminal").render(Findings(target=TargetInfo(spec="s", title="s"), regions=[own, failed]))
     assert "piecewise backend: the graph is cut into 3 pieces at graphbreak_doctor_test::split_here" in text
     assert "piecewise backend: no pieces: no graph was captured" in text
+    html = get("html").render(Findings(target=TargetInfo(spec="s", title="s"), regions=[own]))
+    assert "piecewise backend: the graph is cut into 3 pieces" in html
 
 
 def test_a_trace_with_its_map_shows_the_phases_as_the_map_ran_them():
