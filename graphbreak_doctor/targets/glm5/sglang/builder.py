@@ -352,13 +352,12 @@ def _compile_prefill(rt: runtime.Runtime, model: torch.nn.Module, state: forward
     prefill_compile.install(model.model, config, log)
     batch = state.batch
     tokens = batch.input_ids.shape[0]
-    # What the compiled forward runs inside (entered again to trace it): the
-    # batch's forward context and SGLang's tc_piecewise state.
+    # What the compiled forward runs inside (entered again to trace it).
     context = functools.partial(_tc_piecewise_state, state, model, rt, tokens)
     line = (f"compiled by SGLang's install_torch_compiled (fullgraph=True, SGLang's piecewise backend, "
             f"compiler {getattr(config, 'compiler', '?')}); driven at {tokens} tokens")
     try:
-        with phase_scope("extend", context), context(), prefill_compile.compile_pass():
+        with phase_scope("extend", context), context():
             model.model(batch.input_ids, batch.positions, batch)
     except Exception as e:
         # The server's compile pass stops here; the map says where, and the
@@ -370,8 +369,11 @@ def _compile_prefill(rt: runtime.Runtime, model: torch.nn.Module, state: forward
 @contextlib.contextmanager
 def _tc_piecewise_state(state: forward.ForwardState, model: torch.nn.Module, rt: runtime.Runtime,
                         tokens: int) -> Any:
+    """The batch's forward context, SGLang's tc_piecewise state and its
+    compile warm-up marker (what the runner's compile pass runs inside)."""
     with state.context(), runtime.piecewise_state(model.model, 0, rt.quant_config, tokens,
-                                                  layer_model=model.model, forward_batch=state.batch):
+                                                  layer_model=model.model, forward_batch=state.batch), \
+            prefill_compile.compile_pass():
         yield
 
 
