@@ -29,11 +29,28 @@ from graphbreak_doctor.targets import Target, TargetError
 from graphbreak_doctor.text import one_line
 
 def _plain(value: Any) -> Any:
-    return value if value is None or isinstance(value, (bool, int, float, str)) else repr(value)
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    name = getattr(value, "__qualname__", None)
+    if callable(value) and name:  # a backend function: where it is defined, not its address
+        return f"{getattr(value, '__module__', '') or ''}.{name}".lstrip(".")
+    return repr(value)
 
 
-def trace_region(site: Site, progress: Callable[[str], None] = lambda _m: None) -> Region:
-    """The region of one torch.compile call; traced when a phase entered it."""
+def _own_backend(site: Site) -> bool:
+    """The code gave torch.compile a backend function of its own (a framework's
+    piecewise backend), not one of torch's backends by name."""
+    backend = site.options.get("backend")
+    module = getattr(backend, "__module__", "") or ""
+    return callable(backend) and not module.split(".", 1)[0] == "torch"
+
+
+def trace_region(site: Site, progress: Callable[[str], None] = lambda _m: None,
+                 split_ops: tuple[str, ...] = ()) -> Region:
+    """The region of one torch.compile call; traced when a phase entered it.
+    ``split_ops``: the ops the target's framework cuts a compiled graph at; a
+    fullgraph region compiled with a backend of the code's own (the framework's
+    piecewise backend) is traced as that backend sees it, and its pieces counted."""
     region = Region(function=site.name, site=make_frame(site.file, site.line, site.name.rsplit(".", 1)[-1]),
                     options={k: _plain(v) for k, v in site.options.items()},
                     calls=dict(site.calls), shapes={k: list(v) for k, v in site.shapes.items()},
@@ -45,11 +62,17 @@ def trace_region(site: Site, progress: Callable[[str], None] = lambda _m: None) 
     fullgraph = bool(site.options.get("fullgraph"))
     mode = "fullgraph" if fullgraph else "explain"
     progress(f"tracing region {site.name} ({mode})")
-    target = Target(fn=site.fn, args=args, kwargs=kwargs, info=TargetInfo(spec=site.name, function=site.name))
+    info = TargetInfo(spec=site.name, function=site.name)
+    pieces = fullgraph and bool(split_ops) and _own_backend(site)
+    if pieces:
+        info.split_ops = list(split_ops)
+    target = Target(fn=site.fn, args=args, kwargs=kwargs, info=info)
     region.traced, region.traced_phase = mode, phase
     try:
         with site.context.get(phase, contextlib.nullcontext)():
-            result = capture.run(target, mode, decompile=False, dynamic=site.options.get("dynamic"))
+            # "piecewise": fullgraph, the graph's pieces counted at the split ops.
+            result = capture.run(target, "piecewise" if pieces else mode, decompile=False,
+                                 dynamic=site.options.get("dynamic"))
     except TargetError as e:
         # The region's own code raises as its phase ran it, compiled or not:
         # the server fails here too. A verdict of the region, not bad input.
@@ -59,6 +82,9 @@ def trace_region(site: Site, progress: Callable[[str], None] = lambda _m: None) 
         return region
     traced = build_findings([result], target=target.info, environment={}, device={})
     region.graphs, region.breaks = len(result.graphs), traced.breaks
+    if pieces:
+        region.split_ops = list(split_ops)
+        region.pieces = sum(g.pieces for g in result.graphs)
     if result.crashed:
         region.verdict, region.error = REGION_CRASHED, result.error
     elif fullgraph:
@@ -94,7 +120,7 @@ def map_regions(build: Build, *, device: str = "sm120",
         state.keep_environment()
         with device_context(device) as dev, UndoLog() as log:
             target, recorder = record_phases(build, log, progress)
-            regions = [trace_region(site, progress) for site in recorder.sites]
+            regions = [trace_region(site, progress, target.split_ops) for site in recorder.sites]
             return Findings(target=target.info, environment=environment(), device=dev.describe(),
                             modes=[MAP_MODE], regions=regions)
 

@@ -286,6 +286,11 @@ class Region:
     # (a server calling it at several sizes): {"phase", "shapes", "reasons"},
     # the reasons being Dynamo's own guard failures, one per recompiled frame.
     recompiles: list[dict[str, Any]] = field(default_factory=list)
+    # A fullgraph region compiled with a framework's piecewise backend (SGLang's
+    # tc_piecewise runner): the ops its backend cuts the graph at, and how many
+    # pieces the traced graph is cut into there (0: no graph was captured).
+    split_ops: list[str] = field(default_factory=list)
+    pieces: int = 0
 
     @property
     def entered(self) -> bool:

@@ -234,3 +234,82 @@ def test_the_gate_checks_each_entered_region():
     with pytest.raises(baselines.BaselineError, match="'verdict' must be one of"):
         baselines.parse({**json.loads(again.to_json()), "targets": [{"target": "model", "entries": [],
                                                                      "regions": [{"function": "f", "verdict": "meh"}]}]})
+
+
+@torch.library.custom_op("graphbreak_doctor_test::split_here", mutates_args=())
+def _split_here(x: torch.Tensor) -> torch.Tensor:
+    return x.clone()
+
+
+@_split_here.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+def _piecewise_backend(gm, example_inputs):
+    """A framework's own backend (one that would cut the graph at its split ops)."""
+    return gm.forward
+
+
+def test_a_fullgraph_region_with_a_piecewise_backend_is_traced_as_its_pieces():
+    """A graph runner that compiles its forward with fullgraph=True and a
+    backend of its own that cuts the graph at split ops (SGLang's tc_piecewise
+    runner): the map counts the pieces; a region with one of torch's backends,
+    or one whose trace fails, has none."""
+    recorder = CompileRecorder()
+
+    def forward(x):
+        y = torch.relu(x) + 1
+        y = torch.ops.graphbreak_doctor_test.split_here(y)
+        return y * 2
+
+    def broken(x):
+        print("a side effect", flush=True)
+        return torch.ops.graphbreak_doctor_test.split_here(x)
+
+    with UndoLog() as log:
+        recorder.install(log)
+        with recorder.phase("extend"):
+            torch.compile(forward, fullgraph=True, backend=_piecewise_backend)(torch.ones(4, 3))
+            torch.compile(forward, fullgraph=True, backend="eager")(torch.ones(4, 3))
+            with pytest.raises(torch._dynamo.exc.Unsupported):
+                torch.compile(broken, fullgraph=True, backend=_piecewise_backend)(torch.ones(4, 3))
+    split = ("graphbreak_doctor_test::split_here",)
+    own, plain, failed = (trace_region(s, split_ops=split) for s in recorder.sites)
+    # One run of ops, the split op, another run: three pieces.
+    assert own.verdict == REGION_OK and own.split_ops == list(split) and own.pieces == 3
+    assert own.options["backend"].endswith("test_compile_map._piecewise_backend")
+    assert plain.verdict == REGION_OK and plain.split_ops == [] and plain.pieces == 0
+    assert failed.verdict == REGION_FAILS and failed.split_ops == list(split) and failed.pieces == 0
+    text = get("terminal").render(Findings(target=TargetInfo(spec="s", title="s"), regions=[own, failed]))
+    assert "piecewise backend: the graph is cut into 3 pieces at graphbreak_doctor_test::split_here" in text
+    assert "piecewise backend: no pieces: no graph was captured" in text
+    html = get("html").render(Findings(target=TargetInfo(spec="s", title="s"), regions=[own]))
+    assert "piecewise backend: the graph is cut into 3 pieces" in html
+
+
+def test_a_trace_with_its_map_shows_the_phases_as_the_map_ran_them():
+    """`trace --model` (explain + fullgraph + the map, each in its own worker):
+    the joined findings keep the map's account of the launch's phases (what
+    the map added while it ran them), not the trace's resolved-only lines."""
+    from graphbreak_doctor.analysis.merge import merge_modes
+    from graphbreak_doctor.findings import MAP_MODE
+
+    resolved = {"arguments": [], "phases": {"extend": "tc_piecewise CUDA graph (fullgraph)"}}
+    ran = {"arguments": [], "phases": {"extend": "tc_piecewise CUDA graph (fullgraph); compiled by SGLang's ..."}}
+    trace = Findings(target=TargetInfo(spec="m", title="m", facts={"launch": resolved}), modes=["fullgraph"])
+    from graphbreak_doctor.findings import Region
+    from graphbreak_doctor.frames import make_frame
+
+    forward = Region(function="models.m.Model.forward", site=make_frame("m.py", 3, "forward"),
+                     options={"fullgraph": True}, calls={"extend": 1})
+    mapped = Findings(target=TargetInfo(spec="m", title="m", facts={"launch": ran}), modes=[MAP_MODE],
+                      regions=[forward])
+    merged = merge_modes([trace, mapped])
+    assert merged.target.facts["launch"] == ran and merged.modes == ["fullgraph"]
+    text = get("terminal").render(merged)
+    assert "compiled by SGLang's ..." in text
+    # The forward a fullgraph phase compiles is named once, as that phase's.
+    assert "compiles the extend forward with fullgraph=True" in text, text
+    forward.calls = {"extend": 1, "decode": 2}  # entered outside the fullgraph phase too: named
+    assert "compiles the extend forward, Model.forward with fullgraph=True" in get("terminal").render(merged)

@@ -209,6 +209,11 @@ def test_undo_is_complete_after_sglang_traces_in_this_process(monkeypatch, tmp_p
     # FlashInfer opens its JIT log in the home folder when imported (as far
     # as it imports without a device).
     flashinfer_dry.import_on_this_machine()
+    # The doctor's own cache folder (the model's host build of FlashInfer's
+    # planner) stays where it is: the home folder checked is the traced code's.
+    from graphbreak_doctor.cache import cache_root
+
+    monkeypatch.setenv("GRAPHBREAK_DOCTOR_CACHE", str(cache_root()))
     monkeypatch.setenv("HOME", str(tmp_path))
     before = _snapshot()
     env = dict(os.environ)
@@ -216,6 +221,22 @@ def test_undo_is_complete_after_sglang_traces_in_this_process(monkeypatch, tmp_p
         (selection,) = PROVIDER.select({"layer": layer, "impl": "sglang"})
         findings = trace_mode(selection_builder(selection, "sm120"), mode, device="sm120")
         assert findings.fullgraph.ok is not None and not findings.fullgraph.crashed, findings.fullgraph.error
+        _assert_same(dict(before), _snapshot())
+        assert dict(os.environ) == env
+    if sglang_has_tc_piecewise():
+        # The tc_piecewise prefill's map: SGLang's install_torch_compiled sets
+        # the model's forward and registers a Dynamo bytecode hook it keeps no
+        # handle to; both are undone with the build.
+        import torch._dynamo.convert_frame as convert_frame
+
+        from graphbreak_doctor.compile_map import map_regions
+
+        hooks = len(convert_frame._bytecode_hooks)
+        (selection,) = PROVIDER.select({"model": True, "tokens": 16,
+                                        "sglang_args": "--cuda-graph-backend-prefill tc_piecewise"})
+        findings = map_regions(selection_builder(selection, "sm120"), device="sm120")
+        assert any(r.entered and r.options.get("fullgraph") for r in findings.regions), findings.regions
+        assert len(convert_frame._bytecode_hooks) == hooks
         _assert_same(dict(before), _snapshot())
         assert dict(os.environ) == env
     import torch

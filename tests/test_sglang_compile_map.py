@@ -185,3 +185,53 @@ def test_enable_torch_compile_adds_the_decode_forward_at_sglangs_compile_sizes_a
         # Every traced size after the first recompiles (static shapes), with Dynamo's reason.
         assert [r["shapes"] for r in forward.recompiles] == [f"[{b}], [{b}]" for b in compiled["traced_bs"][1:]]
         assert all("size mismatch" in " ".join(r["reasons"]) for r in forward.recompiles), forward.recompiles
+
+
+def _tc_piecewise_backend() -> bool:
+    """Whether the installed SGLang's prefill runner is its tc_piecewise runner
+    backend (0.5.19-0.5.21; 0.5.9 has its older PiecewiseCudaGraphRunner),
+    read from its files (SGLang is imported only inside an emulated device)."""
+    spec = importlib.util.find_spec("sglang")
+    root = Path(spec.origin).parent / "srt" if spec is not None and spec.origin else None
+    return root is not None and (root / "model_executor" / "runner_backend"
+                                 / "tc_piecewise_cuda_graph_backend.py").exists()
+
+
+@pytest.mark.skipif(not HAS_SGLANG or not sglang_has_tc_piecewise() or not _tc_piecewise_backend(),
+                    reason="the release has no tc_piecewise prefill runner backend")
+def test_a_tc_piecewise_launch_traces_the_prefill_forward_as_sglangs_runner_compiles_it(cli):
+    """`--cuda-graph-backend-prefill tc_piecewise` (0.5.19-0.5.21): the map
+    holds SGLang's own torch.compile of the model forward -- made by its
+    install_torch_compiled in its tc_piecewise state, fullgraph=True with its
+    piecewise backend -- entered by the extend phase and traced fullgraph,
+    with the pieces its backend cuts the graph into at SGLang's split ops."""
+    import importlib.metadata
+
+    code, findings, stderr = _run(cli, "--model", "--mode", "map", "--tokens", "16", "--in-process",
+                                  "--sglang-args", "--cuda-graph-backend-prefill tc_piecewise")
+    assert code in (0, 1) and findings is not None, stderr[-3000:]
+    launch = findings.target.facts["launch"]
+    assert launch["arguments"] == ["--cuda-graph-backend-prefill", "tc_piecewise"]
+    extend = launch["phases"]["extend"]
+    assert "(fullgraph)" in extend and "install_torch_compiled" in extend, extend
+    (region,) = [r for r in findings.regions if r.entered and r.options.get("fullgraph")]
+    assert region.function.endswith("Model.forward") and region.site.file.endswith("models/deepseek_v2.py")
+    assert str(region.options["backend"]).startswith("sglang.srt.compilation."), region.options
+    assert set(region.calls) == {"extend"} and region.traced == "fullgraph" and region.traced_phase == "extend"
+    assert region.shapes["extend"][0].startswith("[16]"), region.shapes
+    assert "sglang::unified_sparse_attention_with_output" in region.split_ops, region.split_ops
+    if region.verdict == REGION_OK:
+        assert region.pieces > 1 and region.breaks == [], region
+    else:
+        # The first hard failure, as the server's own compile pass meets it.
+        assert region.verdict == "fails" and region.pieces == 0 and region.breaks, region
+        assert "compile pass stopped" in extend, extend
+        first = region.breaks[0]
+        if first.site.code.startswith("import torchada"):
+            # SGLang's MUSA probe imports torch_musa's adapter; a CUDA server
+            # has no such package (SGLang does not ask for it), so the import
+            # fails there as here, and Dynamo cannot trace a failing import.
+            assert first.gb_type == "Import failure" and first.site.function == "is_musa", first
+            assert importlib.util.find_spec("torchada") is None
+            assert not any(req.split()[0].lower().startswith("torchada")
+                           for req in importlib.metadata.requires("sglang") or [])

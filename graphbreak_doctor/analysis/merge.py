@@ -24,6 +24,11 @@ def merge_modes(parts: list[Findings]) -> Findings:
     out = _merge_traces(traces)
     for part in maps:
         out.regions += part.regions
+        # The map ran the launch's phases: its account of them (what SGLang's
+        # own compile of a phase did, a phase that could not run) is the one kept.
+        launch = part.target.facts.get("launch")
+        if isinstance(launch, dict):
+            out.target.facts["launch"] = launch
         why = part.incomplete()
         if why:
             out.target.notes.append(f"compile map: {why}")

@@ -24,6 +24,8 @@ class Row:
     breaks: str
     # One line per recompile while the phases ran: the call's shapes, Dynamo's reasons.
     recompiles: list[str]
+    # A region compiled with a piecewise backend: the pieces its graph is cut into.
+    pieces: str = ""
 
 
 def options_text(region: Region) -> str:
@@ -44,8 +46,18 @@ def rows(findings: Findings) -> list[Row]:
             verdict += f" ({r.error})"
         out.append(Row(r.function, f"{short_path(r.site.file)}:{r.site.line}", phases, options_text(r), shapes,
                        verdict, str(r.graphs) if r.traced else "-", str(len(r.breaks)) if r.traced else "-",
-                       recompile_lines(r)))
+                       recompile_lines(r), pieces_text(r)))
     return out
+
+
+def pieces_text(region: Region) -> str:
+    """'the graph is cut into 13 pieces at sglang::unified_attention_with_output, ...'
+    for a region compiled with a piecewise backend ('' for any other)."""
+    if not region.split_ops:
+        return ""
+    if not region.pieces:
+        return "no pieces: no graph was captured to cut at " + ", ".join(region.split_ops)
+    return f"the graph is cut into {counted(region.pieces, 'piece')} at " + ", ".join(region.split_ops)
 
 
 def recompile_lines(region: Region) -> list[str]:
@@ -88,7 +100,9 @@ def fullgraph_line(findings: Findings) -> str:
     single break stops the server's compile), from the launch's phases and the
     regions its phases entered."""
     phases = [p for p, text in phase_lines(findings).items() if "(fullgraph)" in text]
-    regions = [r.function.rsplit(".", 1)[-1] for r in findings.regions if r.entered and r.options.get("fullgraph")]
+    # A region only those phases enter is their forward, already named.
+    regions = [".".join(r.function.split(".")[-2:]) for r in findings.regions
+               if r.entered and r.options.get("fullgraph") and not set(r.calls) <= set(phases)]
     where = [f"the {p} forward" for p in phases] + regions
     version = findings.environment.get("sglang")
     this = f"this launch (SGLang {version})" if version else "this launch"
@@ -114,6 +128,8 @@ def terminal_lines(findings: Findings) -> list[str]:
                      f"{counted(int(row.graphs), 'graph') if row.graphs != '-' else 'no graph'}, "
                      f"{counted(int(row.breaks), 'break') if row.breaks != '-' else 'no break'}")
         lines.append(f"      shapes: {row.shapes}")
+        if row.pieces:
+            lines.append(f"      piecewise backend: {row.pieces}")
         if row.recompiles:
             lines.append(f"      recompiled {counted(len(row.recompiles), 'time')} while its phases ran:")
             lines.extend(f"        {text}" for text in row.recompiles)

@@ -44,7 +44,8 @@ from graphbreak_doctor.findings import TargetInfo
 from graphbreak_doctor.patching import UndoLog
 from graphbreak_doctor.targets import Target, TargetError
 from graphbreak_doctor.targets.glm5.config import load_config
-from graphbreak_doctor.targets.glm5.sglang import PHASES, decode_compile, forward, runtime
+from graphbreak_doctor.targets.glm5.sglang import PHASES, decode_compile, forward, prefill_compile, runtime
+from graphbreak_doctor.targets.glm5.sglang import launch as sglang_launch
 from graphbreak_doctor.text import one_line
 
 MODEL = "GLM-5 (GlmMoeDsaForCausalLM)"
@@ -299,22 +300,81 @@ def _discover(target: Target, log: UndoLog, phase_scope: Callable[[str], Any], *
                                        layers_for=forward.reduced_layer_count)
     log.enter(torch.no_grad())
     values: list[str] = []
+    # Per phase, what the map's phase line adds: SGLang's own compile of the
+    # prefill forward, or why a later phase could not be run here.
+    added: dict[str, str] = {}
     for phase in PHASES:
-        state = _forward_state(rt, layers, phase, tokens)
+        try:
+            state = _forward_state(rt, layers, phase, tokens)
+        except TargetError as e:
+            if phase == PHASES[0]:
+                raise
+            # A release whose metadata for this phase needs a kernel the
+            # emulation has no answer for: the map goes on without the phase.
+            added[phase] = f"not run here ({e}); its regions are not in the map"
+            continue
         batch = state.batch
         with state.context(), phase_scope(phase, state.context):
             _run_eagerly(model.model, (batch.input_ids, batch.positions, batch), phase, f"{phase} forward")
         values.append(f"{phase}: {state.values[0]}")
+        if phase == "extend" and sglang_launch.prefill_compiled(rt.launch.get("resolved", {})):
+            added[phase] = _compile_prefill(rt, model, state, log, phase_scope)
     compiled = _compile_decode(rt, model, layers, phase_scope) if decode_compile.enabled(rt) else None
     info = target.info
     _describe(info, model.model, rt, mode="map", tokens=tokens, cold=False, folded=folded, launched=launched)
     info.facts.update(layers_built=layers, model_layers=full, values_used=values + settings)
+    if added:
+        facts = info.facts["launch"] = dict(info.facts["launch"])
+        phases = facts["phases"] = dict(facts.get("phases") or {})
+        for phase, text in added.items():
+            phases[phase] = f"{phases.get(phase, '')}; {text}".lstrip("; ")
     if compiled is not None:
         launch = info.facts["launch"] = dict(info.facts["launch"])
         launch["decode_compile"] = compiled.to_dict()
         phases = launch["phases"] = dict(launch.get("phases") or {})
         phases["decode"] = f"{phases.get('decode', '')}; {compiled.describe()}".lstrip("; ")
     info.notes.insert(0, _model_note(info, rt.model_config.hf_config, layers, full))
+
+
+def _compile_prefill(rt: runtime.Runtime, model: torch.nn.Module, state: forward.ForwardState, log: UndoLog,
+                     phase_scope: Callable[[str], Any]) -> str:
+    """A tc_piecewise launch: the extend forward through SGLang's own
+    ``install_torch_compiled`` in its tc_piecewise state (prefill_compile.py),
+    inside ``phase_scope("extend")``, so the compile map records SGLang's own
+    torch.compile of the model forward. One line for the map's extend phase."""
+    if not prefill_compile.available():
+        return (f"SGLang {runtime.version()} has no install_torch_compiled / tc_piecewise runner backend: "
+                "the prefill forward's compile could not be driven")
+    try:
+        config = prefill_compile.compile_config(rt)
+    except TargetError as e:
+        return str(e)
+    prefill_compile.install(model.model, config, log)
+    batch = state.batch
+    tokens = batch.input_ids.shape[0]
+    # What the compiled forward runs inside (entered again to trace it).
+    context = functools.partial(_tc_piecewise_state, state, model, rt, tokens)
+    line = (f"compiled by SGLang's install_torch_compiled (fullgraph=True, SGLang's piecewise backend, "
+            f"compiler {getattr(config, 'compiler', '?')}); driven at {tokens} tokens")
+    try:
+        with phase_scope("extend", context), context():
+            model.model(batch.input_ids, batch.positions, batch)
+    except Exception as e:
+        # The server's compile pass stops here; the map says where, and the
+        # region is traced below with SGLang's options.
+        line += f"; the runner's compile pass stopped: {type(e).__name__}: {one_line(str(e), 200)}"
+    return line
+
+
+@contextlib.contextmanager
+def _tc_piecewise_state(state: forward.ForwardState, model: torch.nn.Module, rt: runtime.Runtime,
+                        tokens: int) -> Any:
+    """The batch's forward context, SGLang's tc_piecewise state and its
+    compile warm-up marker (what the runner's compile pass runs inside)."""
+    with state.context(), runtime.piecewise_state(model.model, 0, rt.quant_config, tokens,
+                                                  layer_model=model.model, forward_batch=state.batch), \
+            prefill_compile.compile_pass():
+        yield
 
 
 def _compile_decode(rt: runtime.Runtime, model: torch.nn.Module, layers: int,
