@@ -23,7 +23,7 @@ import pytest
 
 from graphbreak_doctor.findings import Findings
 from graphbreak_doctor.matrix.envs import Builder, EnvSpec, default_envs_dir, installed
-from graphbreak_doctor.matrix.result import CRASHED, FAILED, NOT_RUNNABLE, OK, Cell
+from graphbreak_doctor.matrix.result import CRASHED, FAILED, NOT_AVAILABLE, NOT_RUNNABLE, OK, Cell
 from graphbreak_doctor.matrix.run import bisect
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -144,6 +144,16 @@ def test_a_cell_that_cannot_be_built_says_why_and_the_rest_go_on(tmp_path, envs_
     (["--layer", "dense", "--bisect", "sglang", "0.5.9..0.5.23", "--sglang", "0.5.9"], "leave out --sglang"),
     (["--layer", "dense", "--sglang", "0.5.9", "--flashinfer", "0.6.3", "--json", "/no/such/dir/m.json"],
      "no such folder"),
+    (["--model", "--sglang-args", "--enable-torch-compile"], "--sglang-args needs --sglang"),
+    (["--layer", "dense", "--impl", "reference", "--sglang-args", "--enable-torch-compile"],
+     "--sglang-args needs --sglang"),
+    (["--model", "--sglang", "0.5.23", "--sglang-args", "--attention-backend 'fa3"], "No closing quotation"),
+    (["--model", "--sglang", "0.5.23", "--sglang-args", "--model-path /tmp"], "--model-path is not taken"),
+    (["--model", "--impl", "reference"], "leave out --impl reference"),
+    (["--model", "--sglang", "0.5.23", "--mode", "fullgraph"], "runs the compile map"),
+    (["--model", "--bisect", "sglang", "0.5.9..0.5.23"], "give --layer, not --model"),
+    (["--layer", "dense", "--mode", "map"], "give --model"),
+    (["--model", "--layer", "dense"], "not allowed with argument"),
 ])
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, message):
     proc = doctor("matrix", *args, "--envs", str(tmp_path / "envs"), cwd=tmp_path, timeout=60)
@@ -224,3 +234,92 @@ def test_bisect_finds_the_release_that_wrapped_fp4_quantize(tmp_path):
                   "--mode", "fullgraph", *links, "--no-json", "--no-html", cwd=tmp_path, timeout=3600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "bisect sglang: 0.5.12 is the first release where the verdict changes" in proc.stdout
+
+
+# --model: each cell is the compile map of SGLang's GLM-5 model forward, run
+# in the release's own environment (built from uv's cache: about 15-25 s
+# each the first time, then reused) under the matrix's launch arguments.
+
+
+@pytest.mark.slow
+@SGLANG_MATRIX
+def test_model_cell_is_the_releases_compile_map(tmp_path):
+    """0.5.23's default launch runs the prefill as a breakable CUDA graph (no
+    torch.compile of the forward); the phases enter the MoE top-k helper. The
+    table, the JSON and the HTML page carry the same cell."""
+    links = [a for w in SGLANG_WHEELS for a in ("--find-links", w)]
+    proc = doctor("matrix", "--model", "--sglang", "0.5.23", "--device", "sm120", *links,
+                  "--json", str(tmp_path / "m.json"), "--html", str(tmp_path / "m.html"), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads((tmp_path / "m.json").read_text())
+    assert data["layer"] == "model" and data["launch"] == []
+    (cell,) = data["cells"]
+    assert cell["status"] == OK, cell["reason"]
+    assert cell["prefill"].startswith("breakable CUDA graph") and cell["prefill_fullgraph"] == ""
+    entered = {r["function"].rsplit(".", 1)[-1]: r for r in cell["regions"]}
+    assert "_biased_grouped_topk_postprocess" in entered and cell["registered"] > 0
+    assert all(r["verdict"] for r in cell["regions"])
+    # The cell's findings are its map, run in the release's environment.
+    findings = Findings.from_dict(cell["findings"])
+    assert findings.environment["sglang"] == "0.5.23"
+    assert [r.function for r in findings.regions if r.entered] == [r["function"] for r in cell["regions"]]
+    row = next(ln for ln in proc.stdout.splitlines() if ln.startswith("sglang 0.5.23 "))
+    assert "prefill: breakable CUDA graph" in row and f"{len(cell['regions'])} region" in row
+    page = (tmp_path / "m.html").read_text()
+    assert "_biased_grouped_topk_postprocess" in page and "breakable CUDA graph" in page
+
+
+@pytest.mark.slow
+@SGLANG_MATRIX
+def test_an_argument_a_release_lacks_is_not_available_there_in_sglangs_words(tmp_path):
+    """--disable-piecewise-cuda-graph exists in 0.5.12 and no longer in 0.5.23:
+    the 0.5.23 cell says so in SGLang's words, the 0.5.12 one runs."""
+    proc = doctor("matrix", "--model", "--sglang", "0.5.12,0.5.23", "--sglang-args", "--disable-piecewise-cuda-graph",
+                  "--jobs", "2", "--json", str(tmp_path / "m.json"), "--no-html", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads((tmp_path / "m.json").read_text())
+    assert data["launch"] == ["--disable-piecewise-cuda-graph"]
+    cells = {c["sglang"]: c for c in data["cells"]}
+    # 0.5.12 takes the argument (what its map then finds is the emulation's
+    # business: docs/matrix.md lists how far each release gets).
+    assert cells["0.5.12"]["status"] not in (NOT_AVAILABLE, NOT_RUNNABLE), cells["0.5.12"]["reason"]
+    gone = cells["0.5.23"]
+    assert gone["status"] == NOT_AVAILABLE and gone["findings"] is None
+    assert "--disable-piecewise-cuda-graph" in gone["reason"], gone["reason"]  # argparse's own message
+    row = next(ln for ln in proc.stdout.splitlines() if ln.startswith("sglang 0.5.23 "))
+    assert f"not available in this release: {gone['reason']}" in row
+
+
+@pytest.mark.slow
+@SGLANG_MATRIX
+def test_an_argument_no_release_takes_is_bad_input(tmp_path):
+    proc = doctor("matrix", "--model", "--sglang", "0.5.23", "--sglang-args", "--no-such-option",
+                  "--json", str(tmp_path / "m.json"), "--html", str(tmp_path / "m.html"), cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("graphbreak-doctor: ") and "--no-such-option" in last and "0.5.23" in last
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_release_refusing_the_launch_reads_not_available_with_sglangs_message():
+    from graphbreak_doctor.targets.glm5.sglang.launch import rejected, rejection
+
+    error = rejected("0.5.23", "unrecognized arguments: --enable-piecewise-cuda-graph")
+    assert rejection(str(error)) == "unrecognized arguments: --enable-piecewise-cuda-graph"
+    assert rejection("SGLang's attention metadata for a decode batch could not be built here: x") == ""
+    cell = Cell("0.5.23", "0.7.4", "sm120", "model", status=NOT_AVAILABLE, reason=rejection(str(error)))
+    assert cell.text("2.13.0") == "not available in this release: unrecognized arguments: --enable-piecewise-cuda-graph"
+    assert not cell.decided and cell.to_dict()["regions"] == []
+
+
+def test_a_model_cell_says_prefill_sglangs_word_and_regions_in_one_line():
+    cell = Cell("0.5.12", "0.7.4", "sm120", "model", status=OK,
+                prefill="no prefill CUDA graph (the forward runs eagerly; no torch.compile of the forward)",
+                sglang_said=["Disable piecewise CUDA graph because the model is GlmMoeDsaForCausalLM"],
+                regions=[{"function": "m.a", "phases": {"extend": 1}, "options": {}, "verdict": "ok"},
+                         {"function": "m.b", "phases": {"decode": 4}, "options": {}, "verdict": "graph breaks"}])
+    assert cell.text("2.13.0") == ("OK: prefill: no prefill CUDA graph (the forward runs eagerly; no torch.compile of "
+                                   "the forward); SGLang: Disable piecewise CUDA graph because the model is "
+                                   "GlmMoeDsaForCausalLM; 2 regions entered (1 ok, 1 graph breaks)")
+    cell.prefill_fullgraph = "fails: subprocess (get_cuda_version)"
+    assert "-> fullgraph fails: subprocess (get_cuda_version);" in cell.text("2.13.0")

@@ -1,7 +1,9 @@
 """`graphbreak-doctor matrix`: which SGLang x FlashInfer x GPU combinations
 capture GLM-5's layers -- one isolated environment per version pair, one
 worker process per cell and mode -- and `--bisect` for the first release
-where the verdict changes."""
+where the verdict changes. With `--model` each cell is the compile map of
+SGLang's GLM-5 model forward under the launch arguments (`--sglang-args`),
+read by each release itself."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from graphbreak_doctor.cli.common import (
 )
 from graphbreak_doctor.cli.outputs import OutputSet, add_output_options, write_file
 from graphbreak_doctor.emulation.presets import PRESETS
-from graphbreak_doctor.findings import MODE_CHOICES
+from graphbreak_doctor.findings import MAP_MODE, MODE_CHOICES
 from graphbreak_doctor.render import MATRIX, get
 
 NAME = "matrix"
@@ -30,6 +32,11 @@ HELP = """Each (SGLang, FlashInfer) pair gets a virtual environment built with u
 requirements/ (torch held at this interpreter's version; kept and reused:
 --envs). A cell that cannot be built or does not import here is shown as
 "not runnable on torch X: <reason>"; the matrix exits 0 whatever its cells say.
+With --model a cell is SGLang's compile map of the GLM-5 model forward under
+the launch arguments (--sglang-args, read by each release itself): how the
+release runs the prefill (and its fullgraph verdict where the launch compiles
+it), what SGLang said, the torch.compile regions entered. A release that
+refuses an argument reads "not available in this release: <SGLang's message>".
 
 """
 
@@ -58,7 +65,11 @@ def _devices(text: str) -> tuple[str, ...]:
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = add_subcommand(sub, NAME, "a compatibility matrix over SGLang x FlashInfer x GPU, with bisection",
                        epilog=HELP)
-    p.add_argument("--layer", required=True, choices=("dense", "moe", "all"), help="GLM-5 decoder layer(s)")
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--layer", choices=("dense", "moe", "all"), help="GLM-5 decoder layer(s)")
+    what.add_argument("--model", action="store_true",
+                      help="per cell, the compile map of SGLang's GLM-5 model forward (as `trace --model --mode "
+                           "map`): how the release runs the prefill, and the torch.compile regions entered")
     p.add_argument("--impl", choices=("reference", "sglang"),
                    help="sglang: SGLang's own layer (the default with --sglang); reference: the project's "
                         "re-creation, no SGLang needed")
@@ -68,8 +79,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="FlashInfer releases (default: the installed one)")
     p.add_argument("--device", type=_devices, default=("sm120",), metavar="D1,D2,...",
                    help="emulated GPUs, the table's columns (default sm120)")
-    p.add_argument("--mode", choices=MODE_CHOICES, default="both",
-                   help="as for trace (default both: the fullgraph verdict and every break)")
+    p.add_argument("--sglang-args", metavar="ARGS",
+                   help="the server's launch arguments (what follows `python -m sglang.launch_server`), read by "
+                        "each cell's SGLang release itself; needs --sglang")
+    p.add_argument("--mode", choices=(*MODE_CHOICES, MAP_MODE), default=None,
+                   help="as for trace (default both: the fullgraph verdict and every break; with --model: map, "
+                        "the only mode it takes)")
     p.add_argument("--bisect", nargs=2, metavar=("AXIS", "LOW..HIGH"),
                    help="sglang or flashinfer: the first release in the range whose verdict differs from "
                         "LOW's, on the first device, the other axis at one version")
@@ -85,28 +100,51 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     how.add_argument("--find-links", action="append", default=[], metavar="DIR",
                      help="a folder of wheels to install from besides the package index (repeatable; "
                           "pip's configured find-links are read too)")
-    add_output_options(p, MATRIX, default_on=("matrix-json", "matrix-html"), stem="matrix-<layer>-", what="<impl>")
+    add_output_options(p, MATRIX, default_on=("matrix-json", "matrix-html"), stem="matrix-<layer or model>-",
+                       what="<impl>")
     p.add_argument("--debug", action="store_true", help="show tracebacks of errors")
     p.set_defaults(func=run)
 
 
 def _plan(args: argparse.Namespace):
     from graphbreak_doctor.matrix.envs import installed
+    from graphbreak_doctor.matrix.result import MODEL
     from graphbreak_doctor.matrix.run import Plan
+    from graphbreak_doctor.targets.glm5.provider import launch_arguments
 
     bisect_sglang = bool(args.bisect) and args.bisect[0] == "sglang"
-    impl = args.impl or ("sglang" if args.sglang or bisect_sglang else "reference")
+    if args.model:
+        if args.impl == "reference":
+            raise UsageError("--model maps SGLang's own model forward: leave out --impl reference")
+        if args.mode not in (None, MAP_MODE):
+            raise UsageError(f"--model runs the compile map (--mode map), not --mode {args.mode}")
+        if args.bisect:
+            raise UsageError("--bisect compares layer verdicts: give --layer, not --model")
+    elif args.mode == MAP_MODE:
+        raise UsageError("--mode map is the compile map of the model forward: give --model, not --layer")
+    impl = "sglang" if args.model else args.impl or ("sglang" if args.sglang or bisect_sglang else "reference")
     if impl == "reference" and (args.sglang or bisect_sglang):
         raise UsageError("--impl reference traces without SGLang: leave out --sglang")
+    if args.sglang_args is not None and not (args.sglang or bisect_sglang):
+        raise UsageError("--sglang-args needs --sglang V1,...: each release reads the launch arguments itself")
+    try:
+        launch, config = launch_arguments(args.sglang_args, None)
+    except ValueError as e:
+        raise UsageError(str(e)) from e
+    if config is not None:
+        raise UsageError("--sglang-args: --model-path is not taken by the matrix (every cell maps the GLM-5-NVFP4 "
+                         "config shipped with the doctor)")
     sglang = args.sglang or ()
     if impl == "sglang" and not sglang and not bisect_sglang:
         if not installed("sglang"):
-            raise UsageError("--impl sglang: give --sglang V1,... (SGLang is not installed here)")
+            raise UsageError(f"{'--model' if args.model else '--impl sglang'}: give --sglang V1,... "
+                             "(SGLang is not installed here)")
         sglang = (installed("sglang"),)
     flashinfer = args.flashinfer or (installed("flashinfer-python"),)
     if not flashinfer[0]:
         raise UsageError("give --flashinfer V1,... (FlashInfer is not installed here)")
-    return Plan(args.layer, impl, tuple(sglang), tuple(flashinfer), tuple(args.device), args.mode)
+    return Plan(MODEL if args.model else args.layer, impl, tuple(sglang), tuple(flashinfer), tuple(args.device),
+                MAP_MODE if args.model else args.mode or "both", launch)
 
 
 def _bisect_range(args: argparse.Namespace, plan) -> tuple[str, str, str]:
@@ -134,6 +172,7 @@ def run(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
     from graphbreak_doctor.matrix.envs import Builder, EnvError, default_envs_dir
+    from graphbreak_doctor.matrix.result import NOT_AVAILABLE
     from graphbreak_doctor.matrix.run import (
         Limits,
         available_versions,
@@ -144,7 +183,7 @@ def run(args: argparse.Namespace) -> int:
 
     plan = _plan(args)
     bisecting = _bisect_range(args, plan) if args.bisect else None
-    stem = f"matrix-{args.layer}-{plan.impl}" + (f"-bisect-{bisecting[0]}" if bisecting else "")
+    stem = f"matrix-{plan.layer}-{plan.impl}" + (f"-bisect-{bisecting[0]}" if bisecting else "")
     outputs = OutputSet.plan(args, (MATRIX,), [stem])
     progress = Progress()
     limits = Limits(jobs=args.jobs or os.cpu_count() or 1, timeout=args.timeout, memory=args.memory << 30)
@@ -172,6 +211,10 @@ def run(args: argparse.Namespace) -> int:
             result = run_cells(plan, builder, limits, progress)
     except EnvError as e:
         raise UsageError(str(e)) from e
+    refused = [c for c in result.cells if c.status == NOT_AVAILABLE]
+    if refused and len(refused) == len(result.cells):  # an argument no release takes: bad input
+        raise UsageError(f"no release in the matrix takes the launch arguments: SGLang {refused[0].sglang}: "
+                         f"{refused[0].reason}")
     show(get("matrix").render(result))
     html = next((p.path for p in outputs.planned if p.renderer.name == "matrix-html"), None)
     if html is not None:

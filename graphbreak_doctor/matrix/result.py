@@ -17,6 +17,10 @@ MATRIX_SCHEMA_VERSION = 1
 KIND = "graphbreak-doctor matrix"
 
 OK, FAILED, CRASHED, TIMED_OUT, NOT_RUNNABLE = "ok", "failed", "crashed", "timed out", "not runnable"
+# The release refuses the cell's launch arguments (--sglang-args): its own message.
+NOT_AVAILABLE = "not available"
+# The layer of a cell that maps SGLang's GLM-5 model forward (--model).
+MODEL = "model"
 
 
 @dataclass
@@ -24,14 +28,25 @@ class Cell:
     sglang: str  # "" when the cell runs the reference layer without SGLang
     flashinfer: str
     device: str
-    layer: str
-    status: str  # OK, FAILED, CRASHED, TIMED_OUT or NOT_RUNNABLE
-    reason: str = ""  # one line: the first failure, or why it did not run
+    layer: str  # dense, moe, or MODEL (the compile map of the model forward)
+    status: str  # OK, FAILED, CRASHED, TIMED_OUT, NOT_RUNNABLE or NOT_AVAILABLE
+    reason: str = ""  # one line: the first failure, why it did not run, or SGLang's refusal
     category: str = ""  # FAILED: the category of the break fullgraph stopped at
     function: str = ""  # ... and the function it is in
     breaks: int = 0  # distinct breaks (explain mode)
     setup_seconds: float = 0.0  # its environment's, this run
     findings: Findings | None = None
+    # A MODEL cell: how the launch runs its prefill, as the release resolved it
+    # (its compile map's extend phase); the fullgraph verdict of the prefill
+    # forward where the launch compiles it (tc_piecewise: "ok" or "fails:
+    # <category> (<function>)"; "" where it is not compiled); what SGLang
+    # logged about compiling (the rule that turned a path off, in its words);
+    # and the torch.compile regions the phases entered.
+    prefill: str = ""
+    prefill_fullgraph: str = ""
+    sglang_said: list[str] = field(default_factory=list)
+    regions: list[dict[str, Any]] = field(default_factory=list)  # function, phases, options, verdict
+    registered: int = 0  # regions registered that no phase entered
 
     @property
     def versions(self) -> str:
@@ -58,8 +73,25 @@ class Cell:
         """What bisection compares: 'ok', 'failed: <category>', 'crashed', ..."""
         return f"{FAILED}: {self.category}" if self.status == FAILED else self.status
 
+    def map_text(self) -> str:
+        """A MODEL cell: the prefill, its fullgraph verdict, SGLang's word, the regions."""
+        parts = [f"prefill: {self.prefill or 'not said'}"
+                 + (f" -> fullgraph {self.prefill_fullgraph}" if self.prefill_fullgraph else "")]
+        parts += [f"SGLang: {text}" for text in self.sglang_said]
+        verdicts: dict[str, int] = {}
+        for r in self.regions:
+            verdicts[r["verdict"] or "not traced"] = verdicts.get(r["verdict"] or "not traced", 0) + 1
+        shown = ", ".join(f"{n} {v}" for v, n in verdicts.items())
+        parts.append(f"{counted(len(self.regions), 'region')} entered" + (f" ({shown})" if shown else ""))
+        return "; ".join(parts)
+
     def text(self, torch: str) -> str:
-        """The table cell: fullgraph ok / the first failure's category / breaks."""
+        """The table cell: fullgraph ok / the first failure's category / breaks;
+        a MODEL cell: its compile map in one line."""
+        if self.status == NOT_AVAILABLE:
+            return f"not available in this release: {self.reason}"
+        if self.layer == MODEL and self.status in (OK, FAILED):
+            return ("OK" if self.status == OK else "FAILED") + f": {self.map_text()}"
         if self.status == OK:
             return f"OK, {counted(self.breaks, 'break')}"
         if self.status == FAILED:
@@ -74,6 +106,8 @@ class Cell:
             "sglang": self.sglang, "flashinfer": self.flashinfer, "device": self.device, "layer": self.layer,
             "status": self.status, "verdict": self.verdict(), "reason": self.reason, "category": self.category,
             "function": self.function, "breaks": self.breaks, "setup_seconds": round(self.setup_seconds, 1),
+            **({"prefill": self.prefill, "prefill_fullgraph": self.prefill_fullgraph, "sglang_said": self.sglang_said,
+                "regions": self.regions, "registered": self.registered} if self.layer == MODEL else {}),
             "findings": self.findings.to_dict() if self.findings is not None else None,
         }
 
@@ -112,6 +146,8 @@ class MatrixResult:
     sglang: list[str]
     flashinfer: list[str]
     devices: list[str]
+    # The launch arguments every SGLang cell ran with (--sglang-args; [] = the defaults).
+    launch: list[str] = field(default_factory=list)
     cells: list[Cell] = field(default_factory=list)
     diffs: list[NeighbourDiff] = field(default_factory=list)
     bisection: Bisection | None = None
@@ -140,7 +176,7 @@ class MatrixResult:
         return {
             "schema_version": self.schema_version, "kind": self.kind, "layer": self.layer, "impl": self.impl,
             "mode": self.mode, "torch": self.torch, "sglang": self.sglang, "flashinfer": self.flashinfer,
-            "devices": self.devices, "setup_seconds": round(self.setup_seconds, 3),
+            "devices": self.devices, "launch": self.launch, "setup_seconds": round(self.setup_seconds, 3),
             "trace_seconds": round(self.trace_seconds, 1), "envs_built": self.envs_built, "envs_reused": self.envs_reused,
             "cells": [c.to_dict() for c in self.cells],
             "diffs": [d.__dict__ for d in self.diffs],

@@ -2,11 +2,18 @@
 traces in worker processes of those environments, in parallel; then the
 diffs between neighbouring versions. And bisection over one axis.
 
-A cell is (SGLang, FlashInfer, device, layer); each of its modes runs in a
-fresh worker process (jobs/) with a time and an address-space limit. A cell
-whose environment cannot be built, or whose release does not import here, is
-"not runnable" with the reason; a crashed or timed-out one says so; the other
-cells go on.
+A cell is (SGLang, FlashInfer, device, layer) with the matrix's launch
+arguments; each of its modes runs in a fresh worker process (jobs/) with a
+time and an address-space limit. A cell whose environment cannot be built,
+or whose release does not import here, is "not runnable" with the reason; a
+release that refuses the launch arguments is "not available" with SGLang's
+message; a crashed or timed-out one says so; the other cells go on.
+
+With ``--model`` a cell is the compile map of SGLang's GLM-5 model forward
+(``trace --model --mode map``) in the cell's environment: how the release
+runs the prefill and the regions each phase enters. Where the resolved launch
+compiles the prefill forward with fullgraph (tc_piecewise), a second worker
+traces it as that runner does (``--mode piecewise``) for its verdict.
 """
 
 from __future__ import annotations
@@ -16,13 +23,17 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import pairwise
 
+from graphbreak_doctor.findings import MAP_MODE
+from graphbreak_doctor.jobs.job import MAP, TRACE, Job
 from graphbreak_doctor.matrix.envs import Builder, Env, EnvError, EnvSpec, version_key
 from graphbreak_doctor.matrix.result import (
     CRASHED,
     FAILED,
+    MODEL,
+    NOT_AVAILABLE,
     NOT_RUNNABLE,
     OK,
     TIMED_OUT,
@@ -43,13 +54,21 @@ class Plan:
     sglang: tuple[str, ...]  # () with impl reference
     flashinfer: tuple[str, ...]
     devices: tuple[str, ...]
-    mode: str
+    mode: str  # a trace mode; MAP_MODE with layer MODEL
+    launch: tuple[str, ...] = ()  # SGLang's launch arguments (--sglang-args), as the user split them
 
     def specs(self) -> list[EnvSpec]:
         return [EnvSpec(s, f) for s in (self.sglang or ("",)) for f in self.flashinfer]
 
     def kinds(self) -> list[str]:
         return ["dense", "moe"] if self.layer == "all" else [self.layer]
+
+    def selections(self) -> list:
+        from graphbreak_doctor.targets.glm5.provider import PROVIDER
+
+        if self.layer == MODEL:
+            return PROVIDER.layer_selections(MODEL, "sglang", scope=MODEL, launch=self.launch)
+        return PROVIDER.layer_selections(self.layer, self.impl, launch=self.launch)
 
 
 @dataclass(frozen=True)
@@ -59,15 +78,33 @@ class Limits:
     memory: int  # bytes of address space, per worker (0: none)
 
 
+def _refused(cell: Cell, usage) -> Cell:
+    """A cell whose worker found bad input: the release refuses the launch
+    arguments (SGLang's own message), or it does not import or build here."""
+    from graphbreak_doctor.targets.glm5.sglang.launch import rejection
+
+    said = rejection(one_line(usage.message))
+    # Paths inside the cell's environment, from its site-packages on.
+    cell.status, cell.reason = ((NOT_AVAILABLE, said) if said else
+                                (NOT_RUNNABLE, re.sub(r"/\S*/site-packages/", "", one_line(usage.message))))
+    return cell
+
+
+def _first_failure(findings) -> tuple[str, str]:
+    """(category, function) of the break fullgraph stopped at."""
+    fg = findings.fullgraph
+    first = next((b for b in findings.breaks if b.id == fg.break_id), None)
+    frame = first.actionable_frame or first.site if first else fg.site
+    return (first.category if first else "capture-failure"), (frame.function if frame else "")
+
+
 def _classify(cell: Cell, outcomes: list) -> Cell:
     """Fill ``cell`` from its modes' outcomes (jobs.Outcome, in mode order)."""
     from graphbreak_doctor.analysis.merge import merge_modes
 
     usage = next((o for o in outcomes if o.usage), None)
-    if usage is not None:  # the release does not import or build here
-        # Paths inside the cell's environment, from its site-packages on.
-        cell.status, cell.reason = NOT_RUNNABLE, re.sub(r"/\S*/site-packages/", "", one_line(usage.message))
-        return cell
+    if usage is not None:
+        return _refused(cell, usage)
     missing = next((o for o in outcomes if o.findings is None), None)
     if missing is not None:
         cell.status = TIMED_OUT if missing.status == TIMED_OUT else CRASHED
@@ -83,11 +120,8 @@ def _classify(cell: Cell, outcomes: list) -> Cell:
     elif fg.ran and fg.ok:
         cell.status = OK
     elif fg.ran:
-        first = next((b for b in findings.breaks if b.id == fg.break_id), None)
         cell.status = FAILED
-        cell.category = first.category if first else "capture-failure"
-        frame = first.actionable_frame or first.site if first else fg.site
-        cell.function = frame.function if frame else ""
+        cell.category, cell.function = _first_failure(findings)
         cell.reason = one_line(fg.error)
     else:  # explain only: no fullgraph verdict; the breaks say it
         cell.status = OK if not findings.breaks else FAILED
@@ -97,12 +131,10 @@ def _classify(cell: Cell, outcomes: list) -> Cell:
 
 def run_cells(plan: Plan, builder: Builder, limits: Limits, progress: Callable[[str], None]) -> MatrixResult:
     from graphbreak_doctor.findings import modes_for
-    from graphbreak_doctor.jobs import Job, run_jobs
-    from graphbreak_doctor.jobs.job import TRACE
-    from graphbreak_doctor.targets.glm5.provider import PROVIDER
 
     result = MatrixResult(layer=plan.layer, impl=plan.impl, mode=plan.mode, torch=builder.torch,
-                          sglang=list(plan.sglang), flashinfer=list(plan.flashinfer), devices=list(plan.devices))
+                          sglang=list(plan.sglang), flashinfer=list(plan.flashinfer), devices=list(plan.devices),
+                          launch=list(plan.launch))
     start = time.monotonic()
     envs: dict[EnvSpec, Env | str] = {}
     for spec in plan.specs():
@@ -117,8 +149,8 @@ def run_cells(plan: Plan, builder: Builder, limits: Limits, progress: Callable[[
         result.envs_reused += not env.built
     result.setup_seconds = time.monotonic() - start
 
-    selections = PROVIDER.layer_selections(plan.layer, plan.impl)
-    modes = modes_for(plan.mode)
+    selections = plan.selections()
+    modes = [MAP_MODE] if plan.layer == MODEL else modes_for(plan.mode)
     cells: list[Cell] = []
     jobs: list[Job] = []
     for spec in plan.specs():
@@ -131,17 +163,93 @@ def run_cells(plan: Plan, builder: Builder, limits: Limits, progress: Callable[[
                     cell.status, cell.reason = NOT_RUNNABLE, one_line(env)
                     continue
                 cell.setup_seconds = env.seconds
-                jobs += [Job(TRACE, selection, device, m, python=env.python) for m in modes]
+                jobs += [Job(MAP if m == MAP_MODE else TRACE, selection, device, m, python=env.python)
+                         for m in modes]
     progress(f"tracing: {len(jobs)} worker processes, {limits.jobs} at a time")
     start = time.monotonic()
-    outcomes = run_jobs(jobs, timeout=limits.timeout, parallel=limits.jobs, memory=limits.memory) if jobs else []
-    result.trace_seconds = time.monotonic() - start
+    outcomes = _run(jobs, limits)
     runnable = [c for c in cells if not c.reason]
-    for i, cell in enumerate(runnable):
-        _classify(cell, outcomes[i * len(modes):(i + 1) * len(modes)])
+    per_cell = [outcomes[i * len(modes):(i + 1) * len(modes)] for i in range(len(runnable))]
+    if plan.layer == MODEL:
+        # The prefill forward where the resolved launch compiles it with
+        # fullgraph: traced as SGLang's tc_piecewise runner compiles it.
+        compiled = [(cell, found[0].job) for cell, found in zip(runnable, per_cell) if _prefill_compiled(found[0])]
+        if compiled:
+            progress(f"tracing the compiled prefill: {len(compiled)} worker processes")
+        prefill = _run([replace(job, kind=TRACE, mode="piecewise") for _cell, job in compiled], limits)
+        for (cell, _job), outcome in zip(compiled, prefill):
+            per_cell[runnable.index(cell)].append(outcome)
+    result.trace_seconds = time.monotonic() - start
+    for cell, found in zip(runnable, per_cell):
+        (_classify_map if plan.layer == MODEL else _classify)(cell, found)
     result.cells = cells
     result.diffs = neighbour_diffs(result)
     return result
+
+
+def _run(jobs: list[Job], limits: Limits) -> list:
+    from graphbreak_doctor.jobs import run_jobs
+
+    return run_jobs(jobs, timeout=limits.timeout, parallel=limits.jobs, memory=limits.memory) if jobs else []
+
+
+def _launch(findings) -> dict:
+    launch = findings.target.facts.get("launch") if findings is not None else None
+    return launch if isinstance(launch, dict) else {}
+
+
+def _prefill_compiled(outcome) -> bool:
+    """Whether the launch the map resolved compiles the prefill forward (tc_piecewise)."""
+    from graphbreak_doctor.targets.glm5.sglang.launch import prefill_compiled
+
+    resolved = _launch(outcome.findings).get("resolved")
+    return isinstance(resolved, dict) and bool(prefill_compiled(resolved))
+
+
+def _classify_map(cell: Cell, outcomes: list) -> Cell:
+    """Fill a MODEL cell from its compile map's outcome, and the compiled
+    prefill's trace where there is one."""
+    from graphbreak_doctor.analysis.merge import merge_modes
+    from graphbreak_doctor.findings import REGION_CRASHED, REGION_FAILS
+
+    found, prefill = outcomes[0], (outcomes[1] if len(outcomes) > 1 else None)
+    if found.usage:
+        return _refused(cell, found)
+    if found.findings is None:
+        cell.status = TIMED_OUT if found.status == TIMED_OUT else CRASHED
+        cell.reason = one_line(found.message)
+        cell.findings = found.as_findings()
+        return cell
+    findings = found.findings
+    launch = _launch(findings)
+    phases = launch.get("phases")
+    cell.prefill = str(phases.get("extend", "")) if isinstance(phases, dict) else ""
+    cell.sglang_said = [str(s) for s in launch.get("sglang_said") or []]
+    entered = [r for r in findings.regions if r.entered]
+    cell.regions = [{"function": r.function, "phases": dict(r.calls), "options": dict(r.options),
+                     "verdict": r.verdict} for r in entered]
+    cell.registered = sum(not r.entered for r in findings.regions)
+    cell.status = OK
+    bad = next((r for r in entered if r.verdict in (REGION_FAILS, REGION_CRASHED)), None)
+    if bad is not None:
+        cell.status, cell.category = FAILED, f"region {bad.verdict}"
+        cell.function, cell.reason = bad.function.rsplit(".", 1)[-1], one_line(bad.error)
+    if prefill is not None:
+        if prefill.usage:
+            cell.prefill_fullgraph = f"not traced: {one_line(prefill.message)}"
+        elif prefill.findings is None or prefill.findings.fullgraph.crashed:
+            cell.prefill_fullgraph = f"{CRASHED}: {one_line(prefill.message or prefill.as_findings().fullgraph.error)}"
+            cell.status, cell.reason = CRASHED, cell.prefill_fullgraph
+        elif prefill.findings.fullgraph.ok:
+            cell.prefill_fullgraph = OK
+        else:
+            cell.category, cell.function = _first_failure(prefill.findings)
+            cell.prefill_fullgraph = f"fails: {cell.category}" + (f" ({cell.function})" if cell.function else "")
+            cell.status, cell.reason = FAILED, one_line(prefill.findings.fullgraph.error)
+        findings = merge_modes([findings, prefill.as_findings()])
+    cell.findings = findings
+    cell.breaks = len(findings.breaks)
+    return cell
 
 
 def _ops(cell: Cell) -> dict[str, str]:
@@ -170,6 +278,21 @@ def _summary(a: Cell, b: Cell, d) -> str:
     return "; ".join(parts)
 
 
+def _map_summary(a: Cell, b: Cell) -> str:
+    """Two compile maps: the prefill, the regions entered, their verdicts."""
+    parts = []
+    if (a.prefill, a.prefill_fullgraph) != (b.prefill, b.prefill_fullgraph):
+        parts.append(f"prefill: {a.prefill or '?'}{' -> fullgraph ' + a.prefill_fullgraph if a.prefill_fullgraph else ''}"
+                     f" => {b.prefill or '?'}{' -> fullgraph ' + b.prefill_fullgraph if b.prefill_fullgraph else ''}")
+    ra = {r["function"]: r["verdict"] for r in a.regions}
+    rb = {r["function"]: r["verdict"] for r in b.regions}
+    short = lambda name: name.rsplit(".", 1)[-1]  # noqa: E731
+    parts += [f"region {short(f)} now entered ({rb[f] or 'not traced'})" for f in rb if f not in ra]
+    parts += [f"region {short(f)} no longer entered" for f in ra if f not in rb]
+    parts += [f"region {short(f)}: {ra[f]} -> {rb[f]}" for f in ra if f in rb and ra[f] != rb[f]]
+    return "; ".join(parts) or f"no change (the same prefill, {counted(len(ra), 'region')} entered, the same verdicts)"
+
+
 def neighbour_diffs(result: MatrixResult) -> list[NeighbourDiff]:
     """The diff of every two cells next to each other on one axis (same
     device, layer and other axis), where both have findings."""
@@ -191,8 +314,9 @@ def neighbour_diffs(result: MatrixResult) -> list[NeighbourDiff]:
                         d = diff(a.findings, b.findings, f"{axis} {older}", f"{axis} {newer}")
                         fixed = (f"flashinfer {other}" if axis == "sglang" else
                                  (f"sglang {other}" if other else "reference"))
+                        summary = _map_summary(a, b) if layer == MODEL else _summary(a, b, d)
                         out.append(NeighbourDiff(axis, older, newer, device, layer, fixed,
-                                                 f"{older} -> {newer}: {_summary(a, b, d)}", d.to_dict()))
+                                                 f"{older} -> {newer}: {summary}", d.to_dict()))
     return out
 
 

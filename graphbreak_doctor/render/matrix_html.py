@@ -11,7 +11,7 @@ from graphbreak_doctor import __version__
 from graphbreak_doctor.matrix.result import MatrixResult
 from graphbreak_doctor.render.diff_html import CSP
 from graphbreak_doctor.render.html import inline_static, template_environment
-from graphbreak_doctor.render.matrix_terminal import table
+from graphbreak_doctor.render.matrix_terminal import table, title
 from graphbreak_doctor.render.renderer import MATRIX, Renderer
 
 
@@ -21,7 +21,7 @@ def render(m: MatrixResult) -> str:
         cells = [m.cell(sglang, flashinfer, layer, d) for d in m.devices]
         rows.append((labels[0], list(zip(cells, labels[1:]))))
     return template_environment().get_template("matrix.html.j2").render(
-        m=m, rows=rows, version=__version__, csp=CSP, style=Markup(inline_static("report.css", "</style")),
+        m=m, rows=rows, title=title(m), version=__version__, csp=CSP, style=Markup(inline_static("report.css", "</style")),
     )
 
 

@@ -1,10 +1,11 @@
 """The terminal form of a compatibility matrix: rows are versions, columns
 devices; each cell says fullgraph OK, or the first failure's category, and
-the number of breaks. Then the diffs between neighbouring versions."""
+the number of breaks (a --model cell: its compile map in one line). Then the
+diffs between neighbouring versions."""
 
 from __future__ import annotations
 
-from graphbreak_doctor.matrix.result import MatrixResult
+from graphbreak_doctor.matrix.result import MODEL, MatrixResult
 from graphbreak_doctor.render.renderer import MATRIX, Renderer
 
 
@@ -20,9 +21,17 @@ def table(m: MatrixResult) -> list[list[str]]:
     return rows
 
 
-def render(m: MatrixResult) -> str:
+def title(m: MatrixResult) -> str:
+    """What the matrix traced, in one line (the terminal's first, the page's lede)."""
+    launch = f"launch arguments: {' '.join(m.launch)}" if m.launch else "default launch arguments"
+    if m.layer == MODEL:
+        return f"GLM-5 model forward, SGLang's compile map ({launch}), torch {m.torch}"
     impl = "SGLang's own layer" if m.impl == "sglang" else "the reference layer (FlashInfer called directly)"
-    lines = [f"matrix: GLM-5 {m.layer} layer, {impl}, mode {m.mode}, torch {m.torch}"]
+    return f"GLM-5 {m.layer} layer, {impl}, mode {m.mode}" + (f", {launch}" if m.launch else "") + f", torch {m.torch}"
+
+
+def render(m: MatrixResult) -> str:
+    lines = [f"matrix: {title(m)}"]
     rows = table(m)
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for n, r in enumerate(rows):

@@ -41,6 +41,23 @@ _COMPILE_FIELDS = re.compile(r"cuda_graph|piecewise|torch_compile|compile_bs|cap
 _COMPILE_WORDS = re.compile(r"piecewise|torch[ ._-]?compile|cuda[ _-]?graph", re.IGNORECASE)
 
 
+# How a release's refusal of the launch arguments reads: "SGLang 0.5.23
+# rejects the launch arguments: <SGLang's own message>" (rejected() makes it,
+# rejection() reads SGLang's message back, e.g. for a matrix cell).
+_REJECTS = " rejects the launch arguments: "
+
+
+def rejected(release: str, message: str) -> TargetError:
+    """The error of a release that refuses the launch arguments, with SGLang's message."""
+    return TargetError(f"SGLang {release}{_REJECTS}{message}")
+
+
+def rejection(text: str) -> str:
+    """SGLang's own message in a refusal made by :func:`rejected` ("" for any other text)."""
+    head, sep, message = text.partition(_REJECTS)
+    return message if sep and head.startswith("SGLang ") else ""
+
+
 class _Refused(Exception):
     pass
 
@@ -95,10 +112,9 @@ def parse(server_args_cls: Any, release: str, config_dir: str, user_args: list[s
             namespace = parser.parse_args(argv)
             server_args = server_args_cls.from_cli_args(namespace)
         except _Refused as e:
-            raise TargetError(f"SGLang {release} rejects the launch arguments: {one_line(str(e), 400)}") from e
+            raise rejected(release, one_line(str(e), 400)) from e
         except (ValueError, TypeError, AssertionError) as e:
-            raise TargetError(f"SGLang {release} rejects the launch arguments: "
-                              f"{type(e).__name__}: {one_line(str(e), 400)}") from e
+            raise rejected(release, f"{type(e).__name__}: {one_line(str(e), 400)}") from e
     return server_args, argv, parser
 
 
@@ -187,5 +203,5 @@ def phases(fields: dict[str, Any]) -> dict[str, str]:
     return {"extend": extend, "decode": line}
 
 
-__all__ = ["DOCTOR_ARGS", "forcing_flag", "parse", "phases", "piecewise_args", "prefill_compiled", "resolved",
-           "sglang_log"]
+__all__ = ["DOCTOR_ARGS", "forcing_flag", "parse", "phases", "piecewise_args", "prefill_compiled", "rejected",
+           "rejection", "resolved", "sglang_log"]

@@ -204,8 +204,7 @@ def set_up(config_dir: str, log: UndoLog, *, launch_args: tuple[str, ...] = (), 
         try:
             _publish(server_args)
         except (ValueError, AssertionError) as e:  # the release's own checks of the resolved launch
-            raise TargetError(f"SGLang {version()} rejects the launch arguments: {type(e).__name__}: "
-                              f"{one_line(str(e), 400)}") from e
+            raise launch.rejected(version(), f"{type(e).__name__}: {one_line(str(e), 400)}") from e
     fields = launch.resolved(server_args)
     if piecewise and launch.prefill_compiled(fields) is False:
         force = launch.forcing_flag(parser)
