@@ -74,8 +74,8 @@ class Traced:
 
 
 class Traces:
-    """`graphbreak-doctor trace --in-process` in a process of its own, once
-    per (arguments, environment): the golden, diff, gate, ingest and report
+    """`graphbreak-doctor trace` in a process of its own, as a user runs it,
+    once per (arguments, environment): the golden, diff, gate, ingest and report
     tests read the same trace instead of tracing again. Arguments name the
     target, device and mode in full; ``python`` picks another environment's
     interpreter. Files: FOLDER/<environment>/<arguments>.json (the findings)
@@ -100,13 +100,13 @@ class Traces:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.unlink(missing_ok=True)
             env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-            # --in-process: the modes one after the other in this one child
-            # process, which imports torch, FlashInfer and SGLang once instead of
-            # once per mode's worker (about half the CPU time of a trace); what
-            # the worker pool does is tested on its own (test_faults.py, test_cli.py).
+            # Each mode in a worker of its own, as a user runs it: not
+            # --in-process, where the fullgraph mode would start from the state
+            # the explain mode left in the traced libraries (FlashInfer 0.6.3's
+            # JIT registry then fails fullgraph at another call than a fresh
+            # process does; tests/test_ingest.py compares with one).
             done = subprocess.run([str(python), "-m", "graphbreak_doctor", "trace", *args, "--json", str(path),
-                                   "--no-html", "--in-process"], cwd=ROOT, env=env, capture_output=True, text=True,
-                                  timeout=timeout)
+                                   "--no-html"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
             run.write_text(json.dumps({"exit": done.returncode, "stderr": done.stderr}))
         data = json.loads(run.read_text())
         self._seen[key] = Traced(data["exit"], data["stderr"], path)
