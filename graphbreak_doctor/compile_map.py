@@ -42,7 +42,7 @@ def _own_backend(site: Site) -> bool:
     piecewise backend), not one of torch's backends by name."""
     backend = site.options.get("backend")
     module = getattr(backend, "__module__", "") or ""
-    return callable(backend) and not module.split(".", 1)[0] == "torch"
+    return callable(backend) and module.split(".", 1)[0] != "torch"
 
 
 def trace_region(site: Site, progress: Callable[[str], None] = lambda _m: None,

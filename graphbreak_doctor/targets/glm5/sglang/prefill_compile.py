@@ -89,11 +89,4 @@ def compile_pass() -> Any:
         yield
 
 
-def pieces_backend(fn: Any) -> bool:
-    """Whether a torch.compile backend is SGLang's own piecewise backend (it
-    cuts the graph at SGLang's split ops): defined in SGLang's compilation package."""
-    module = getattr(fn, "__module__", "") or ""
-    return module.startswith("sglang.srt.compilation")
-
-
-__all__ = ["available", "compile_config", "compile_pass", "install", "pieces_backend"]
+__all__ = ["available", "compile_config", "compile_pass", "install"]
