@@ -21,8 +21,8 @@ from graphbreak_doctor.analysis.build import build_findings
 from graphbreak_doctor.capture import run as capture
 from graphbreak_doctor.capture.regions import CompileRecorder, Site
 from graphbreak_doctor.diagnose import Build, device_context, environment
-from graphbreak_doctor.findings import (MAP_MODE, REGION_BREAKS, REGION_CRASHED, REGION_FAILS, REGION_OK, Findings,
-                                        Region, TargetInfo)
+from graphbreak_doctor.findings import (CRASHED, MAP_MODE, REGION_BREAKS, REGION_CRASHED, REGION_FAILS, REGION_OK,
+                                        Findings, FullgraphVerdict, Region, TargetInfo)
 from graphbreak_doctor.frames import make_frame
 from graphbreak_doctor.patching import UndoLog
 from graphbreak_doctor.targets import Target, TargetError
@@ -95,10 +95,22 @@ def trace_region(site: Site, progress: Callable[[str], None] = lambda _m: None,
     return region
 
 
+class PhasesStopped(Exception):
+    """The target's phases raised an error that is neither bad input nor a
+    region's (its framework failed to build or run here). ``findings`` is the
+    map as far as it got: the target with what it recorded before it stopped
+    (a server's resolved launch), no regions, crashed with the error."""
+
+    def __init__(self, findings: Findings) -> None:
+        super().__init__(findings.fullgraph.error)
+        self.findings = findings
+
+
 def record_phases(build: Build, log: UndoLog,
                   progress: Callable[[str], None] = lambda _msg: None) -> tuple[Target, CompileRecorder]:
     """Build the target with torch.compile recorded (call inside the device;
-    changes the build needs go through ``log``) and run its phases."""
+    changes the build needs go through ``log``) and run its phases.
+    PhasesStopped when a phase raises anything but a TargetError."""
     recorder = CompileRecorder()
     with UndoLog() as recording:
         recorder.install(recording)
@@ -107,7 +119,15 @@ def record_phases(build: Build, log: UndoLog,
         if target.discover is None:
             raise TargetError(f"{target.info.display()} has no phases to run: it has no compile map")
         progress("running each phase")
-        target.discover(log, recorder.phase)
+        try:
+            target.discover(log, recorder.phase)
+        except TargetError:
+            raise
+        except Exception as e:
+            error = f"the phases stopped: {type(e).__name__}: {one_line(str(e))}"
+            raise PhasesStopped(Findings(
+                target=target.info, environment=environment(), modes=[MAP_MODE], outcome=CRASHED,
+                fullgraph=FullgraphVerdict(ran=False, ok=False, crashed=True, error=error))) from e
     return target, recorder
 
 
@@ -119,10 +139,14 @@ def map_regions(build: Build, *, device: str = "sm120",
         state.keep_torch_state()
         state.keep_environment()
         with device_context(device) as dev, UndoLog() as log:
-            target, recorder = record_phases(build, log, progress)
+            try:
+                target, recorder = record_phases(build, log, progress)
+            except PhasesStopped as stopped:
+                stopped.findings.device = dev.describe()
+                raise
             regions = [trace_region(site, progress, target.split_ops) for site in recorder.sites]
             return Findings(target=target.info, environment=environment(), device=dev.describe(),
                             modes=[MAP_MODE], regions=regions)
 
 
-__all__ = ["map_regions", "record_phases", "trace_region"]
+__all__ = ["PhasesStopped", "map_regions", "record_phases", "trace_region"]

@@ -313,3 +313,40 @@ def test_a_trace_with_its_map_shows_the_phases_as_the_map_ran_them():
     assert "compiles the extend forward with fullgraph=True" in text, text
     forward.calls = {"extend": 1, "decode": 2}  # entered outside the fullgraph phase too: named
     assert "compiles the extend forward, Model.forward with fullgraph=True" in get("terminal").render(merged)
+
+
+def test_a_map_whose_phases_stop_keeps_what_they_recorded_and_never_passes_the_gate():
+    """A framework that resolves its launch, then fails to build its model
+    here: the map is crashed with the error, keeps the launch's phase lines,
+    renders them, and fails the gate (it read no region)."""
+    from graphbreak_doctor.compile_map import PhasesStopped, map_regions
+    from graphbreak_doctor.gate.policy import Policy, evaluate
+    from graphbreak_doctor.render.terminal import render
+    from graphbreak_doctor.targets import Target
+
+    def build(log):
+        target = Target(fn=lambda: None, info=TargetInfo(spec="server", function="server"))
+
+        def discover(log, phase_scope):
+            target.info.facts["launch"] = {"phases": {"extend": "no prefill CUDA graph"},
+                                           "sglang_said": ["piecewise capture is off for this model"]}
+            with phase_scope("extend"):
+                raise AttributeError("'ModuleNotFoundError' object has no attribute 'get_num_sms'")
+
+        target.discover = discover
+        return target
+
+    with pytest.raises(PhasesStopped) as stopped:
+        map_regions(build, device="sm120")
+    found = stopped.value.findings
+    assert isinstance(stopped.value.__cause__, AttributeError)
+    assert found.outcome == "crashed" and found.fullgraph.crashed and not found.regions
+    assert found.fullgraph.error == ("the phases stopped: AttributeError: 'ModuleNotFoundError' object has no "
+                                     "attribute 'get_num_sms'")
+    assert found.device["emulated"]
+    text = render(Findings.from_dict(json.loads(json.dumps(found.to_dict()))))
+    assert "  extend: no prefill CUDA graph" in text
+    assert "SGLang said: piecewise capture is off for this model" in text
+    assert "compile map: not made" in text
+    result = evaluate("server", found, Policy())
+    assert not result.passed and [c.mode for c in result.cases] == ["map"]

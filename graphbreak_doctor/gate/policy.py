@@ -88,7 +88,9 @@ def evaluate(name: str, findings: Findings, policy: Policy, baseline: TargetBase
         if region.verdict:
             result.cases.append(_region_case(name, region, policy, max_breaks, baseline))
     for mode in findings.modes:
-        if mode == MAP_MODE:  # the map's checks are its regions'
+        if mode == MAP_MODE:  # the map's checks are its regions', and a map that stopped fails
+            if crash:
+                result.cases.append(CaseResult(target=name, mode=mode, counted=[], crashed=crash))
             continue
         in_mode = [b for b in counted if mode in b.modes]
         case = CaseResult(target=name, mode=mode, counted=in_mode, crashed=crash)

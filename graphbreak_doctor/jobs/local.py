@@ -38,9 +38,12 @@ def run_in_process(job: Job, progress: Callable[[str], None] = lambda _m: None, 
 
             findings = fix(build, mode=job.mode, device=job.device, max_steps=job.steps, progress=progress)
         elif job.kind == MAP:
-            from graphbreak_doctor.compile_map import map_regions
+            from graphbreak_doctor.compile_map import PhasesStopped, map_regions
 
-            findings = map_regions(build, device=job.device, progress=progress)
+            try:
+                findings = map_regions(build, device=job.device, progress=progress)
+            except PhasesStopped as e:  # the map as far as it got, crashed with the error
+                return Outcome(job, findings=e.findings, details=[traceback.format_exc()])
         else:
             findings = trace_mode(build, job.mode, device=job.device, progress=progress)
     except TargetError as e:

@@ -73,11 +73,15 @@ class Cell:
         """What bisection compares: 'ok', 'failed: <category>', 'crashed', ..."""
         return f"{FAILED}: {self.category}" if self.status == FAILED else self.status
 
+    def launch_text(self) -> list[str]:
+        """A MODEL cell: the prefill, its fullgraph verdict and SGLang's word, as parts of a line."""
+        return ([f"prefill: {self.prefill or 'not said'}"
+                 + (f" -> fullgraph {self.prefill_fullgraph}" if self.prefill_fullgraph else "")]
+                + [f"SGLang: {text}" for text in self.sglang_said])
+
     def map_text(self) -> str:
         """A MODEL cell: the prefill, its fullgraph verdict, SGLang's word, the regions."""
-        parts = [f"prefill: {self.prefill or 'not said'}"
-                 + (f" -> fullgraph {self.prefill_fullgraph}" if self.prefill_fullgraph else "")]
-        parts += [f"SGLang: {text}" for text in self.sglang_said]
+        parts = self.launch_text()
         verdicts: dict[str, int] = {}
         for r in self.regions:
             verdicts[r["verdict"] or "not traced"] = verdicts.get(r["verdict"] or "not traced", 0) + 1
@@ -99,6 +103,8 @@ class Cell:
             return f"FAILED: {self.category}{where}, {counted(self.breaks, 'break')}"
         if self.status == NOT_RUNNABLE:
             return f"not runnable on torch {torch}: {self.reason}"
+        if self.layer == MODEL and self.prefill:  # the map stopped after the release resolved the launch
+            return "; ".join([f"{self.status.upper()}: {self.reason}", *self.launch_text()])
         return f"{self.status.upper()}: {self.reason}"
 
     def to_dict(self) -> dict[str, Any]:

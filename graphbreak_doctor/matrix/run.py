@@ -225,6 +225,9 @@ def _classify_map(cell: Cell, outcomes: list) -> Cell:
     phases = launch.get("phases")
     cell.prefill = str(phases.get("extend", "")) if isinstance(phases, dict) else ""
     cell.sglang_said = [str(s) for s in launch.get("sglang_said") or []]
+    if findings.fullgraph.crashed:  # the map stopped after the release resolved the launch
+        cell.status, cell.reason, cell.findings = CRASHED, one_line(findings.fullgraph.error), findings
+        return cell
     entered = [r for r in findings.regions if r.entered]
     cell.regions = [{"function": r.function, "phases": dict(r.calls), "options": dict(r.options),
                      "verdict": r.verdict} for r in entered]

@@ -87,6 +87,8 @@ def launch_arguments(findings: Findings) -> list[str]:
 
 def summary(findings: Findings) -> str:
     """The map's verdict in one line: '2 regions the launch's phases entered: 2 ok'."""
+    if findings.fullgraph.crashed:
+        return "not made: the phases stopped before every region was found (above)"
     entered = [r for r in findings.regions if r.entered]
     verdicts: dict[str, int] = {}
     for r in entered:

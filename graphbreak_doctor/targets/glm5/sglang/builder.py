@@ -202,13 +202,16 @@ def _prepare(target: Target, mode: str, log: UndoLog, *, kind: str, index: int, 
 
 
 def _model(config_dir: str, log: UndoLog, *, layers_for: Callable[[Any], int], piecewise: bool,
-           launch_args: tuple[str, ...]) -> tuple[runtime.Runtime, torch.nn.Module, int, int, list[str]]:
+           launch_args: tuple[str, ...], resolved: Callable[[runtime.Runtime], None] = lambda _rt: None,
+           ) -> tuple[runtime.Runtime, torch.nn.Module, int, int, list[str]]:
     """SGLang's set-up for the launch, then the model with ``layers_for(hf_config)``
     decoder layers through SGLang's loader: (runtime, model, layers built,
-    the model's layers, folded probes)."""
+    the model's layers, folded probes). ``resolved`` is called with the
+    runtime as soon as SGLang has resolved the launch, before the model is built."""
     with sglang_emulation.platform_window():
         try:
             rt = _set_up(True, config_dir, log, piecewise=piecewise, launch_args=launch_args)
+            resolved(rt)
             full = rt.model_config.hf_config.num_hidden_layers
             layers = layers_for(rt.model_config.hf_config)
             with sglang_emulation.consistent_fake_weights():
@@ -296,8 +299,14 @@ def _discover(target: Target, log: UndoLog, phase_scope: Callable[[str], Any], *
     torch.compile regions each phase enters are known (capture/regions.py).
     The forwards run as SGLang runs them outside any compile of its own."""
     settings = forward.settings(log)
+
+    def publish(rt: runtime.Runtime) -> None:
+        # How the launch runs each phase is known before the model is built:
+        # a map whose build stops later still says it.
+        target.info.facts["launch"] = rt.launch
+
     rt, model, layers, full, folded = _model(config_dir, log, piecewise=False, launch_args=launch_args,
-                                       layers_for=forward.reduced_layer_count)
+                                             layers_for=forward.reduced_layer_count, resolved=publish)
     log.enter(torch.no_grad())
     values: list[str] = []
     # Per phase, what the map's phase line adds: SGLang's own compile of the
