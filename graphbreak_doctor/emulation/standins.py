@@ -196,9 +196,13 @@ class UnloadedLibrary:
         return unavailable
 
 
-def _deep_gemm(log: UndoLog, out: StandIns) -> None:  # noqa: ARG001
+def _deep_gemm(log: UndoLog, out: StandIns) -> None:
     home = _package_dir("deep_gemm")
     if home is None:
+        return
+    ops_library = sorted(home.glob("deep_gemm_cpp*.so"))
+    if ops_library:  # the older DeepGEMM: a torch op library
+        _deep_gemm_ops(log, out, ops_library[0])
         return
     binary = home / "_C.so"
     loaded = sys.modules.get("deep_gemm")
@@ -227,6 +231,36 @@ def _deep_gemm(log: UndoLog, out: StandIns) -> None:  # noqa: ARG001
         scoped.setattr(tvm_ffi, "load_module", load_module)
         importlib.import_module("deep_gemm")
     out.lines.append(_deep_gemm_line(why))
+
+
+def _deep_gemm_ops(log: UndoLog, out: StandIns, binary: Path) -> None:
+    """The older DeepGEMM (bundled with sgl-kernel 0.3): its package imports
+    ``deep_gemm_cpp``, which registers the ``torch.ops.deep_gemm`` ops, and
+    binds every op by name at import. Stand-in: an empty module of that name
+    and every schema the binary declares, with no kernel; ``init`` does
+    nothing, ``get_num_sms`` answers the device's SM count, and the ops that
+    only write their arguments do nothing (what a dry kernel does). Undone
+    with ``log``; a later build in the process declares them again, and the
+    ops the package bound at its import answer again."""
+    why = _loads(str(binary))
+    if not why:
+        return
+    schemas = [m.group(0)[:-1].decode() for m in _SCHEMA.finditer(binary.read_bytes())]
+    if not any(text.startswith("init(") for text in schemas):
+        raise RuntimeError(f"{binary.name} does not load here ({why}) and declares no DeepGEMM ops to stand in for")
+    silent = [text.split("(", 1)[0] for text in schemas if text.endswith("-> ()")]
+    if not _declared("deep_gemm::init"):
+        library = _library(log, "deep_gemm")
+        for text in schemas:
+            library.define(text)
+        for name in silent:
+            library.impl(name, _no_op, "CompositeExplicitAutograd")
+        library.impl("get_num_sms", _sm_count, "CompositeExplicitAutograd")
+    if "deep_gemm" not in sys.modules:
+        log.setitem(sys.modules, "deep_gemm.deep_gemm_cpp", types.ModuleType("deep_gemm.deep_gemm_cpp"))
+    out.lines.append(f"deep_gemm::{{{len(schemas)} ops}}: the schemas {binary.name} declares, no kernel; init and the "
+                     f"{len(silent) - 1} ops that only write their arguments do nothing, get_num_sms answers the "
+                     f"device's SM count (the library does not load here: {why})")
 
 
 def _deep_gemm_line(why: str) -> str:

@@ -45,6 +45,9 @@ class Cell:
     prefill: str = ""
     prefill_fullgraph: str = ""
     sglang_said: list[str] = field(default_factory=list)
+    # The rules of the release's own code that changed a compile field while
+    # it resolved the launch (launch.rules: field = value, function, line, condition).
+    sglang_rules: list[str] = field(default_factory=list)
     regions: list[dict[str, Any]] = field(default_factory=list)  # function, phases, options, verdict
     registered: int = 0  # regions registered that no phase entered
 
@@ -77,7 +80,8 @@ class Cell:
         """A MODEL cell: the prefill, its fullgraph verdict and SGLang's word, as parts of a line."""
         return ([f"prefill: {self.prefill or 'not said'}"
                  + (f" -> fullgraph {self.prefill_fullgraph}" if self.prefill_fullgraph else "")]
-                + [f"SGLang: {text}" for text in self.sglang_said])
+                + [f"SGLang: {text}" for text in self.sglang_said]
+                + [f"SGLang's rule: {text}" for text in self.sglang_rules])
 
     def map_text(self) -> str:
         """A MODEL cell: the prefill, its fullgraph verdict, SGLang's word, the regions."""
@@ -113,6 +117,7 @@ class Cell:
             "status": self.status, "verdict": self.verdict(), "reason": self.reason, "category": self.category,
             "function": self.function, "breaks": self.breaks, "setup_seconds": round(self.setup_seconds, 1),
             **({"prefill": self.prefill, "prefill_fullgraph": self.prefill_fullgraph, "sglang_said": self.sglang_said,
+                "sglang_rules": self.sglang_rules,
                 "regions": self.regions, "registered": self.registered} if self.layer == MODEL else {}),
             "findings": self.findings.to_dict() if self.findings is not None else None,
         }

@@ -225,6 +225,7 @@ def _classify_map(cell: Cell, outcomes: list) -> Cell:
     phases = launch.get("phases")
     cell.prefill = str(phases.get("extend", "")) if isinstance(phases, dict) else ""
     cell.sglang_said = [str(s) for s in launch.get("sglang_said") or []]
+    cell.sglang_rules = [str(s) for s in launch.get("sglang_rules") or []]
     if findings.fullgraph.crashed:  # the map stopped after the release resolved the launch
         cell.status, cell.reason, cell.findings = CRASHED, one_line(findings.fullgraph.error), findings
         return cell

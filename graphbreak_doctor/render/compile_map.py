@@ -141,12 +141,21 @@ def terminal_lines(findings: Findings) -> list[str]:
     if only:
         lines.append(f"  + {counted(len(only), 'region')} registered (torch.compile called) that no phase entered "
                      "(listed in the JSON)")
-    launch = findings.target.facts.get("launch")
-    said = launch.get("sglang_said") if isinstance(launch, dict) else None
-    for text in said if isinstance(said, list) else ():
-        lines.append(f"  SGLang said: {text}")
+    lines.extend(f"  {text}" for text in sglang_words(findings))
     return lines
 
 
-__all__ = ["Row", "fullgraph_line", "summary", "launch_arguments", "options_text", "phase_lines", "recompile_lines", "registered_only", "rows",
-           "terminal_lines"]
+def sglang_words(findings: Findings) -> list[str]:
+    """What SGLang logged about compiling while it resolved the launch
+    ('SGLang said: ...'), then the rules of its own code that changed a compile
+    field ("SGLang's rule: ...")."""
+    launch = findings.target.facts.get("launch")
+    if not isinstance(launch, dict):
+        return []
+    said, rules = launch.get("sglang_said"), launch.get("sglang_rules")
+    return ([f"SGLang said: {text}" for text in (said if isinstance(said, list) else ())]
+            + [f"SGLang's rule: {text}" for text in (rules if isinstance(rules, list) else ())])
+
+
+__all__ = ["Row", "fullgraph_line", "launch_arguments", "options_text", "phase_lines", "recompile_lines",
+           "registered_only", "rows", "sglang_words", "summary", "terminal_lines"]

@@ -222,6 +222,12 @@ def _model(config_dir: str, log: UndoLog, *, layers_for: Callable[[Any], int], p
     return rt, model, layers, full, folded
 
 
+class PhaseNotRun(RuntimeError):
+    """The first phase's batch cannot be made here (the release's attention
+    metadata needs what the emulation does not answer): the compile map stops
+    before any phase ran, and says how the launch resolved (compile_map.PhasesStopped)."""
+
+
 def _forward_state(rt: runtime.Runtime, layers: int, phase: str, tokens: int) -> forward.ForwardState:
     try:
         return forward.make_state(rt, layers, phase, tokens)
@@ -316,8 +322,8 @@ def _discover(target: Target, log: UndoLog, phase_scope: Callable[[str], Any], *
         try:
             state = _forward_state(rt, layers, phase, tokens)
         except TargetError as e:
-            if phase == PHASES[0]:
-                raise
+            if phase == PHASES[0]:  # no phase runs: the map stops, with the launch SGLang resolved
+                raise PhaseNotRun(str(e)) from e
             # A release whose metadata for this phase needs a kernel the
             # emulation has no answer for: the map goes on without the phase.
             added[phase] = f"not run here ({e}); its regions are not in the map"

@@ -20,11 +20,18 @@ words).
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
 import dataclasses
+import inspect
 import json
+import linecache
 import logging
+import os
 import re
+import sys
+import textwrap
+import tokenize
 from typing import Any, Iterator
 
 from graphbreak_doctor.patching import UndoLog
@@ -139,6 +146,77 @@ def sglang_log() -> Iterator[list[str]]:
         logger.removeHandler(handler)
 
 
+# Server-argument fields whose changes while SGLang resolves are its rules
+# about compiling and capturing (see rules()).
+_RULE_FIELDS = re.compile(r"piecewise|torch_compile|cuda_graph")
+
+
+@contextlib.contextmanager
+def rules(server_args_cls: Any) -> Iterator[list[str]]:
+    """Meanwhile, every change SGLang's own code makes to a compile or capture
+    field of a ``server_args_cls`` object that already held a value (not a
+    default filled in where the field was left unset): one line
+    each, with the function and line that made it and the ``if`` conditions
+    around that line, read from the release's source ("disable_piecewise_cuda_graph
+    = True by _handle_piecewise_cuda_graph (server_args.py:1310) when
+    `self.get_model_config().is_piecewise_cuda_graph_disabled_model`"). A
+    rule that turns a path off without logging it says so here."""
+    found: list[str] = []
+    real = server_args_cls.__setattr__
+
+    def record(self: Any, name: str, value: Any) -> None:
+        old = self.__dict__.get(name)
+        if old is not None and _RULE_FIELDS.search(name) and _differs(old, value):
+            text = _rule(sys._getframe(1), name, value)
+            if text not in found:
+                found.append(text)
+        real(self, name, value)
+
+    with UndoLog() as recording:
+        recording.setattr(server_args_cls, "__setattr__", record)
+        yield found
+
+
+def _differs(old: Any, new: Any) -> bool:
+    try:
+        return bool(old != new)
+    except Exception:  # a value that cannot say (an array): count it as a change
+        return old is not new
+
+
+def _rule(frame: Any, name: str, value: Any) -> str:
+    code = frame.f_code
+    where = f"{code.co_name} ({os.path.basename(code.co_filename)}:{frame.f_lineno})"
+    conditions = _conditions(code, frame.f_lineno)
+    when = f" when `{' and '.join(conditions)}`" if conditions else ""
+    return f"{name} = {one_line(repr(_plain(value)), 80)} by {where}{when}"
+
+
+def _conditions(code: Any, line: int) -> list[str]:
+    """The tests of the ``if`` statements around ``line`` in ``code``'s
+    function, outermost first ([] when its source cannot be read)."""
+    lines = linecache.getlines(code.co_filename)
+    if not lines:
+        return []
+    try:
+        block = inspect.getblock(lines[code.co_firstlineno - 1:])
+        source = textwrap.dedent("".join(block))
+        tree = ast.parse(source)
+    except (SyntaxError, IndentationError, tokenize.TokenError):
+        return []
+    at = line - code.co_firstlineno + 1
+    out = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.If):
+            continue
+        test = one_line(ast.get_source_segment(source, node.test) or "", 160)
+        if node.body[0].lineno <= at <= (node.body[-1].end_lineno or 0):
+            out.append((node.lineno, test))
+        elif node.orelse and node.orelse[0].lineno <= at <= (node.orelse[-1].end_lineno or 0):
+            out.append((node.lineno, f"not ({test})"))
+    return [text for _line, text in sorted(out)]
+
+
 def _plain(value: Any) -> Any:
     """A JSON value for a resolved field (enums by value, records as dicts)."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
@@ -204,4 +282,4 @@ def phases(fields: dict[str, Any]) -> dict[str, str]:
 
 
 __all__ = ["DOCTOR_ARGS", "forcing_flag", "parse", "phases", "piecewise_args", "prefill_compiled", "rejected",
-           "rejection", "resolved", "sglang_log"]
+           "rejection", "resolved", "rules", "sglang_log"]

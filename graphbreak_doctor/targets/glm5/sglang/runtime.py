@@ -122,6 +122,25 @@ def _model_parallel(log: UndoLog) -> None:
         log.call_on_undo(destroy)
 
 
+def _dp_attention(server_args: Any, model_config: Any, log: UndoLog) -> None:
+    """SGLang's data-parallel attention state, as its model runner initializes
+    it after the model-parallel groups, where the release keeps that state in
+    module globals that are still unset (older releases: the decoder layers'
+    communicators read it while they are built; newer ones derive it from the
+    published arguments). Its globals are restored on undo."""
+    module = importlib.import_module("sglang.srt.layers.dp_attention")
+    if getattr(module, "_ATTN_DP_SIZE", 0) is not None:
+        return
+    saved = {name: value for name, value in vars(module).items() if name.startswith("_") and name.isupper()}
+    call(module.initialize_dp_attention, server_args=server_args, model_config=model_config)
+
+    def restore() -> None:
+        for name, value in saved.items():
+            setattr(module, name, value)
+
+    log.call_on_undo(restore)
+
+
 def _publish(server_args: Any) -> None:
     """Make the server arguments the process's configuration: the runtime
     context (newer releases, which resolve the arguments here) or the global
@@ -197,8 +216,8 @@ def set_up(config_dir: str, log: UndoLog, *, launch_args: tuple[str, ...] = (), 
     says so (TargetError). Undone with ``log`` where SGLang offers a teardown."""
     _distributed(log)
     extra = ("--moe-runner-backend", moe_runner_backend) if moe_runner_backend else ()
-    with launch.sglang_log() as said:
-        _, server_args_cls = require("sglang.srt.server_args:ServerArgs")
+    _, server_args_cls = require("sglang.srt.server_args:ServerArgs")
+    with launch.sglang_log() as said, launch.rules(server_args_cls) as rules:
         server_args, argv, parser = launch.parse(server_args_cls, version(), config_dir, list(launch_args),
                                                  piecewise=piecewise, extra=extra)
         try:
@@ -208,7 +227,7 @@ def set_up(config_dir: str, log: UndoLog, *, launch_args: tuple[str, ...] = (), 
     fields = launch.resolved(server_args)
     if piecewise and launch.prefill_compiled(fields) is False:
         force = launch.forcing_flag(parser)
-        why = "; ".join(said) or "its resolved arguments leave tc_piecewise off"
+        why = "; ".join(said + rules) or "its resolved arguments leave tc_piecewise off"
         raise TargetError(f"SGLang {version()} does not compile the prefill with tc_piecewise for this launch: "
                           f"{why}" + (f" ({force} keeps it on)" if force else ""))
     _model_parallel(log)
@@ -220,10 +239,11 @@ def set_up(config_dir: str, log: UndoLog, *, launch_args: tuple[str, ...] = (), 
     quant_config = quant_config_of(model_config, load_config_cls())
     if quant_config is None:
         raise TargetError(f"{config_dir}: SGLang found no quantization config (hf_quant_config.json)")
+    _dp_attention(server_args, model_config, log)
     _expert_recorder(server_args)
     runtime = Runtime(server_args, model_config, quant_config, launch={
         "arguments": list(launch_args), "command_line": argv,
-        "resolved": fields, "phases": launch.phases(fields), "sglang_said": said})
+        "resolved": fields, "phases": launch.phases(fields), "sglang_said": said, "sglang_rules": rules})
     _shared_experts(runtime)
     return runtime
 
