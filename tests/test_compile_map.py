@@ -350,3 +350,36 @@ def test_a_map_whose_phases_stop_keeps_what_they_recorded_and_never_passes_the_g
     assert "compile map: not made" in text
     result = evaluate("server", found, Policy())
     assert not result.passed and [c.mode for c in result.cases] == ["map"]
+
+
+def test_a_rule_that_changes_a_compile_field_is_told_with_its_line_and_condition():
+    """launch.rules: what a server-arguments class's own code changes while
+    it resolves (a field that already held a value), with the function, the
+    line and the if-conditions around it, read from the source."""
+    import dataclasses
+
+    from graphbreak_doctor.targets.glm5.sglang.launch import rules
+
+    @dataclasses.dataclass
+    class Args:
+        architecture: str = "GlmMoeDsaForCausalLM"
+        disable_piecewise_cuda_graph: bool = False
+        cuda_graph_max_bs: int | None = None
+        attention_backend: str = "auto"
+
+        def __post_init__(self):
+            self.attention_backend = "dsa"  # not a compile field: not told
+            if self.cuda_graph_max_bs is None:  # a default filled in: not told
+                self.cuda_graph_max_bs = 256
+            if self.architecture.startswith("Glm"):
+                if self.attention_backend == "dsa":
+                    self.disable_piecewise_cuda_graph = True
+            else:
+                self.disable_piecewise_cuda_graph = False  # no change: not told
+
+    with rules(Args) as found:
+        Args()
+    assert "__setattr__" not in vars(Args)  # undone
+    line = Args.__post_init__.__code__.co_firstlineno + 6
+    assert found == [f"disable_piecewise_cuda_graph = True by __post_init__ (test_compile_map.py:{line}) when "
+                     "`self.architecture.startswith(\"Glm\") and self.attention_backend == \"dsa\"`"]

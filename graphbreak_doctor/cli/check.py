@@ -20,10 +20,9 @@ from graphbreak_doctor.cli.common import (
     show,
 )
 from graphbreak_doctor.cli.ingest import add_from_option, check_from_options, nothing_to_gate, read_run
-from graphbreak_doctor.cli.outputs import OutputSet, add_output_options
+from graphbreak_doctor.cli.outputs import OutputSet, add_output_options, keep_logs
 from graphbreak_doctor.cli.targets import (
     add_target_options,
-    keep_logs,
     run_diagnoses,
     selections,
     stem,

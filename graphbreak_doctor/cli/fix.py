@@ -11,10 +11,9 @@ from graphbreak_doctor.cli.common import (
     run_exit_code,
     show,
 )
-from graphbreak_doctor.cli.outputs import OutputSet, add_output_options
+from graphbreak_doctor.cli.outputs import OutputSet, add_output_options, keep_logs
 from graphbreak_doctor.cli.targets import (
     add_target_options,
-    keep_logs,
     run_fixes,
     selections,
     stem,

@@ -19,7 +19,7 @@ from graphbreak_doctor.cli.common import (
     names_list,
     show,
 )
-from graphbreak_doctor.cli.outputs import OutputSet, add_output_options, write_file
+from graphbreak_doctor.cli.outputs import OutputSet, add_output_options, keep_logs, write_file
 from graphbreak_doctor.emulation.presets import PRESETS
 from graphbreak_doctor.findings import MAP_MODE, MODE_CHOICES
 from graphbreak_doctor.render import MATRIX, get
@@ -221,6 +221,7 @@ def run(args: argparse.Namespace) -> int:
         result.reports_dir = f"{html.stem}-cells"
         _write_cell_reports(result, html.parent / result.reports_dir)
     outputs.write({stem: result})
+    keep_logs(outputs, [stem], [result.log_text()])
     return EXIT_OK
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import os
 import stat
+import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -274,3 +275,22 @@ def write_file(path: str | os.PathLike, text: str) -> Path:
         tmp.unlink(missing_ok=True)
         raise
     return Path(path)
+
+
+def keep_logs(outputs: OutputSet, stems: list[str], logs: list[str]) -> None:
+    """Each target's log beside its first output file (<stem>.log), written
+    whole or not at all, after the outputs; its path on the terminal."""
+    for stem, text in zip(stems, logs):
+        if not text:
+            continue
+        where = outputs.path_for(stem)
+        if where is None:
+            print("the traced code wrote to stdout/stderr: --verbose shows it (no output file to keep it beside)")
+            continue
+        path = where.with_suffix(".log")
+        try:
+            write_file(path, text)
+        except OSError as e:  # the outputs are written; the run's verdict stands
+            print(f"graphbreak-doctor: warning: cannot write {path}: {e.strerror or e}", file=sys.stderr)
+            continue
+        print(f"Log of the traced code's output written to {path}")

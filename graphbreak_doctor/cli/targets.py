@@ -200,22 +200,3 @@ def run_fixes(args: argparse.Namespace, selected: list[Selection], progress: Pro
     jobs = [Job(FIX, s, args.device, args.mode, steps=args.steps, debug=args.debug) for s in selected]
     outcomes = run(args, jobs, progress)
     return Diagnoses([o.as_findings() for o in outcomes], [_logs([o]) for o in outcomes])
-
-
-def keep_logs(outputs: OutputSet, stems: list[str], logs: list[str]) -> None:
-    """Each target's log beside its first output file (<stem>.log), written
-    whole or not at all, after the outputs; its path on the terminal."""
-    for stem, text in zip(stems, logs):
-        if not text:
-            continue
-        where = outputs.path_for(stem)
-        if where is None:
-            print("the traced code wrote to stdout/stderr: --verbose shows it (no output file to keep it beside)")
-            continue
-        path = where.with_suffix(".log")
-        try:
-            write_file(path, text)
-        except OSError as e:  # the outputs are written; the run's verdict stands
-            print(f"graphbreak-doctor: warning: cannot write {path}: {e.strerror or e}", file=sys.stderr)
-            continue
-        print(f"Log of the traced code's output written to {path}")

@@ -6,10 +6,9 @@ import argparse
 
 from graphbreak_doctor.cli.common import UsageError, add_subcommand, run_exit_code, show
 from graphbreak_doctor.cli.report import load_findings
-from graphbreak_doctor.cli.outputs import OutputSet, add_output_options
+from graphbreak_doctor.cli.outputs import OutputSet, add_output_options, keep_logs
 from graphbreak_doctor.cli.targets import (
     add_target_options,
-    keep_logs,
     run_diagnoses,
     selections,
     stem,

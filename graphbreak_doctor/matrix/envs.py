@@ -42,11 +42,18 @@ ROOT = Path(__file__).resolve().parents[2]
 REQUIREMENTS = ROOT / "requirements"
 MANIFEST = "matrix-env.json"
 
-# SGLang profiles: (first release, base requirement file, --no-deps file). A
-# release uses the newest profile whose first release is not newer than it.
+# SGLang profiles: (first release, base requirement file, --no-deps file,
+# CUDA-only packages installed --no-deps at the release's own pin where it has
+# one). A release uses the newest profile whose first release is not newer
+# than it. DeepGEMM: from 0.5.10 the releases pin sgl-deep-gemm (0.5.9 bundles
+# DeepGEMM in sgl-kernel), and 0.5.12-0.5.21 call it on CUDA without a torch
+# path (0.5.21 imports it at module level); its kernel library gets a
+# stand-in. From 0.5.22 the doctor runs without it: those releases take their
+# torch path for the indexer's MQA logits (forward.SETTINGS), and the stand-in
+# does not cover the kernel library of the DeepGEMM they pin.
 SGLANG_PROFILES = (
-    ("0.5.9", "sglang-0.5.9.txt", "sglang-0.5.9-nodeps.txt"),
-    ("0.5.22", "sglang.txt", "sglang-nodeps.txt"),
+    ("0.5.9", "sglang-0.5.9.txt", "sglang-0.5.9-nodeps.txt", ("sgl-deep-gemm",)),
+    ("0.5.22", "sglang.txt", "sglang-nodeps.txt", ()),
 )
 # Packages whose version follows the SGLang release's own == pin when that is
 # newer than the profile's (installed with their dependencies): a release's
@@ -155,12 +162,13 @@ class EnvSpec:
     def label(self) -> str:
         return (f"sglang {self.sglang}, " if self.sglang else "") + f"flashinfer {self.flashinfer}"
 
-    def profile(self) -> tuple[str, str]:
-        """The (base, --no-deps) requirement files this release starts from."""
+    def profile(self) -> tuple[str, str, tuple[str, ...]]:
+        """The (base, --no-deps) requirement files this release starts from,
+        and the CUDA-only packages that follow the release's own pin."""
         chosen = None
-        for first, base, nodeps in SGLANG_PROFILES:
+        for first, base, nodeps, cuda_only in SGLANG_PROFILES:
             if version_key(first) <= version_key(self.sglang):
-                chosen = (base, nodeps)
+                chosen = (base, nodeps, cuda_only)
         if chosen is None:
             first = SGLANG_PROFILES[0][0]
             raise EnvError(f"SGLang {self.sglang} predates {first}, the first release with GLM-5 "
@@ -171,7 +179,7 @@ class EnvSpec:
         """File name -> text, as installed (base first, then --no-deps)."""
         if not self.sglang:
             return {"base.txt": "\n".join(_pin(_read("ci.txt"), "flashinfer-python", self.flashinfer)) + "\n"}
-        base, nodeps = self.profile()
+        base, nodeps, _cuda_only = self.profile()
         return {
             "base.txt": "\n".join(_pin(_read(base), "flashinfer-python", self.flashinfer)) + "\n",
             "nodeps.txt": "\n".join(_pin(_read(nodeps), "sglang", self.sglang)) + "\n",
@@ -179,7 +187,7 @@ class EnvSpec:
 
     def key(self, torch: str) -> str:
         text = json.dumps([sys.version, torch, str(ROOT), self.requirement_files(), FOLLOW_RELEASE,
-                           KERNEL_PACKAGES])
+                           KERNEL_PACKAGES, self.profile()[2] if self.sglang else ()])
         return hashlib.sha256(text.encode()).hexdigest()[:10]
 
     def folder_name(self, torch: str) -> str:
@@ -305,7 +313,7 @@ class Builder:
     def _follow_release(self, python: str, spec: EnvSpec, base: str, nodeps_text: str,
                         constraints: str) -> dict[str, str]:
         """Install the release's own pins of FOLLOW_RELEASE where newer than
-        the profile's, and its kernel package's."""
+        the profile's, its kernel package's, and the profile's CUDA-only packages'."""
         code = "import importlib.metadata as m, json; print(json.dumps(m.requires('sglang') or []))"
         out = subprocess.run([python, "-c", code], check=False, capture_output=True, text=True, stdin=subprocess.DEVNULL)
         if out.returncode != 0:
@@ -330,6 +338,12 @@ class Builder:
             self._install(python, "--no-deps", f"{wanted[0]}=={wanted[1]}",
                           what=f"installing sglang {spec.sglang}'s {wanted[0]} pin", constraints=constraints)
             followed[wanted[0]] = wanted[1]
+        for name in spec.profile()[2]:
+            version = release.get(_norm(name))
+            if version:
+                self._install(python, "--no-deps", f"{name}=={version}",
+                              what=f"installing sglang {spec.sglang}'s {name} pin", constraints=constraints)
+                followed[name] = version
         return followed
 
 

@@ -50,6 +50,9 @@ class Cell:
     sglang_rules: list[str] = field(default_factory=list)
     regions: list[dict[str, Any]] = field(default_factory=list)  # function, phases, options, verdict
     registered: int = 0  # regions registered that no phase entered
+    # What the traced code wrote to stdout/stderr in the cell's workers (one
+    # section per mode); kept in the matrix's log file, not in its JSON.
+    log: str = ""
 
     @property
     def versions(self) -> str:
@@ -177,6 +180,10 @@ class MatrixResult:
         for c in self.cells:
             seen.setdefault((c.sglang, c.flashinfer, c.layer))
         return list(seen)
+
+    def log_text(self) -> str:
+        """What the traced code wrote in every cell's workers, under a line naming the cell."""
+        return "".join(f"=== {c.versions}, {c.device}, {c.layer}\n{c.log}" for c in self.cells if c.log)
 
     def cell(self, sglang: str, flashinfer: str, layer: str, device: str) -> Cell | None:
         return next((c for c in self.cells if (c.sglang, c.flashinfer, c.layer, c.device)

@@ -182,15 +182,34 @@ def run_cells(plan: Plan, builder: Builder, limits: Limits, progress: Callable[[
     result.trace_seconds = time.monotonic() - start
     for cell, found in zip(runnable, per_cell):
         (_classify_map if plan.layer == MODEL else _classify)(cell, found)
+        cell.log = "".join(f"--- {o.job.mode}\n{o.log}" + ("" if o.log.endswith("\n") else "\n")
+                           for o in found if o.log)
     result.cells = cells
     result.diffs = neighbour_diffs(result)
     return result
 
 
 def _run(jobs: list[Job], limits: Limits) -> list:
-    from graphbreak_doctor.jobs import run_jobs
+    """The jobs' outcomes, each with what its traced code wrote (``log``):
+    the workers' output never reaches the terminal."""
+    import os
+    import shutil
+    import tempfile
 
-    return run_jobs(jobs, timeout=limits.timeout, parallel=limits.jobs, memory=limits.memory) if jobs else []
+    from graphbreak_doctor.jobs import run_jobs
+    from graphbreak_doctor.jobs.output import read_log
+
+    if not jobs:
+        return []
+    folder = tempfile.mkdtemp(prefix="graphbreak-doctor-logs-")
+    try:
+        jobs = [replace(job, log=os.path.join(folder, f"job-{i}.log")) for i, job in enumerate(jobs)]
+        outcomes = run_jobs(jobs, timeout=limits.timeout, parallel=limits.jobs, memory=limits.memory)
+        for outcome, job in zip(outcomes, jobs):
+            outcome.log = read_log(job.log)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return outcomes
 
 
 def _launch(findings) -> dict:

@@ -46,6 +46,8 @@ _COMPILE_FIELDS = re.compile(r"cuda_graph|piecewise|torch_compile|compile_bs|cap
                              r"moe_runner_backend|gemm_backend|moe_a2a_backend|kv_cache_dtype|^page_size$")
 # What SGLang logs while it resolves that is about compiling or capturing.
 _COMPILE_WORDS = re.compile(r"piecewise|torch[ ._-]?compile|cuda[ _-]?graph", re.IGNORECASE)
+# Terminal colours SGLang puts around some of its warnings.
+_COLOURS = re.compile(r"\x1b\[[0-9;]*m")
 
 
 # How a release's refusal of the launch arguments reads: "SGLang 0.5.23
@@ -133,7 +135,7 @@ def sglang_log() -> Iterator[list[str]]:
 
     class Keep(logging.Handler):
         def emit(self, record: logging.LogRecord) -> None:
-            text = one_line(record.getMessage(), 400)
+            text = one_line(_COLOURS.sub("", record.getMessage()), 400)
             if _COMPILE_WORDS.search(text) and text not in said:
                 said.append(text)
 
