@@ -149,6 +149,7 @@ def _sgl_kernel(log: UndoLog, out: StandIns) -> None:
         module.__file__ = "<graphbreak-doctor stand-in for sgl_kernel's common_ops>"
         log.setitem(sys.modules, "common_ops", module)
     out.lines.append(f"sgl_kernel common_ops: an empty module (the library does not load here: {why})")
+    _sgl_kernel_extensions(log, out, home)
     called = _called_ops(home)
     for name, schema in SGL_KERNEL_SCHEMAS.items():
         if name not in called or _declared(f"sgl_kernel::{name}"):
@@ -157,6 +158,30 @@ def _sgl_kernel(log: UndoLog, out: StandIns) -> None:
             out.library = _library(log, "sgl_kernel")
         out.library.define(schema)
         out.declared.append(name)
+
+
+def _sgl_kernel_extensions(log: UndoLog, out: StandIns, home: Path) -> None:
+    """sgl-kernel's other kernel libraries (``flash_ops``, ``flashmla_ops``,
+    ...), which some of its wrappers import at module level (its FlashAttention
+    wrapper, imported by older releases' sparse-attention backend): an empty
+    module for each that does not load here. Their ops are not declared: a
+    call fails, naming the op."""
+    empty = []
+    for binary in sorted(home.glob("*_ops.*.so")):
+        name = binary.name.split(".", 1)[0]
+        qualified = f"sgl_kernel.{name}"
+        if name == "common_ops" or qualified in sys.modules:
+            continue
+        why = _loads(str(binary))
+        if not why:
+            continue
+        module = types.ModuleType(qualified)
+        module.__file__ = f"<graphbreak-doctor stand-in for sgl_kernel's {name}>"
+        log.setitem(sys.modules, qualified, module)
+        empty.append((name, why))
+    if empty:
+        out.lines.append(f"sgl_kernel.{{{', '.join(n for n, _ in empty)}}}: empty modules, no op declared (the "
+                         f"libraries do not load here: {empty[0][1]})")
 
 
 def _called_ops(home: Path) -> set[str]:

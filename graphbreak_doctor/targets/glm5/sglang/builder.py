@@ -223,16 +223,17 @@ def _model(config_dir: str, log: UndoLog, *, layers_for: Callable[[Any], int], p
 
 
 class PhaseNotRun(RuntimeError):
-    """The first phase's batch cannot be made here (the release's attention
-    metadata needs what the emulation does not answer): the compile map stops
-    before any phase ran, and says how the launch resolved (compile_map.PhasesStopped)."""
+    """The first phase cannot run here (the release's attention metadata or
+    its forward needs what the emulation does not answer): the compile map
+    stops, and says how the launch resolved (compile_map.PhasesStopped)."""
 
 
 def _forward_state(rt: runtime.Runtime, layers: int, phase: str, tokens: int) -> forward.ForwardState:
     try:
         return forward.make_state(rt, layers, phase, tokens)
     except Exception as e:
-        raise TargetError(f"SGLang's attention metadata for a {phase} batch could not be built here: "
+        raise TargetError(f"SGLang's attention metadata for {'an' if phase[0] in 'aeiou' else 'a'} {phase} batch "
+                          "could not be built here: "
                           f"{type(e).__name__}: {one_line(str(e), 200)}") from e
 
 
@@ -329,8 +330,15 @@ def _discover(target: Target, log: UndoLog, phase_scope: Callable[[str], Any], *
             added[phase] = f"not run here ({e}); its regions are not in the map"
             continue
         batch = state.batch
-        with state.context(), phase_scope(phase, state.context):
-            _run_eagerly(model.model, (batch.input_ids, batch.positions, batch), phase, f"{phase} forward")
+        try:
+            with state.context(), phase_scope(phase, state.context):
+                _run_eagerly(model.model, (batch.input_ids, batch.positions, batch), phase, f"{phase} forward")
+        except TargetError as e:
+            if phase == PHASES[0]:
+                raise PhaseNotRun(str(e)) from e
+            # The regions the forward entered before it stopped are in the map.
+            added[phase] = f"stopped here ({e}); regions it enters after that point are not in the map"
+            continue
         values.append(f"{phase}: {state.values[0]}")
         if phase == "extend" and sglang_launch.prefill_compiled(rt.launch.get("resolved", {})):
             added[phase] = _compile_prefill(rt, model, state, log, phase_scope)

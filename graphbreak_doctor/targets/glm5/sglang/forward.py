@@ -13,6 +13,8 @@ value and what was used (the findings carry it). See docs/design.md,
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import importlib
 import inspect
 from dataclasses import dataclass, field
@@ -94,11 +96,22 @@ class ForwardState:
     values: list[str] = field(default_factory=list)
 
     def context(self) -> Any:
-        """SGLang's forward context around a forward of this batch."""
-        context = importlib.import_module("sglang.srt.model_executor.forward_context")
+        """SGLang's forward context around a forward of this batch (releases
+        before it carry the backend and the pools on the batch: nothing)."""
+        context = runtime.optional("sglang.srt.model_executor.forward_context:forward_context")
+        if context is None:
+            return contextlib.nullcontext()
+        make = runtime.optional("sglang.srt.model_executor.forward_context:ForwardContext")
         # (Older releases take no batch.)
-        return runtime.call(context.forward_context, context.ForwardContext(attn_backend=self.backend),
-                            forward_batch=self.batch)
+        return runtime.call(context, make(attn_backend=self.backend), forward_batch=self.batch)
+
+
+def resolved(server_args: Any, name: str) -> Any:
+    """A server argument as the release resolved it: through its record of
+    overrides where it keeps one (newer releases resolve some fields lazily),
+    else the field itself."""
+    lookup = runtime.optional("sglang.srt.arg_groups.overrides:resolution_result")
+    return lookup(server_args, name) if lookup is not None else getattr(server_args, name, None)
 
 
 def _runner(rt: runtime.Runtime, layers: int, batch_size: int, context_len: int, page: int) -> Any:
@@ -107,8 +120,6 @@ def _runner(rt: runtime.Runtime, layers: int, batch_size: int, context_len: int,
     _, runner_cls = runtime.require("sglang.srt.model_executor.model_runner:ModelRunner")
     pools = importlib.import_module("sglang.srt.mem_cache.memory_pool")
     config = importlib.import_module("sglang.srt.configs.model_config")
-    _, kv_dim = runtime.require("sglang.srt.mem_cache.kv_cache_configurator:calculate_mla_kv_cache_dim")
-    resolved = importlib.import_module("sglang.srt.arg_groups.overrides").resolution_result
     server_args, model_config = rt.server_args, rt.model_config
     hf = model_config.hf_config
     kv_dtype_name = str(resolved(server_args, "kv_cache_dtype") or "auto")
@@ -127,15 +138,26 @@ def _runner(rt: runtime.Runtime, layers: int, batch_size: int, context_len: int,
         prefill_attention_backend_str="dsa", decode_attention_backend_str="dsa", max_running_requests=batch_size)
     runner.req_to_token_pool = pools.ReqToTokenPool(size=batch_size, max_context_len=context_len, device="cuda",
                                                     enable_memory_saver=False)
-    runner.token_to_kv_pool = pools.DSATokenToKVPool(
+    # The sparse-attention KV pool: DSA in newer releases, NSA (the same
+    # layout under its earlier name) in older ones, whose model runner
+    # computes the KV cache width itself.
+    dsa = hasattr(pools, "DSATokenToKVPool")
+    if dsa:
+        _, kv_dim = runtime.require("sglang.srt.mem_cache.kv_cache_configurator:calculate_mla_kv_cache_dim")
+        width = kv_dim(model_config=model_config, kv_cache_dtype=kv_dtype)
+        index = {"index_head_dim": config.get_dsa_index_head_dim(hf), "index_kpool": config.get_dsa_index_kpool(hf),
+                 "index_kpool_compress": config.get_dsa_index_kpool_compress(hf)}
+    else:
+        width = runner.calculate_mla_kv_cache_dim()
+        index = {"index_head_dim": config.get_nsa_index_head_dim(hf)}
+    runner.token_to_kv_pool = runtime.call(
+        pools.DSATokenToKVPool if dsa else pools.NSATokenToKVPool,
         page + batch_size * context_len, page_size=page, dtype=kv_dtype, kv_lora_rank=model_config.kv_lora_rank,
-        qk_rope_head_dim=model_config.qk_rope_head_dim, layer_num=layers, device="cuda",
-        kv_cache_dim=kv_dim(model_config=model_config, kv_cache_dtype=kv_dtype), enable_memory_saver=False,
-        start_layer=0, end_layer=layers, index_head_dim=config.get_dsa_index_head_dim(hf),
-        index_kpool=config.get_dsa_index_kpool(hf), index_kpool_compress=config.get_dsa_index_kpool_compress(hf),
-        max_running_requests=batch_size)
+        qk_rope_head_dim=model_config.qk_rope_head_dim, layer_num=layers, device="cuda", kv_cache_dim=width,
+        enable_memory_saver=False, start_layer=0, end_layer=layers, max_running_requests=batch_size, **index)
     runner.token_to_kv_pool_allocator = SimpleNamespace(page_size=page)
-    runner.init_kv_index_translator()
+    if hasattr(runner, "init_kv_index_translator"):
+        runner.init_kv_index_translator()
     return runner
 
 
@@ -145,7 +167,6 @@ def make_state(rt: runtime.Runtime, layers: int, phase: str, tokens: int) -> For
     ``tokens`` requests of one new token each, ``DECODE_CONTEXT`` long."""
     batch_info = importlib.import_module("sglang.srt.model_executor.forward_batch_info")
     _, backends = runtime.require("sglang.srt.layers.attention.attention_registry:ATTENTION_BACKENDS")
-    resolved = importlib.import_module("sglang.srt.arg_groups.overrides").resolution_result
     if phase == "decode":
         mode, seq_lens, new = batch_info.ForwardMode.DECODE, [DECODE_CONTEXT] * tokens, [1] * tokens
     else:
@@ -170,8 +191,16 @@ def make_state(rt: runtime.Runtime, layers: int, phase: str, tokens: int) -> For
         seq_lens_sum=sum(seq_lens), positions=cuda(positions, torch.int64))
     # What ForwardBatch.init_new does with the KV index translator: bind a
     # plan of the batch's own fields, or (older releases) rebind its write slots.
-    translator = runner.kv_index_translator
-    (getattr(translator, "bind_own_plan", None) or translator.rebind_write_loc)(batch)
+    # Releases before the forward context: the batch carries the pools and
+    # the backend, as ForwardBatch.init_new copies them from the model runner.
+    carried = {f.name for f in dataclasses.fields(batch_info.ForwardBatch)}
+    for name, value in (("req_to_token_pool", runner.req_to_token_pool), ("token_to_kv_pool", runner.token_to_kv_pool),
+                        ("attn_backend", backend)):
+        if name in carried:
+            setattr(batch, name, value)
+    translator = getattr(runner, "kv_index_translator", None)
+    if translator is not None:
+        (getattr(translator, "bind_own_plan", None) or translator.rebind_write_loc)(batch)
     if mode.is_extend():
         batch.extend_prefix_lens, batch.extend_prefix_lens_cpu = cuda(prefix, torch.int32), prefix
         batch.extend_seq_lens, batch.extend_seq_lens_cpu = cuda(new, torch.int32), new
@@ -179,8 +208,7 @@ def make_state(rt: runtime.Runtime, layers: int, phase: str, tokens: int) -> For
     state = ForwardState(runner, backend, batch)
     with state.context():
         backend.init_forward_metadata(batch)
-    kernel = importlib.import_module("sglang.srt.runtime_context").get_exec().kernel
-    impl = kernel.dsa_decode_backend if phase == "decode" else kernel.dsa_prefill_backend
+    impl = _sparse_backend(rt.server_args, "decode" if phase == "decode" else "prefill")
     state.values = [
         f"forward mode: {mode.name} ({batch_size} request{'s' if batch_size > 1 else ''}, {len(positions)} new "
         f"token{'s' if len(positions) > 1 else ''})",
@@ -194,6 +222,14 @@ def make_state(rt: runtime.Runtime, layers: int, phase: str, tokens: int) -> For
         "attention metadata: computed by the backend's init_forward_metadata from this batch, before tracing",
     ]
     return state
+
+
+def _sparse_backend(server_args: Any, phase: str) -> str:
+    """The kernel backend the DSA (older releases: NSA) attention chose for a phase."""
+    context = runtime.optional("sglang.srt.runtime_context:get_exec")
+    if context is not None:
+        return str(getattr(context().kernel, f"dsa_{phase}_backend"))
+    return str(resolved(server_args, f"nsa_{phase}_backend"))
 
 
 def _runs(values: list[int]) -> str:
