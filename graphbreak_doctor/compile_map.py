@@ -25,7 +25,7 @@ from graphbreak_doctor.findings import (CRASHED, MAP_MODE, REGION_BREAKS, REGION
                                         Findings, FullgraphVerdict, Region, TargetInfo)
 from graphbreak_doctor.frames import make_frame
 from graphbreak_doctor.patching import UndoLog
-from graphbreak_doctor.targets import Target, TargetError
+from graphbreak_doctor.targets import PhaseNotRun, Target, TargetError
 from graphbreak_doctor.text import one_line
 
 def _plain(value: Any) -> Any:
@@ -97,7 +97,8 @@ def trace_region(site: Site, progress: Callable[[str], None] = lambda _m: None,
 
 class PhasesStopped(Exception):
     """The target's phases raised an error that is neither bad input nor a
-    region's (its framework failed to build or run here). ``findings`` is the
+    region's: a phase that cannot run here (PhaseNotRun), or its framework
+    failed to build. ``findings`` is the
     map as far as it got: the target with what it recorded before it stopped
     (a server's resolved launch), no regions, crashed with the error."""
 
@@ -124,7 +125,8 @@ def record_phases(build: Build, log: UndoLog,
         except TargetError:
             raise
         except Exception as e:
-            error = f"the phases stopped: {type(e).__name__}: {one_line(str(e))}"
+            said = one_line(str(e)) if isinstance(e, PhaseNotRun) else f"{type(e).__name__}: {one_line(str(e))}"
+            error = f"the phases stopped: {said}"
             raise PhasesStopped(Findings(
                 target=target.info, environment=environment(), modes=[MAP_MODE], outcome=CRASHED,
                 fullgraph=FullgraphVerdict(ran=False, ok=False, crashed=True, error=error))) from e

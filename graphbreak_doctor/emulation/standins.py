@@ -20,6 +20,16 @@ list (``target.stand_ins``) so a reader knows what was not real.
   the installed one); SGLang attaches its own fakes to some at import, the
   rest (kernels that only write their ``Tensor!`` arguments) get a no-op fake
   after the import (``finish``), which is what a dry kernel does.
+- sgl-kernel's other kernel libraries (``flash_ops``, ``flashmla_ops``, ...):
+  older releases' sparse-attention backend imports sgl-kernel's
+  FlashAttention wrapper, which imports ``flash_ops`` at module level. Each
+  one that does not load gets an empty module, and none of its ops is declared.
+- The older DeepGEMM (bundled with sgl-kernel 0.3, which SGLang 0.5.9 uses):
+  ``deep_gemm_cpp``, a torch extension that registers ``torch.ops.deep_gemm``,
+  and the package binds every op by name when it is imported. The stand-in
+  is an empty module of that name plus every schema the binary declares,
+  read from its bytes, with no kernel. ``init`` and the ops that only write
+  their arguments do nothing, and ``get_num_sms`` answers the device's SM count.
 - DeepGEMM's kernel library (``deep_gemm/_C.so``, a tvm-ffi module linked
   against a CUDA build of torch): the package loads it at import, and some
   SGLang releases import the package at module level (0.5.21's DSA backend).

@@ -218,9 +218,13 @@ def _launch(findings) -> dict:
 
 
 def _prefill_compiled(outcome) -> bool:
-    """Whether the launch the map resolved compiles the prefill forward (tc_piecewise)."""
+    """Whether the launch the map resolved compiles the prefill forward
+    (tc_piecewise), in a map that ran its phases (one that stopped before
+    says the same of the prefill trace)."""
     from graphbreak_doctor.targets.glm5.sglang.launch import prefill_compiled
 
+    if outcome.findings is None or outcome.findings.fullgraph.crashed:
+        return False
     resolved = _launch(outcome.findings).get("resolved")
     return isinstance(resolved, dict) and bool(prefill_compiled(resolved))
 

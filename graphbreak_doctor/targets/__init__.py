@@ -49,4 +49,10 @@ class TargetError(Exception):
     """A target that cannot be loaded or called: bad input, reported in one line."""
 
 
-__all__ = ["Target", "TargetError", "TargetInfo"]
+class PhaseNotRun(Exception):
+    """A target's phase cannot run here (its framework needs what the
+    emulation does not answer): not bad input. The compile map stops there,
+    crashed with this message, and keeps what the target recorded before."""
+
+
+__all__ = ["PhaseNotRun", "Target", "TargetError", "TargetInfo"]

@@ -42,7 +42,7 @@ from graphbreak_doctor.emulation import dsl_dry, flashinfer_dry, standins
 from graphbreak_doctor.emulation.device import EmulatedDevice
 from graphbreak_doctor.findings import TargetInfo
 from graphbreak_doctor.patching import UndoLog
-from graphbreak_doctor.targets import Target, TargetError
+from graphbreak_doctor.targets import PhaseNotRun, Target, TargetError
 from graphbreak_doctor.targets.glm5.config import load_config
 from graphbreak_doctor.targets.glm5.sglang import PHASES, decode_compile, forward, prefill_compile, runtime
 from graphbreak_doctor.targets.glm5.sglang import launch as sglang_launch
@@ -222,12 +222,6 @@ def _model(config_dir: str, log: UndoLog, *, layers_for: Callable[[Any], int], p
     return rt, model, layers, full, folded
 
 
-class PhaseNotRun(RuntimeError):
-    """The first phase cannot run here (the release's attention metadata or
-    its forward needs what the emulation does not answer): the compile map
-    stops, and says how the launch resolved (compile_map.PhasesStopped)."""
-
-
 def _forward_state(rt: runtime.Runtime, layers: int, phase: str, tokens: int) -> forward.ForwardState:
     try:
         return forward.make_state(rt, layers, phase, tokens)
@@ -324,7 +318,7 @@ def _discover(target: Target, log: UndoLog, phase_scope: Callable[[str], Any], *
             state = _forward_state(rt, layers, phase, tokens)
         except TargetError as e:
             if phase == PHASES[0]:  # no phase runs: the map stops, with the launch SGLang resolved
-                raise PhaseNotRun(str(e)) from e
+                raise PhaseNotRun(f"the {phase} phase cannot run here: {e}") from e
             # A release whose metadata for this phase needs a kernel the
             # emulation has no answer for: the map goes on without the phase.
             added[phase] = f"not run here ({e}); its regions are not in the map"
@@ -335,7 +329,7 @@ def _discover(target: Target, log: UndoLog, phase_scope: Callable[[str], Any], *
                 _run_eagerly(model.model, (batch.input_ids, batch.positions, batch), phase, f"{phase} forward")
         except TargetError as e:
             if phase == PHASES[0]:
-                raise PhaseNotRun(str(e)) from e
+                raise PhaseNotRun(f"the {phase} phase cannot run here: {e}") from e
             # The regions the forward entered before it stopped are in the map.
             added[phase] = f"stopped here ({e}); regions it enters after that point are not in the map"
             continue
