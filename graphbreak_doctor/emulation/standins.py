@@ -36,9 +36,13 @@ list (``target.stand_ins``) so a reader knows what was not real.
   The package is imported with tvm-ffi's ``load_module`` answering for that
   one file with ``UnloadedLibrary``: every function the package binds is
   found, and each raises ``StandInCalled`` when called (no kernel), except
-  ``init`` (the import calls it with the JIT's paths: nothing done) and
+  ``init`` (the import calls it with the JIT's paths: nothing done),
   ``get_num_sms`` (the device's SM count, DeepGEMM's default, as the
-  emulated device answers it).
+  emulated device answers it) and the kernels the DSA indexer calls that
+  return a tensor (``DEEP_GEMM_DRY``: the paged-MQA scheduler's output, which
+  the decode metadata computes before any forward, and the MQA logits): an
+  empty tensor of the kernel's output shape, values not computed, as a dry
+  launch on fake tensors gives.
 - A CUDA runtime library mapped into the process: FlashInfer 0.6's
   ``comm/cuda_ipc.py`` asserts at import that one is; dlopen needs no GPU and
   nothing is called.
@@ -255,7 +259,8 @@ def _deep_gemm(log: UndoLog, out: StandIns) -> None:
     # paths its JIT would compile with (nothing is compiled here); SGLang's
     # DSA indexer asks get_num_sms when it is built: DeepGEMM's default is
     # the device's SM count, which the emulated device answers.
-    stand_in = UnloadedLibrary("deep_gemm._C", why, answers={"init": _no_op, "get_num_sms": _sm_count})
+    stand_in = UnloadedLibrary("deep_gemm._C", why, answers={"init": _no_op, "get_num_sms": _sm_count,
+                                                             **DEEP_GEMM_DRY})
 
     def load_module(path, *args, **kwargs):
         if Path(path) == binary:
@@ -291,16 +296,53 @@ def _deep_gemm_ops(log: UndoLog, out: StandIns, binary: Path) -> None:
         for name in silent:
             library.impl(name, _no_op, "CompositeExplicitAutograd")
         library.impl("get_num_sms", _sm_count, "CompositeExplicitAutograd")
+        for name, dry in DEEP_GEMM_DRY.items():
+            if any(text.startswith(f"{name}(") for text in schemas):
+                library.impl(name, dry, "CompositeExplicitAutograd")
     if "deep_gemm" not in sys.modules:
         log.setitem(sys.modules, "deep_gemm.deep_gemm_cpp", types.ModuleType("deep_gemm.deep_gemm_cpp"))
     out.lines.append(f"deep_gemm::{{{len(schemas)} ops}}: the schemas {binary.name} declares, no kernel; init and the "
                      f"{len(silent) - 1} ops that only write their arguments do nothing, get_num_sms answers the "
-                     f"device's SM count (the library does not load here: {why})")
+                     f"device's SM count, {', '.join(DEEP_GEMM_DRY)} return an empty tensor of their output's shape "
+                     f"(the library does not load here: {why})")
 
 
 def _deep_gemm_line(why: str) -> str:
     return (f"deep_gemm._C: every function found, no kernel runs; init (its JIT's paths) does nothing, "
-            f"get_num_sms answers the device's SM count (the library does not load here: {why})")
+            f"get_num_sms answers the device's SM count, {', '.join(DEEP_GEMM_DRY)} return an empty tensor of "
+            f"their output's shape (the library does not load here: {why})")
+
+
+def _paged_mqa_schedule(context_lens: torch.Tensor, block_kv: int, num_sms: int, *args, **kwargs) -> torch.Tensor:
+    """DeepGEMM's paged-MQA-logits scheduler output, as its kernel shapes it:
+    one (start, end) pair of int32 per SM plus one, on the lengths' device.
+    Its values are the kernel's; on a fake device there are none to compute."""
+    return torch.empty((num_sms + 1, 2), dtype=torch.int32, device=context_lens.device)
+
+
+def _mqa_logits(q: torch.Tensor, kv, *args, **kwargs) -> torch.Tensor:
+    """DeepGEMM's fp8 MQA logits, dry: ``[query tokens, key tokens]`` float32."""
+    keys = kv[0] if isinstance(kv, (tuple, list)) else kv
+    return torch.empty((q.shape[0], keys.shape[0]), dtype=torch.float32, device=q.device)
+
+
+def _paged_mqa_logits(q: torch.Tensor, kv_cache: torch.Tensor, weights: torch.Tensor, context_lens: torch.Tensor,
+                      block_table: torch.Tensor, schedule_meta: torch.Tensor, max_context_len: int, *args,
+                      **kwargs) -> torch.Tensor:
+    """DeepGEMM's fp8 paged MQA logits, dry: ``[batch * next_n, max_context_len]``
+    float32 for a ``[batch, next_n, heads, dim]`` query (the shape SGLang gives
+    its own buffer for this kernel's output on other platforms)."""
+    return torch.empty((q.shape[0] * q.shape[1], max_context_len), dtype=torch.float32, device=q.device)
+
+
+# DeepGEMM kernels the DSA indexer calls that return a tensor: each answers
+# with an empty tensor of the kernel's output shape, values not computed (what
+# a dry launch on fake tensors gives).
+DEEP_GEMM_DRY = {
+    "get_paged_mqa_logits_metadata": _paged_mqa_schedule,
+    "fp8_mqa_logits": _mqa_logits,
+    "fp8_paged_mqa_logits": _paged_mqa_logits,
+}
 
 
 def _sm_count() -> int:
