@@ -98,9 +98,9 @@ def trace_region(site: Site, progress: Callable[[str], None] = lambda _m: None,
 class PhasesStopped(Exception):
     """The target's phases raised an error that is neither bad input nor a
     region's: a phase that cannot run here (PhaseNotRun), or its framework
-    failed to build. ``findings`` is the
-    map as far as it got: the target with what it recorded before it stopped
-    (a server's resolved launch), no regions, crashed with the error."""
+    failed to build. ``findings`` is the map as far as it got: the target
+    with what it recorded before it stopped (a server's resolved launch), no
+    regions, crashed with the error."""
 
     def __init__(self, findings: Findings) -> None:
         super().__init__(findings.fullgraph.error)
