@@ -383,3 +383,26 @@ def test_a_rule_that_changes_a_compile_field_is_told_with_its_line_and_condition
     line = Args.__post_init__.__code__.co_firstlineno + 6
     assert found == [f"disable_piecewise_cuda_graph = True by __post_init__ (test_compile_map.py:{line}) when "
                      "`self.architecture.startswith(\"Glm\") and self.attention_backend == \"dsa\"`"]
+
+
+def test_a_region_with_nothing_to_capture_says_so():
+    """A region whose call ran no tensor operation: Dynamo makes no graph of
+    it, and the map says why its verdict comes with 0 graphs."""
+    from graphbreak_doctor.render.compile_map import rows
+
+    recorder = CompileRecorder()
+    with UndoLog() as log:
+        recorder.install(log)
+
+        @torch.compile(dynamic=True, backend="eager")
+        def postprocess(ids, info=None):
+            if info is None:  # nothing to remap: no tensor work
+                return ids
+            return ids + info
+
+        with recorder.phase("extend"):
+            postprocess(torch.ones(4, 8))
+    (region,) = [trace_region(s) for s in recorder.sites if s.entered]
+    assert region.verdict == REGION_OK and region.graphs == 0
+    (row,) = rows(Findings(regions=[region]))
+    assert row.verdict == "ok (nothing to capture: the traced call ran no tensor operation)"

@@ -44,6 +44,9 @@ def rows(findings: Findings) -> list[Row]:
         verdict = r.verdict or "not traced"
         if r.error and r.verdict != "ok":
             verdict += f" ({r.error})"
+        elif r.verdict == "ok" and r.traced and not r.graphs:
+            # Dynamo makes no graph of a frame that runs no tensor operation.
+            verdict += " (nothing to capture: the traced call ran no tensor operation)"
         out.append(Row(r.function, f"{short_path(r.site.file)}:{r.site.line}", phases, options_text(r), shapes,
                        verdict, str(r.graphs) if r.traced else "-", str(len(r.breaks)) if r.traced else "-",
                        recompile_lines(r), pieces_text(r)))

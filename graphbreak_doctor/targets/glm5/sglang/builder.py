@@ -300,6 +300,8 @@ def _discover(target: Target, log: UndoLog, phase_scope: Callable[[str], Any], *
     torch.compile regions each phase enters are known (capture/regions.py).
     The forwards run as SGLang runs them outside any compile of its own."""
     settings = forward.settings(log)
+    # The map runs every phase, not the one the target's trace is of.
+    target.info.title = f"{MODEL} model forward (reduced), {' and '.join(PHASES)}, SGLang {runtime.version()}"
 
     def publish(rt: runtime.Runtime) -> None:
         # How the launch runs each phase is known before the model is built:
