@@ -124,6 +124,7 @@ bench: $(VENV)/.installed $(VENV063)/.installed
 	$(VENV)/bin/python benchmarks/layers.py
 	$(VENV)/bin/python benchmarks/emulation_rss.py
 	$(VENV)/bin/python benchmarks/isolation.py
+	$(VENV)/bin/python benchmarks/overhead.py
 	@if [ -f $(VENVSGL)/.installed ]; then \
 	  $(VENVSGL)/bin/python benchmarks/layers.py --env $(VENVSGL) --impl sglang --layers dense,moe; fi
 

@@ -28,6 +28,11 @@ LIMIT_S = 30  # --impl sglang
 def measure(python: str, argv: list[str]) -> tuple[float, float, int, float]:
     """(wall seconds, peak RSS MiB, exit code, CPU seconds of the run and its
     workers) of one CLI run in a child process."""
+    return measure_command(python, [python, "-m", "graphbreak_doctor", *argv])
+
+
+def measure_command(python: str, command: list[str]) -> tuple[float, float, int, float]:
+    """measure() for any command, timed from a child process of ``python``."""
     code = (
         "import resource, subprocess, sys, time\n"
         "t = time.perf_counter()\n"
@@ -36,7 +41,7 @@ def measure(python: str, argv: list[str]) -> tuple[float, float, int, float]:
         "use = resource.getrusage(resource.RUSAGE_CHILDREN)\n"
         "print(wall, use.ru_maxrss / 1024, rc, use.ru_utime + use.ru_stime)\n"
     )
-    out = subprocess.run([python, "-c", code, python, "-m", "graphbreak_doctor", *argv],
+    out = subprocess.run([python, "-c", code, *command],
                          cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
     return float(out[0]), float(out[1]), int(out[2]), float(out[3])
 
