@@ -267,6 +267,11 @@ def test_model_cell_is_the_releases_compile_map(tmp_path):
     assert "prefill: breakable CUDA graph" in row and f"{len(cell['regions'])} region" in row
     page = (tmp_path / "m.html").read_text()
     assert "_biased_grouped_topk_postprocess" in page and "breakable CUDA graph" in page
+    # What SGLang printed in the workers is in the log beside the JSON, not on the terminal.
+    log = (tmp_path / "m.log").read_text()
+    assert log.startswith("=== sglang 0.5.23 + ") and "--- map" in log
+    written = {ln for ln in log.splitlines()[2:] if ln.strip()}
+    assert written and not written & set((proc.stdout + proc.stderr).splitlines())
 
 
 @pytest.mark.slow

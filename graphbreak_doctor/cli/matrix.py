@@ -221,7 +221,7 @@ def run(args: argparse.Namespace) -> int:
         result.reports_dir = f"{html.stem}-cells"
         _write_cell_reports(result, html.parent / result.reports_dir)
     outputs.write({stem: result})
-    keep_logs(outputs, [stem], [result.log_text()])
+    keep_logs(outputs, [stem], [result.log_text()], unkept="--json or --html keeps it")
     return EXIT_OK
 
 

@@ -277,15 +277,17 @@ def write_file(path: str | os.PathLike, text: str) -> Path:
     return Path(path)
 
 
-def keep_logs(outputs: OutputSet, stems: list[str], logs: list[str]) -> None:
+def keep_logs(outputs: OutputSet, stems: list[str], logs: list[str], *,
+              unkept: str = "--verbose shows it") -> None:
     """Each target's log beside its first output file (<stem>.log), written
-    whole or not at all, after the outputs; its path on the terminal."""
+    whole or not at all, after the outputs; its path on the terminal.
+    ``unkept``: how else to see a log when there is no output file."""
     for stem, text in zip(stems, logs):
         if not text:
             continue
         where = outputs.path_for(stem)
         if where is None:
-            print("the traced code wrote to stdout/stderr: --verbose shows it (no output file to keep it beside)")
+            print(f"the traced code wrote to stdout/stderr: {unkept} (no output file to keep it beside)")
             continue
         path = where.with_suffix(".log")
         try:
