@@ -269,7 +269,7 @@ def test_model_cell_is_the_releases_compile_map(tmp_path):
     assert "_biased_grouped_topk_postprocess" in page and "breakable CUDA graph" in page
     # What SGLang printed in the workers is in the log beside the JSON, not on the terminal.
     log = (tmp_path / "m.log").read_text()
-    assert log.startswith("=== sglang 0.5.23 + ") and "--- map" in log
+    assert log.startswith("=== sglang 0.5.23 + ") and "(map, sm120)\n" in log
     written = {ln for ln in log.splitlines()[2:] if ln.strip()}
     assert written and not written & set((proc.stdout + proc.stderr).splitlines())
 

@@ -5,11 +5,8 @@ process); and turning them into selected targets and their findings."""
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
-import shutil
 import sys
-import tempfile
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +16,7 @@ from graphbreak_doctor.emulation.presets import DEFAULT_DEVICE, PRESETS
 from graphbreak_doctor.findings import MAP_MODE, MODE_CHOICES, Findings, modes_for
 from graphbreak_doctor.jobs import Job, Outcome, run_in_process, run_jobs
 from graphbreak_doctor.jobs.job import FIX, MAP, TRACE
-from graphbreak_doctor.jobs.output import read_log, to_log
+from graphbreak_doctor.jobs.output import lines, log_sections, to_log, with_logs
 from graphbreak_doctor.jobs.pool import crash_report_line, held_back
 from graphbreak_doctor.patching import UndoLog
 from graphbreak_doctor.progress import Progress
@@ -128,21 +125,17 @@ def stem(selection: Selection, args: argparse.Namespace, what: str | None = None
 def run(args: argparse.Namespace, jobs: list[Job], progress: Progress) -> list[Outcome]:
     """Every job's outcome, in order, with what its traced code wrote (``log``,
     kept out of the terminal); a target that is bad input is a UsageError."""
-    folder = tempfile.mkdtemp(prefix="graphbreak-doctor-logs-")
-    try:
-        jobs = [dataclasses.replace(job, log=os.path.join(folder, f"job-{i}.log")) for i, job in enumerate(jobs)]
-        if args.in_process:
-            outcomes = []
-            for job in jobs:
-                with UndoLog() as log:
-                    to_log(job.log, log)
-                    outcomes.append(run_in_process(job, progress))
-        else:
-            outcomes = run_jobs(jobs, timeout=args.timeout, parallel=args.jobs or os.cpu_count() or 1)
-        for outcome, job in zip(outcomes, jobs):
-            outcome.log = read_log(job.log)
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    def run_all(logged: list[Job]) -> list[Outcome]:
+        if not args.in_process:
+            return run_jobs(logged, timeout=args.timeout, parallel=args.jobs or os.cpu_count() or 1)
+        done = []
+        for job in logged:
+            with UndoLog() as log:
+                to_log(job.log, log)
+                done.append(run_in_process(job, progress))
+        return done
+
+    outcomes = with_logs(jobs, run_all)
     usage = next((o for o in outcomes if o.usage), None)
     if usage is not None:
         raise UsageError(usage.message)
@@ -152,20 +145,11 @@ def run(args: argparse.Namespace, jobs: list[Job], progress: Progress) -> list[O
         if (o.findings is None or args.verbose) and o.log:
             shown, held = (o.log, 0) if args.debug else held_back(o.log)
             if shown.strip():
-                sys.stderr.write(escape_controls(f"graphbreak-doctor: what {o.job.describe()} wrote:\n{_lines(shown)}",
+                sys.stderr.write(escape_controls(f"graphbreak-doctor: what {o.job.describe()} wrote:\n{lines(shown)}",
                                                  keep="\n\t"))
             if held:
                 sys.stderr.write(escape_controls(crash_report_line(o.job, held)) + "\n")
     return outcomes
-
-
-def _lines(text: str) -> str:
-    return text if text.endswith("\n") else text + "\n"
-
-
-def _logs(outcomes: list[Outcome]) -> str:
-    """One target's log: each mode's output under a line naming it."""
-    return "".join(f"--- {o.job.describe()}\n{_lines(o.log)}" for o in outcomes if o.log)
 
 
 @dataclass
@@ -193,10 +177,10 @@ def run_diagnoses(args: argparse.Namespace, selected: list[Selection], progress:
     outcomes = iter(run(args, [job for group in groups for job in group], progress))
     per_target = [[next(outcomes) for _ in group] for group in groups]
     return Diagnoses([merge_modes([o.as_findings() for o in group]) for group in per_target],
-                     [_logs(group) for group in per_target])
+                     [log_sections(group) for group in per_target])
 
 
 def run_fixes(args: argparse.Namespace, selected: list[Selection], progress: Progress) -> Diagnoses:
     jobs = [Job(FIX, s, args.device, args.mode, steps=args.steps, debug=args.debug) for s in selected]
     outcomes = run(args, jobs, progress)
-    return Diagnoses([o.as_findings() for o in outcomes], [_logs([o]) for o in outcomes])
+    return Diagnoses([o.as_findings() for o in outcomes], [log_sections([o]) for o in outcomes])

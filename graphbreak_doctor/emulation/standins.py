@@ -159,9 +159,7 @@ def _sgl_kernel(log: UndoLog, out: StandIns) -> None:
     if not why:
         return
     if "sgl_kernel" not in sys.modules:  # imported before (an earlier build in this process): it found one
-        module = types.ModuleType("common_ops")
-        module.__file__ = "<graphbreak-doctor stand-in for sgl_kernel's common_ops>"
-        log.setitem(sys.modules, "common_ops", module)
+        _empty_module(log, "common_ops", "sgl_kernel's common_ops")
     out.lines.append(f"sgl_kernel common_ops: an empty module (the library does not load here: {why})")
     _sgl_kernel_extensions(log, out, home)
     called = _called_ops(home)
@@ -172,6 +170,14 @@ def _sgl_kernel(log: UndoLog, out: StandIns) -> None:
             out.library = _library(log, "sgl_kernel")
         out.library.define(schema)
         out.declared.append(name)
+
+
+def _empty_module(log: UndoLog, name: str, what: str) -> None:
+    """An empty module importable as ``name``, standing in for ``what`` (a
+    library that does not load here), until ``log`` is undone."""
+    module = types.ModuleType(name)
+    module.__file__ = f"<graphbreak-doctor stand-in for {what}>"
+    log.setitem(sys.modules, name, module)
 
 
 def _sgl_kernel_extensions(log: UndoLog, out: StandIns, home: Path) -> None:
@@ -189,9 +195,7 @@ def _sgl_kernel_extensions(log: UndoLog, out: StandIns, home: Path) -> None:
         why = _loads(str(binary))
         if not why:
             continue
-        module = types.ModuleType(qualified)
-        module.__file__ = f"<graphbreak-doctor stand-in for sgl_kernel's {name}>"
-        log.setitem(sys.modules, qualified, module)
+        _empty_module(log, qualified, f"sgl_kernel's {name}")
         empty.append((name, why))
     if empty:
         out.lines.append(f"sgl_kernel.{{{', '.join(n for n, _ in empty)}}}: empty modules, no op declared (the "
@@ -300,7 +304,7 @@ def _deep_gemm_ops(log: UndoLog, out: StandIns, binary: Path) -> None:
             if any(text.startswith(f"{name}(") for text in schemas):
                 library.impl(name, dry, "CompositeExplicitAutograd")
     if "deep_gemm" not in sys.modules:
-        log.setitem(sys.modules, "deep_gemm.deep_gemm_cpp", types.ModuleType("deep_gemm.deep_gemm_cpp"))
+        _empty_module(log, "deep_gemm.deep_gemm_cpp", "DeepGEMM's deep_gemm_cpp")
     out.lines.append(f"deep_gemm::{{{len(schemas)} ops}}: the schemas {binary.name} declares, no kernel; init and the "
                      f"{len(silent) - 1} ops that only write their arguments do nothing, get_num_sms answers the "
                      f"device's SM count, {', '.join(DEEP_GEMM_DRY)} return an empty tensor of their output's shape "

@@ -7,8 +7,12 @@ terminal (progress.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import shutil
 import sys
+import tempfile
+from typing import Callable
 
 from graphbreak_doctor import progress
 from graphbreak_doctor.patching import UndoLog
@@ -49,3 +53,28 @@ def read_log(path: str) -> str:
             return f.read()
     except FileNotFoundError:
         return ""
+
+
+def with_logs(jobs: list, run: Callable[[list], list]) -> list:
+    """``run(jobs)`` with each job writing to a log file of its own (in a
+    temporary folder, removed afterwards); the outcomes come back with what
+    each job's traced code wrote in ``log``."""
+    folder = tempfile.mkdtemp(prefix="graphbreak-doctor-logs-")
+    try:
+        jobs = [dataclasses.replace(job, log=os.path.join(folder, f"job-{i}.log")) for i, job in enumerate(jobs)]
+        outcomes = run(jobs)
+        for outcome, job in zip(outcomes, jobs):
+            outcome.log = read_log(job.log)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return outcomes
+
+
+def log_sections(outcomes: list) -> str:
+    """The outcomes' logs, each under a line naming its job ("" when none wrote anything)."""
+    return "".join(f"--- {o.job.describe()}\n{lines(o.log)}" for o in outcomes if o.log)
+
+
+def lines(text: str) -> str:
+    """``text`` ending in a newline."""
+    return text if text.endswith("\n") else text + "\n"

@@ -131,6 +131,7 @@ def _classify(cell: Cell, outcomes: list) -> Cell:
 
 def run_cells(plan: Plan, builder: Builder, limits: Limits, progress: Callable[[str], None]) -> MatrixResult:
     from graphbreak_doctor.findings import modes_for
+    from graphbreak_doctor.jobs.output import log_sections
 
     result = MatrixResult(layer=plan.layer, impl=plan.impl, mode=plan.mode, torch=builder.torch,
                           sglang=list(plan.sglang), flashinfer=list(plan.flashinfer), devices=list(plan.devices),
@@ -182,8 +183,7 @@ def run_cells(plan: Plan, builder: Builder, limits: Limits, progress: Callable[[
     result.trace_seconds = time.monotonic() - start
     for cell, found in zip(runnable, per_cell):
         (_classify_map if plan.layer == MODEL else _classify)(cell, found)
-        cell.log = "".join(f"--- {o.job.mode}\n{o.log}" + ("" if o.log.endswith("\n") else "\n")
-                           for o in found if o.log)
+        cell.log = log_sections(found)
     result.cells = cells
     result.diffs = neighbour_diffs(result)
     return result
@@ -192,24 +192,13 @@ def run_cells(plan: Plan, builder: Builder, limits: Limits, progress: Callable[[
 def _run(jobs: list[Job], limits: Limits) -> list:
     """The jobs' outcomes, each with what its traced code wrote (``log``):
     the workers' output never reaches the terminal."""
-    import os
-    import shutil
-    import tempfile
-
     from graphbreak_doctor.jobs import run_jobs
-    from graphbreak_doctor.jobs.output import read_log
+    from graphbreak_doctor.jobs.output import with_logs
 
     if not jobs:
         return []
-    folder = tempfile.mkdtemp(prefix="graphbreak-doctor-logs-")
-    try:
-        jobs = [replace(job, log=os.path.join(folder, f"job-{i}.log")) for i, job in enumerate(jobs)]
-        outcomes = run_jobs(jobs, timeout=limits.timeout, parallel=limits.jobs, memory=limits.memory)
-        for outcome, job in zip(outcomes, jobs):
-            outcome.log = read_log(job.log)
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-    return outcomes
+    return with_logs(jobs, lambda logged: run_jobs(logged, timeout=limits.timeout, parallel=limits.jobs,
+                                                   memory=limits.memory))
 
 
 def _launch(findings) -> dict:
