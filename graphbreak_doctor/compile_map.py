@@ -15,6 +15,8 @@ Regions no phase entered are listed as registered only.
 from __future__ import annotations
 
 import contextlib
+import sys
+import traceback
 from typing import Any, Callable
 
 from graphbreak_doctor.analysis.build import build_findings
@@ -127,6 +129,10 @@ def record_phases(build: Build, log: UndoLog,
         except Exception as e:
             said = one_line(str(e)) if isinstance(e, PhaseNotRun) else f"{type(e).__name__}: {one_line(str(e))}"
             error = f"the phases stopped: {said}"
+            # The whole stack goes to the job's log (stderr), for whoever
+            # needs to know which call of the target's code stopped.
+            print(f"graphbreak-doctor: {error}", file=sys.stderr)
+            traceback.print_exception(e, file=sys.stderr)
             raise PhasesStopped(Findings(
                 target=target.info, environment=environment(), modes=[MAP_MODE], outcome=CRASHED,
                 fullgraph=FullgraphVerdict(ran=False, ok=False, crashed=True, error=error))) from e

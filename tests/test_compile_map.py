@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import subprocess
+from pathlib import Path
 
 import pytest
 import torch
@@ -383,6 +384,49 @@ def test_a_rule_that_changes_a_compile_field_is_told_with_its_line_and_condition
     line = Args.__post_init__.__code__.co_firstlineno + 6
     assert found == [f"disable_piecewise_cuda_graph = True by __post_init__ (test_compile_map.py:{line}) when "
                      "`self.architecture.startswith(\"Glm\") and self.attention_backend == \"dsa\"`"]
+
+
+# A release's list of architectures a compile path is off for, and its predicate
+# (the shape SGLang's model config gives them).
+_NO_PIECEWISE_ARCHS = ["SomeOtherForCausalLM", "GlmMoeDsaForCausalLM"]
+
+
+def _is_no_piecewise_model(architectures):
+    return any(a in _NO_PIECEWISE_ARCHS for a in architectures)
+
+
+def test_a_rule_whose_condition_reads_an_architecture_list_names_the_model(tmp_path):
+    """A rule whose condition calls a function of the rule's own package that
+    reads a module list holding the model's architecture (config.json in the
+    model folder) says which list, and where it is written."""
+    import dataclasses
+    import json
+
+    from graphbreak_doctor.targets.glm5.sglang.launch import rules
+
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["GlmMoeDsaForCausalLM"]}))
+
+    @dataclasses.dataclass
+    class Args:
+        model_path: str
+        disable_piecewise_cuda_graph: bool = False
+
+        def __post_init__(self):
+            architectures = json.loads((tmp_path / "config.json").read_text())["architectures"]
+            if _is_no_piecewise_model(architectures):
+                self.disable_piecewise_cuda_graph = True
+
+    with rules(Args) as found:
+        Args(str(tmp_path))
+    listed = next(i for i, text in enumerate(Path(__file__).read_text().splitlines(), 1)
+                  if text.startswith("_NO_PIECEWISE_ARCHS ="))
+    (line,) = found
+    assert line.endswith(f"when `_is_no_piecewise_model(architectures)` (GlmMoeDsaForCausalLM is in "
+                         f"_NO_PIECEWISE_ARCHS (test_compile_map.py:{listed}))"), line
+
+    with rules(Args) as found:  # a model folder without config.json: the condition alone
+        Args(str(tmp_path / "elsewhere"))
+    assert [text.split(" when ")[1] for text in found] == ["`_is_no_piecewise_model(architectures)`"]
 
 
 def test_a_region_with_nothing_to_capture_says_so():

@@ -484,3 +484,22 @@ def test_report_rejects_what_is_not_findings(tmp_path, monkeypatch, capsys, cont
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("graphbreak-doctor: error: ") and message in err[0]
     assert not (tmp_path / "out.html").exists() and not (tmp_path / "reports").exists()
+
+
+def test_a_crashed_trace_with_no_breaks_does_not_read_as_nothing_to_fix():
+    """A trace that stopped before any break was found is no verdict on the
+    code past that point: the report says so where a clean trace says there
+    is nothing to fix."""
+    from graphbreak_doctor.diagnose import environment
+    from graphbreak_doctor.findings import CRASHED, MAP_MODE, FullgraphVerdict, TargetInfo
+
+    findings = Findings(target=TargetInfo(spec="glm5-sglang:model:extend"), environment=environment(),
+                        modes=[MAP_MODE], outcome=CRASHED,
+                        fullgraph=FullgraphVerdict(ran=False, ok=False, crashed=True,
+                                                   error="the phases stopped: the extend phase cannot run here"))
+    page = html.render(findings)
+    doc = parse(page)
+    check_verdict(findings, doc)
+    assert "nothing to fix" not in page
+    assert "was not traced" in squash(doc.by_id("no-causes-crashed").text())
+    assert "before the trace stopped" in squash(doc.by_id("breaks").text())

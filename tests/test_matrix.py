@@ -352,3 +352,21 @@ def test_a_model_cell_says_prefill_sglangs_word_and_regions_in_one_line():
                                    "GlmMoeDsaForCausalLM; 2 regions entered (1 ok, 1 graph breaks)")
     cell.prefill_fullgraph = "fails: subprocess (get_cuda_version)"
     assert "-> fullgraph fails: subprocess (get_cuda_version);" in cell.text("2.13.0")
+
+
+def test_neighbouring_maps_tell_a_region_that_moved_module_as_one_move():
+    """Two releases whose maps enter the same function from different modules
+    (a package renamed): one "moved" part with both modules, not an "entered"
+    and a "no longer entered" under the same short name."""
+    from graphbreak_doctor.matrix.run import _map_summary
+
+    def cell(release, *functions, verdict="ok"):
+        return Cell(release, "0.7.4", "sm120", "model", status=OK, prefill="breakable CUDA graph",
+                    regions=[{"function": f, "phases": {"decode": 1}, "options": {}, "verdict": verdict}
+                             for f in functions])
+
+    a = cell("0.5.12", "s.nsa.nsa_indexer.Indexer.gate", "s.topk.impl", "s.topk.post")
+    b = cell("0.5.23", "s.dsa.dsa_indexer.Indexer.gate", "s.topk.post", "s.rope.apply", verdict="graph breaks")
+    assert _map_summary(a, b).split("; ") == [
+        "region Indexer.gate moved (s.nsa.nsa_indexer -> s.dsa.dsa_indexer, ok -> graph breaks)",
+        "region apply now entered (graph breaks)", "region impl no longer entered", "region post: ok -> graph breaks"]

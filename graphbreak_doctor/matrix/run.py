@@ -303,10 +303,31 @@ def _map_summary(a: Cell, b: Cell) -> str:
     ra = {r["function"]: r["verdict"] for r in a.regions}
     rb = {r["function"]: r["verdict"] for r in b.regions}
     short = lambda name: name.rsplit(".", 1)[-1]  # noqa: E731
-    parts += [f"region {short(f)} now entered ({rb[f] or 'not traced'})" for f in rb if f not in ra]
-    parts += [f"region {short(f)} no longer entered" for f in ra if f not in rb]
+    new, gone = [f for f in rb if f not in ra], [f for f in ra if f not in rb]
+    # A function that moved to another module (same name, one of each side).
+    for f in list(new):
+        (old, *more) = [g for g in gone if short(g) == short(f)] or [""]
+        if not old or more or sum(short(n) == short(f) for n in new) > 1:
+            continue
+        shared = _shared_tail(old, f)
+        change = f", {ra[old]} -> {rb[f]}" if ra[old] != rb[f] else ""
+        parts.append(f"region {shared} moved ({old[:-len(shared) - 1]} -> {f[:-len(shared) - 1]}{change})")
+        new.remove(f)
+        gone.remove(old)
+    parts += [f"region {short(f)} now entered ({rb[f] or 'not traced'})" for f in new]
+    parts += [f"region {short(f)} no longer entered" for f in gone]
     parts += [f"region {short(f)}: {ra[f]} -> {rb[f]}" for f in ra if f in rb and ra[f] != rb[f]]
     return "; ".join(parts) or f"no change (the same prefill, {counted(len(ra), 'region')} entered, the same verdicts)"
+
+
+def _shared_tail(a: str, b: str) -> str:
+    """The dotted parts two qualified names end with ("Indexer._get_logits_head_gate")."""
+    tail: list[str] = []
+    for x, y in zip(reversed(a.split(".")), reversed(b.split("."))):
+        if x != y:
+            break
+        tail.insert(0, x)
+    return ".".join(tail)
 
 
 def neighbour_diffs(result: MatrixResult) -> list[NeighbourDiff]:

@@ -32,6 +32,7 @@ import contextlib
 import functools
 import importlib
 import tempfile
+import traceback
 from pathlib import Path
 from typing import Any, Callable
 
@@ -41,6 +42,7 @@ from graphbreak_doctor.emulation import sglang as sglang_emulation
 from graphbreak_doctor.emulation import dsl_dry, flashinfer_dry, standins
 from graphbreak_doctor.emulation.device import EmulatedDevice
 from graphbreak_doctor.findings import TargetInfo
+from graphbreak_doctor.frames import short_path
 from graphbreak_doctor.patching import UndoLog
 from graphbreak_doctor.targets import PhaseNotRun, Target, TargetError
 from graphbreak_doctor.targets.glm5.config import load_config
@@ -228,7 +230,17 @@ def _forward_state(rt: runtime.Runtime, layers: int, phase: str, tokens: int) ->
     except Exception as e:
         raise TargetError(f"SGLang's attention metadata for {'an' if phase[0] in 'aeiou' else 'a'} {phase} batch "
                           "could not be built here: "
-                          f"{type(e).__name__}: {one_line(str(e), 200)}") from e
+                          f"{type(e).__name__}: {one_line(str(e), 200)}{_raised_at(e)}") from e
+
+
+def _raised_at(error: BaseException) -> str:
+    """" (raised at sglang/srt/...py:LINE in FUNCTION)": the innermost frame of
+    ``error``'s traceback, so a failure inside SGLang says where it stopped."""
+    stack = traceback.extract_tb(error.__traceback__)
+    if not stack:
+        return ""
+    last = stack[-1]
+    return f" (raised at {short_path(last.filename)}:{last.lineno} in {last.name})"
 
 
 def _run_eagerly(call: Callable[..., Any], args: tuple, phase: str, what: str) -> None:
@@ -240,7 +252,7 @@ def _run_eagerly(call: Callable[..., Any], args: tuple, phase: str, what: str) -
         if why:
             raise TargetError(f"cannot run SGLang's {phase} forward on an emulated "
                               f"{torch.cuda.get_device_name()}: {why}") from e
-        raise TargetError(f"SGLang's {what} failed: {type(e).__name__}: {one_line(str(e), 200)}"
+        raise TargetError(f"SGLang's {what} failed: {type(e).__name__}: {one_line(str(e), 200)}{_raised_at(e)}"
                           + (" (--cold skips it)" if what == "eager warm-up" else "")) from e
 
 

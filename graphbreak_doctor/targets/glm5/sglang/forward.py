@@ -166,7 +166,6 @@ def make_state(rt: runtime.Runtime, layers: int, phase: str, tokens: int) -> For
     one request of ``tokens`` new tokens (no cached prefix); decode =
     ``tokens`` requests of one new token each, ``DECODE_CONTEXT`` long."""
     batch_info = importlib.import_module("sglang.srt.model_executor.forward_batch_info")
-    _, backends = runtime.require("sglang.srt.layers.attention.attention_registry:ATTENTION_BACKENDS")
     if phase == "decode":
         mode, seq_lens, new = batch_info.ForwardMode.DECODE, [DECODE_CONTEXT] * tokens, [1] * tokens
     else:
@@ -178,7 +177,11 @@ def make_state(rt: runtime.Runtime, layers: int, phase: str, tokens: int) -> For
     context_len = -(-max(seq_lens) // page) * page
     runner = _runner(rt, layers, batch_size, context_len, page)
     name = str(resolved(rt.server_args, "attention_backend") or "dsa")
-    backend = backends[name](runner)
+    # The backend as the model runner's own set-up makes it: per phase from
+    # the resolved arguments (a hybrid where prefill and decode differ), and
+    # in releases whose model code dispatches on them, the per-phase backend
+    # names written back to the published server arguments.
+    backend = runner._get_attention_backend()
     # The KV slots: each request owns a run of whole pages after page 0.
     slot = lambda request, position: page + request * context_len + position  # noqa: E731
     positions = [p for r in range(batch_size) for p in range(prefix[r], seq_lens[r])]

@@ -161,8 +161,13 @@ def rules(server_args_cls: Any) -> Iterator[list[str]]:
     each, with the function and line that made it and the ``if`` conditions
     around that line, read from the release's source ("disable_piecewise_cuda_graph
     = True by _handle_piecewise_cuda_graph (server_args.py:1310) when
-    `self.get_model_config().is_piecewise_cuda_graph_disabled_model`"). A
-    rule that turns a path off without logging it says so here."""
+    `self.get_model_config().is_piecewise_cuda_graph_disabled_model`
+    (GlmMoeDsaForCausalLM is in piecewise_cuda_graph_disabled_model_archs,
+    model_config.py:1558)"). Where a condition names a function of the
+    release that reads a list of names holding the model's architecture (from
+    the ``model_path`` folder's config.json), the line says which list: the
+    rule speaks of the model, not only of a predicate. A rule that turns a
+    path off without logging it says so here."""
     found: list[str] = []
     real = server_args_cls.__setattr__
 
@@ -191,7 +196,74 @@ def _rule(frame: Any, name: str, value: Any) -> str:
     where = f"{code.co_name} ({os.path.basename(code.co_filename)}:{frame.f_lineno})"
     conditions = _conditions(code, frame.f_lineno)
     when = f" when `{' and '.join(conditions)}`" if conditions else ""
-    return f"{name} = {one_line(repr(_plain(value)), 80)} by {where}{when}"
+    lists = _architecture_lists(frame, conditions)
+    because = f" ({'; '.join(lists)})" if lists else ""
+    return f"{name} = {one_line(repr(_plain(value)), 80)} by {where}{when}{because}"
+
+
+def _architectures(server_args: Any) -> list[str]:
+    """The model's architectures, from config.json in its ``model_path`` folder
+    ([] when there is none or it cannot be read)."""
+    folder = getattr(server_args, "model_path", None)
+    if not isinstance(folder, str) or not os.path.isfile(os.path.join(folder, "config.json")):
+        return []
+    try:
+        with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
+            names = json.load(f).get("architectures")
+    except (OSError, ValueError, AttributeError):
+        return []
+    return [n for n in names if isinstance(n, str)] if isinstance(names, list) else []
+
+
+def _architecture_lists(frame: Any, conditions: list[str]) -> list[str]:
+    """For the names the ``conditions`` use: each module-level function of
+    that name in the rule's own package whose code reads a global list (set,
+    tuple) of names holding one of the model's architectures -- "X is in
+    LIST (file:line)"."""
+    architectures = _architectures(frame.f_locals.get("self"))
+    if not architectures or not conditions:
+        return []
+    names: set[str] = set()
+    for text in conditions:
+        with contextlib.suppress(SyntaxError):  # a condition cut short for its line names nothing
+            for node in ast.walk(ast.parse(text, mode="eval")):
+                names.update({node.attr} if isinstance(node, ast.Attribute) else
+                             {node.id} if isinstance(node, ast.Name) else ())
+    package = str(frame.f_globals.get("__name__", "")).split(".")[0]
+    out: list[str] = []
+    for module in [m for key, m in list(sys.modules.items()) if m is not None and key.split(".")[0] == package]:
+        for name in sorted(names):
+            function = getattr(module, name, None)
+            if not inspect.isfunction(function) or function.__module__ != module.__name__:
+                continue
+            for global_name in _globals_read(function.__code__):
+                value = function.__globals__.get(global_name)
+                if not isinstance(value, (list, tuple, set, frozenset)):
+                    continue
+                for arch in architectures:
+                    text = f"{arch} is in {global_name} ({_defined_at(module, global_name)})"
+                    if arch in value and text not in out:
+                        out.append(text)
+    return out
+
+
+def _globals_read(code: Any) -> list[str]:
+    """The global names ``code`` and the code nested in it (comprehensions) read."""
+    found = list(code.co_names)
+    for const in code.co_consts:
+        if inspect.iscode(const):
+            found += [n for n in _globals_read(const) if n not in found]
+    return found
+
+
+def _defined_at(module: Any, name: str) -> str:
+    """"file:line" of ``name``'s first module-level assignment in ``module``'s source."""
+    path = getattr(module, "__file__", None) or ""
+    pattern = re.compile(rf"^{re.escape(name)}\s*(:[^=]*)?=")
+    for number, line in enumerate(linecache.getlines(path), 1):
+        if pattern.match(line):
+            return f"{os.path.basename(path)}:{number}"
+    return os.path.basename(path)
 
 
 def _conditions(code: Any, line: int) -> list[str]:
