@@ -370,3 +370,22 @@ def test_neighbouring_maps_tell_a_region_that_moved_module_as_one_move():
     assert _map_summary(a, b).split("; ") == [
         "region Indexer.gate moved (s.nsa.nsa_indexer -> s.dsa.dsa_indexer, ok -> graph breaks)",
         "region apply now entered (graph breaks)", "region impl no longer entered", "region post: ok -> graph breaks"]
+
+
+@pytest.mark.parametrize("release, flashinfer, expected", [
+    # The release's own pin, where the FlashInfer accepts it.
+    (["nvidia-cutlass-dsl[cu13]==4.8.0"], ["nvidia-cutlass-dsl>=4.8.0"], ("4.8.0", "[cu13]")),
+    # No upper bound: the lowest version it allows, the one of its day.
+    (["nvidia-cutlass-dsl>=4.3.4"], ["nvidia-cutlass-dsl>=4.3.4"], ("4.3.4", "")),
+    # The two cannot agree: the lowest the FlashInfer accepts (the release's extras kept).
+    (["nvidia-cutlass-dsl[cu13]==4.6.2"], ["nvidia-cutlass-dsl>=4.8.0",
+                                           'nvidia-cutlass-dsl[cu13]>=4.8.0; extra == "cu13"'], ("4.8.0", "[cu13]")),
+    (["nvidia-cutlass-dsl>=4.3.4"], ["nvidia-cutlass-dsl>=4.8.0"], ("4.8.0", "")),
+    (["numpy"], ["torch"], None),
+])
+def test_the_cute_dsl_is_the_version_of_the_releases_time(release, flashinfer, expected):
+    """FOLLOW_TIME: read from the release's and the FlashInfer's own
+    requirement lines (as their wheels declare them)."""
+    from graphbreak_doctor.matrix.envs import of_its_time
+
+    assert of_its_time("nvidia-cutlass-dsl", release, flashinfer) == expected

@@ -33,6 +33,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from graphbreak_doctor.cache import cache_root
 from graphbreak_doctor.jobs import lifetime
@@ -61,6 +62,14 @@ SGLANG_PROFILES = (
 # configs, a newer one registers some of them itself). An older pin is not
 # followed: the profile's is the first with GLM-5's config.
 FOLLOW_RELEASE = ("transformers",)
+# Packages held at the version of the release's time: its own == pin, or the
+# lowest version its >= allows (a release without an upper bound was written
+# against the version of its day, not today's), where the cell's FlashInfer
+# accepts that version; else the lowest version the FlashInfer accepts (the two
+# cannot agree: the cell runs the FlashInfer it is about). The CuTe DSL is
+# one: the kernels a release ships in Python (sgl-kernel's FA4 among them) are
+# written against the DSL of their day, and a newer one can fail to import them.
+FOLLOW_TIME = ("nvidia-cutlass-dsl",)
 # The kernel package (its Python wrappers; the binaries get stand-ins): a
 # release's own pin replaces the profile's, whichever of the two names it has
 # (the package was renamed; both install the ``sgl_kernel`` module). The
@@ -187,7 +196,7 @@ class EnvSpec:
 
     def key(self, torch: str) -> str:
         text = json.dumps([sys.version, torch, str(ROOT), self.requirement_files(), FOLLOW_RELEASE,
-                           KERNEL_PACKAGES, self.profile()[2] if self.sglang else ()])
+                           KERNEL_PACKAGES, FOLLOW_TIME, self.profile()[2] if self.sglang else ()])
         return hashlib.sha256(text.encode()).hexdigest()[:10]
 
     def folder_name(self, torch: str) -> str:
@@ -314,11 +323,14 @@ class Builder:
                         constraints: str) -> dict[str, str]:
         """Install the release's own pins of FOLLOW_RELEASE where newer than
         the profile's, its kernel package's, and the profile's CUDA-only packages'."""
-        code = "import importlib.metadata as m, json; print(json.dumps(m.requires('sglang') or []))"
+        code = ("import importlib.metadata as m, json; "
+                "print(json.dumps([m.requires(p) or [] for p in ('sglang', 'flashinfer-python')] + "
+                "[{d.metadata['Name']: d.version for d in m.distributions()}]))")
         out = subprocess.run([python, "-c", code], check=False, capture_output=True, text=True, stdin=subprocess.DEVNULL)
         if out.returncode != 0:
             raise EnvError(f"reading sglang {spec.sglang}'s requirements: {one_line(out.stderr)}")
-        release = _exact_pins(json.loads(out.stdout))
+        release_requires, flashinfer_requires, present = json.loads(out.stdout)
+        release = _exact_pins(release_requires)
         profile = _exact_pins(base.splitlines())
         followed = {}
         for name in FOLLOW_RELEASE:
@@ -344,7 +356,46 @@ class Builder:
                 self._install(python, "--no-deps", f"{name}=={version}",
                               what=f"installing sglang {spec.sglang}'s {name} pin", constraints=constraints)
                 followed[name] = version
+        installed_versions = {_norm(k): v for k, v in present.items()}
+        for name in FOLLOW_TIME:
+            chosen = of_its_time(name, release_requires, flashinfer_requires)
+            if chosen is None or installed_versions.get(_norm(name)) == chosen[0]:
+                continue
+            version, extras = chosen
+            # The package and its companions (the DSL's libraries come as
+            # packages of their own in later versions): out, then the version chosen.
+            old = sorted(k for k in installed_versions if k == _norm(name) or k.startswith(f"{_norm(name)}-"))
+            self._uv("pip", "uninstall", "--quiet", "--python", python, *old, what=f"removing {name}")
+            self._install(python, f"{name}{extras}=={version}", what=f"installing {name} {version}",
+                          constraints=constraints)
+            followed[name] = version
         return followed
+
+
+def of_its_time(name: str, release: list[str], flashinfer: list[str]) -> tuple[str, str] | None:
+    """(version, "[extras]") of ``name`` as FOLLOW_TIME chooses it from the
+    release's and the FlashInfer's requirement lines; None where neither names it."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    def wanted(lines: list[str]) -> tuple[str, str, Any] | None:
+        for line in lines:
+            try:
+                requirement = Requirement(line)
+            except InvalidRequirement:
+                continue
+            if _norm(requirement.name) != _norm(name) or (requirement.marker and "extra" in str(requirement.marker)):
+                continue
+            pins = [s.version for s in requirement.specifier if s.operator == "=="]
+            floors = sorted((s.version for s in requirement.specifier if s.operator == ">="), key=version_key)
+            extras = f"[{','.join(sorted(requirement.extras))}]" if requirement.extras else ""
+            version = pins[0] if pins else floors[-1] if floors else ""
+            return (version, extras, requirement.specifier) if version else None
+        return None
+
+    mine, theirs = wanted(release), wanted(flashinfer)
+    if mine and (theirs is None or theirs[2].contains(mine[0], prereleases=True)):
+        return mine[0], mine[1]
+    return (theirs[0], (mine[1] if mine else "") or theirs[1]) if theirs else None
 
 
 def _exact_pins(requirements: list[str]) -> dict[str, str]:
