@@ -163,6 +163,28 @@ def test_fake_cuda_tensors_allocate_no_memory():
     assert grown < 200 * 1024, f"RSS grew by {grown} KiB"
 
 
+def test_the_device_keeps_what_the_host_wrote_until_it_is_written_to():
+    """A host tensor copied to the device keeps its values (through dtype
+    conversions and views): tensor repeats give repeat_interleave its output
+    size and .item() reads back, as on a GPU. Values computed on the device,
+    or overwritten there, stay unknown: the data-dependent errors of fake tensors."""
+    from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
+
+    with EmulatedDevice("sm120"):
+        lens = torch.tensor([3, 5], dtype=torch.int32, device="cuda")
+        starts = torch.arange(2, device="cuda")
+        assert torch.repeat_interleave(starts, lens).shape == (8,)
+        assert torch.repeat_interleave(starts, lens.to(torch.int64).detach().view(2)).shape == (8,)
+        assert torch.tensor([7]).cuda().item() == 7
+        with pytest.raises(DynamicOutputShapeException):  # computed on the device: not known
+            torch.repeat_interleave(starts, lens + 1)
+        lens.add_(1)
+        with pytest.raises(DynamicOutputShapeException):  # written to on the device: no longer known
+            torch.repeat_interleave(starts, lens)
+        with pytest.raises(DataDependentOutputException):
+            lens[0].item()
+
+
 @pytest.mark.parametrize("name", ["sm120", "sm100", "sm90"])
 def test_torch_cuda_surface_reports_the_preset(name):
     preset = PRESETS[name]

@@ -14,6 +14,16 @@ other than the CPU asked for. Everything else -- a CUDA tensor, a copy from
 the host to the device or back -- stays fake, as before. Pinned host memory,
 which needs the CUDA driver, is ordinary host memory here.
 
+The device keeps what the host wrote to it: a host tensor copied to the
+device (``torch.tensor(lens, device="cuda")``, ``.to("cuda")``), and such a
+copy converted to another dtype, is a fake tensor whose values the mode
+remembers until an operator writes to it. Two data-dependent operators read
+them, as the GPU would: ``repeat_interleave`` with tensor repeats (its output
+size is their sum; an attention backend expands per-request offsets by the
+batch's new-token counts this way) and reading one value back to the host
+(``.item()``). With values the mode does not know, both stay what they are
+on fake tensors: a data-dependent error.
+
 While Dynamo or AOTAutograd trace (a tracing context is active) the mode is a
 plain ``FakeTensorMode``: what a compiler traces must be fake.
 
@@ -38,6 +48,13 @@ _PIN = {aten._pin_memory.default, aten.pin_memory.default}
 _IS_PINNED = {aten.is_pinned.default}
 
 
+# What the device's remembered values answer (see the module docstring).
+_REPEAT = aten.repeat_interleave.Tensor
+_READ_BACK = aten._local_scalar_dense.default
+_COPY = aten._to_copy.default
+_CLONES = {aten.clone.default}
+
+
 # Operators that act on the device whatever their arguments (Dynamo's
 # stream and synchronization ops): always their fake rule.
 _DEVICE_NAMESPACES = ("streams",)
@@ -56,6 +73,17 @@ def _on_host(func: Any, args: tuple, kwargs: dict) -> bool:
     return all(not isinstance(a, torch.Tensor) or a.device.type == "cpu" for a in flat)
 
 
+def _same_values(func: Any, source: torch.Tensor, out: FakeTensor) -> bool:
+    """``out`` holds ``source``'s values in the same order: a clone, or a
+    view of all of it (detach, alias, reshape) laid out as it is."""
+    returns = func._schema.returns
+    aliases = bool(returns) and returns[0].alias_info is not None and not returns[0].alias_info.is_write
+    if not (aliases or func in _CLONES) or out.numel() != source.numel():
+        return False
+    return out.is_contiguous() and source.is_contiguous() and (
+        not aliases or out.storage_offset() == source.storage_offset())
+
+
 class HostMemoryMode(FakeTensorMode):
     """FakeTensorMode whose host tensors are real (see the module docstring)."""
 
@@ -68,6 +96,36 @@ class HostMemoryMode(FakeTensorMode):
         self._pinned: dict[int, weakref.ref] = {}
         # Higher-order operators whose FakeTensorMode rule is running.
         self._hops: set = set()
+        # id -> (weak reference, values on the host) of the device tensors
+        # whose values the host wrote.
+        self._written: dict[int, tuple[weakref.ref, torch.Tensor]] = {}
+
+    def written(self, tensor: Any) -> torch.Tensor | None:
+        """The values the host wrote to device tensor ``tensor`` (None: not known)."""
+        entry = self._written.get(id(tensor)) if isinstance(tensor, FakeTensor) else None
+        return entry[1] if entry is not None and entry[0]() is tensor else None
+
+    def _remember(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
+        for argument, value in zip(func._schema.arguments, args):  # written to: no longer known
+            if argument.alias_info is not None and argument.alias_info.is_write and isinstance(value, FakeTensor):
+                for t in (value, value._base):
+                    self._written.pop(id(t), None)
+        if not isinstance(out, FakeTensor) or not args or not isinstance(args[0], torch.Tensor):
+            return
+        source = args[0]
+        if func is _COPY:
+            values = self.written(source) if isinstance(source, FakeTensor) else (
+                source if source.device.type == "cpu" else None)
+        elif _same_values(func, source, out):  # a view or copy of remembered values
+            values = self.written(source)
+        else:
+            return
+        if values is None or values.numel() > 1 << 16:
+            return
+        with unset_fake_temporarily():
+            values = values.detach().to(dtype=out.dtype, copy=True)
+        key = id(out)
+        self._written[key] = (weakref.ref(out, lambda _ref: self._written.pop(key, None)), values)
 
     def _pin(self, tensor: torch.Tensor) -> None:
         key = id(tensor)
@@ -106,7 +164,17 @@ class HostMemoryMode(FakeTensorMode):
                 return rule(self, *args, **kwargs)
             finally:
                 self._hops.discard(func)
-        if torch._guards.TracingContext.try_get() is None and _on_host(func, args, kwargs):
+        tracing = torch._guards.TracingContext.try_get() is not None
+        if not tracing and _on_host(func, args, kwargs):
             with unset_fake_temporarily():
                 return self._host(func, args, kwargs)
-        return super().__torch_dispatch__(func, types, args, kwargs)
+        if tracing:
+            return super().__torch_dispatch__(func, types, args, kwargs)
+        values = self.written(args[0]) if args else None
+        if values is not None and func is _READ_BACK:
+            return values.item()
+        if values is not None and func is _REPEAT and kwargs.get("output_size") is None:
+            kwargs = {**kwargs, "output_size": int(values.sum())}
+        out = super().__torch_dispatch__(func, types, args, kwargs)
+        self._remember(func, args, kwargs, out)
+        return out
