@@ -83,6 +83,9 @@ SGL_KERNEL_SCHEMAS = {
     "fast_topk": "fast_topk(Tensor score, Tensor indices, Tensor lengths, Tensor? row_starts) -> ()",
     "fast_topk_transform_fused": "fast_topk_transform_fused(Tensor score, Tensor lengths, Tensor dst_page_table, Tensor src_page_table, Tensor cu_seqlens_q, Tensor? row_starts) -> ()",
     "fast_topk_transform_ragged_fused": "fast_topk_transform_ragged_fused(Tensor score, Tensor lengths, Tensor topk_indices_ragged, Tensor topk_indices_offset, Tensor ? row_starts) -> ()",
+    # MLA's query and key concatenation (older releases' sparse attention).
+    "concat_mla_absorb_q": "concat_mla_absorb_q(Tensor a, Tensor b, Tensor! out) -> ()",
+    "concat_mla_k": "concat_mla_k(Tensor! k, Tensor k_nope, Tensor k_rope) -> ()",
 }
 
 # torchvision/csrc/ops/nms.cpp and ops/quantized/cpu/qnms_kernel.cpp.
@@ -184,9 +187,12 @@ def _sgl_kernel_extensions(log: UndoLog, out: StandIns, home: Path) -> None:
     """sgl-kernel's other kernel libraries (``flash_ops``, ``flashmla_ops``,
     ...), which some of its wrappers import at module level (its FlashAttention
     wrapper, imported by older releases' sparse-attention backend): an empty
-    module for each that does not load here. Their ops are not declared: a
-    call fails, naming the op."""
-    empty = []
+    module for each that does not load here. A library with dry answers
+    (``EXTENSION_DRY``) has every schema its binary declares defined: the ops
+    that only write their arguments do nothing, the listed ones return empty
+    tensors of their outputs' shapes, and any other call fails for want of a
+    kernel. The other libraries' ops are not declared: a call fails, naming the op."""
+    empty, declared = [], []
     for binary in sorted(home.glob("*_ops.*.so")):
         name = binary.name.split(".", 1)[0]
         qualified = f"sgl_kernel.{name}"
@@ -196,10 +202,38 @@ def _sgl_kernel_extensions(log: UndoLog, out: StandIns, home: Path) -> None:
         if not why:
             continue
         _empty_module(log, qualified, f"sgl_kernel's {name}")
-        empty.append((name, why))
+        if name in EXTENSION_DRY:
+            declared.append((name, _declare_dry(log, out, binary, EXTENSION_DRY[name])))
+        else:
+            empty.append((name, why))
     if empty:
         out.lines.append(f"sgl_kernel.{{{', '.join(n for n, _ in empty)}}}: empty modules, no op declared (the "
                          f"libraries do not load here: {empty[0][1]})")
+    for name, ops in declared:
+        dry = ", ".join(EXTENSION_DRY[name])
+        out.lines.append(f"sgl_kernel.{name}: an empty module and the {len(ops)} op schemas its binary declares, no "
+                         f"kernel; {dry} return empty tensors of their outputs' shapes, the ops that only write their "
+                         "arguments do nothing (the library does not load here)")
+
+
+def _declare_dry(log: UndoLog, out: StandIns, binary: Path, dry: dict) -> list[str]:
+    """Define the ``sgl_kernel`` ops ``binary`` declares that are not yet,
+    with ``dry``'s answers and no-ops for those returning nothing."""
+    schemas = [m.group(0)[:-1].decode() for m in _SCHEMA.finditer(binary.read_bytes())]
+    names = []
+    for text in schemas:
+        name = text.split("(", 1)[0]
+        if name in names or _declared(f"sgl_kernel::{name}"):
+            continue
+        if out.library is None:
+            out.library = _library(log, "sgl_kernel")
+        out.library.define(text)
+        if name in dry:
+            out.library.impl(name, dry[name], "CompositeExplicitAutograd")
+        elif text.endswith("-> ()"):
+            out.library.impl(name, _no_op, "CompositeExplicitAutograd")
+        names.append(name)
+    return names
 
 
 def _called_ops(home: Path) -> set[str]:
@@ -346,6 +380,53 @@ DEEP_GEMM_DRY = {
     "get_paged_mqa_logits_metadata": _paged_mqa_schedule,
     "fp8_mqa_logits": _mqa_logits,
     "fp8_paged_mqa_logits": _paged_mqa_logits,
+}
+
+
+# FlashMLA's tile-scheduler metadata: int32 rows of this many fields, one
+# row per SM part; its kernels split the SMs into parts of 64 query heads.
+_FLASHMLA_TILE_FIELDS = 8
+_FLASHMLA_BLOCK_M = 64
+
+
+def _flashmla_metadata(seqlens_k: torch.Tensor, q_per_head_k: int, heads_k: int, *args, **kwargs) -> list:
+    """FlashMLA's decoding metadata, dry: ``[tile scheduler (SM parts, 8),
+    splits (batch + 1)]`` int32, shaped as its scheduler shapes them."""
+    parts = max(_sm_count() // heads_k // -(-q_per_head_k // _FLASHMLA_BLOCK_M), 1)
+    return [torch.empty((parts, _FLASHMLA_TILE_FIELDS), dtype=torch.int32, device=seqlens_k.device),
+            torch.empty((seqlens_k.shape[0] + 1,), dtype=torch.int32, device=seqlens_k.device)]
+
+
+def _flashmla_decode(q: torch.Tensor, kv_cache: torch.Tensor, head_size_v: int, *args, **kwargs) -> list:
+    """FlashMLA's paged decode, dry: ``[out (batch, q tokens, heads, dv),
+    lse (batch, heads, q tokens) float32]``; an FP8 query gives a bf16 output."""
+    batch, tokens, heads = q.shape[0], q.shape[1], q.shape[2]
+    dtype = torch.bfloat16 if q.element_size() == 1 else q.dtype
+    return [torch.empty((batch, tokens, heads, head_size_v), dtype=dtype, device=q.device),
+            torch.empty((batch, heads, tokens), dtype=torch.float32, device=q.device)]
+
+
+def _flashmla_sparse_prefill(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor, sm_scale: float,
+                             d_v: int) -> list:
+    """FlashMLA's sparse prefill, dry: ``[out (tokens, heads, d_v), max logits
+    (tokens, heads) float32, lse (tokens, heads) float32]``."""
+    tokens, heads = q.shape[0], q.shape[1]
+    return [torch.empty((tokens, heads, d_v), dtype=q.dtype, device=q.device),
+            torch.empty((tokens, heads), dtype=torch.float32, device=q.device),
+            torch.empty((tokens, heads), dtype=torch.float32, device=q.device)]
+
+
+# sgl-kernel's other libraries whose ops get dry answers (see
+# _sgl_kernel_extensions): FlashMLA, which older releases' sparse attention
+# calls for its metadata and kernels.
+EXTENSION_DRY = {
+    "flashmla_ops": {
+        "get_mla_decoding_metadata": _flashmla_metadata,
+        "get_mla_decoding_metadata_dense_fp8": _flashmla_metadata,
+        "fwd_kvcache_mla": _flashmla_decode,
+        "fwd_kvcache_mla_fp8": _flashmla_decode,
+        "sparse_prefill_fwd": _flashmla_sparse_prefill,
+    },
 }
 
 

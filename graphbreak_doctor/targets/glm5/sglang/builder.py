@@ -403,7 +403,7 @@ def _tc_piecewise_state(state: forward.ForwardState, model: torch.nn.Module, rt:
     """The batch's forward context, SGLang's tc_piecewise state and its
     compile warm-up marker (what the runner's compile pass runs inside)."""
     with state.context(), runtime.piecewise_state(model.model, 0, rt.quant_config, tokens,
-                                                  layer_model=model.model, forward_batch=state.batch), \
+                                                  layer_model=model.model, forward_batch=state.batch, rt=rt), \
             prefill_compile.compile_pass():
         yield
 

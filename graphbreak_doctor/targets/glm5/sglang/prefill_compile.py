@@ -38,19 +38,41 @@ from graphbreak_doctor.text import one_line
 
 INSTALL = ("sglang.srt.compilation.compile:install_torch_compiled",)
 BACKEND = ("sglang.srt.model_executor.runner_backend.tc_piecewise_cuda_graph_backend:TcPiecewiseCudaGraphBackend",)
-WARMUP = "sglang.srt.compilation.compile_phase:enable_torch_compile_warmup"
+# Releases before the runner backend (0.5.9 and its neighbours): the
+# piecewise runner's constructor builds the config itself, from the launch's
+# piecewise capture sizes, compiler and debug flag, in this order.
+CONFIG = ("sglang.srt.compilation.compilation_config:CompilationConfig",)
+CONFIG_FIELDS = ("piecewise_cuda_graph_tokens", "piecewise_cuda_graph_compiler", "enable_torch_compile_debug_mode")
+# What the runner's compile pass runs its forwards inside, where the release
+# has it: the compile warm-up marker (newer releases); the trampoline's
+# switch to its compiled forward and the compile-pass flag (older ones).
+COMPILE_PASS = ("sglang.srt.compilation.compile_phase:enable_torch_compile_warmup",
+                "sglang.srt.compilation.compile:set_compiled",
+                "sglang.srt.compilation.piecewise_context_manager:enable_piecewise_cuda_graph_compile")
 
 
 def available() -> bool:
     """Whether the installed SGLang has the tc_piecewise runner's compile path."""
-    return all(runtime.optional(name) is not None for name in (*INSTALL, *BACKEND))
+    return runtime.optional(*INSTALL) is not None and (
+        runtime.optional(*BACKEND) is not None or runtime.optional(*CONFIG) is not None)
 
 
 def compile_config(rt: runtime.Runtime) -> Any:
-    """SGLang's CompilationConfig for this launch's prefill (its runner's own builder)."""
-    _, backend = runtime.require(*BACKEND)
+    """SGLang's CompilationConfig for this launch's prefill: its runner
+    backend's own builder, or (older releases) built as the runner's
+    constructor builds it from the launch's fields."""
     try:
-        return backend.build_compilation_config(rt.server_args)
+        if runtime.optional(*BACKEND) is not None:
+            _, backend = runtime.require(*BACKEND)
+            return backend.build_compilation_config(rt.server_args)
+        _, config_cls = runtime.require(*CONFIG)
+        missing = [f for f in CONFIG_FIELDS if not hasattr(rt.server_args, f)]
+        if missing:
+            raise TargetError(f"SGLang {runtime.version()}'s server arguments lack {', '.join(missing)}: the "
+                              "piecewise runner's compile config could not be built here")
+        return config_cls(*(getattr(rt.server_args, f) for f in CONFIG_FIELDS))
+    except TargetError:
+        raise
     except Exception as e:
         raise TargetError(f"SGLang {runtime.version()}'s tc_piecewise compile config could not be built here: "
                           f"{type(e).__name__}: {one_line(str(e), 200)}") from e
@@ -84,8 +106,11 @@ def install(model: torch.nn.Module, config: Any, log: UndoLog) -> None:
 def compile_pass() -> Any:
     """What the runner's compile pass runs its forwards inside (SGLang's
     compile warm-up marker, where the release has one)."""
-    warmup = runtime.optional(WARMUP)
-    with (warmup() if warmup is not None else contextlib.nullcontext()):
+    with contextlib.ExitStack() as stack:
+        for name in COMPILE_PASS:
+            marker = runtime.optional(name)
+            if marker is not None:
+                stack.enter_context(marker())
         yield
 
 

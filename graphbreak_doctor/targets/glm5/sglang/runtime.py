@@ -249,12 +249,14 @@ def set_up(config_dir: str, log: UndoLog, *, launch_args: tuple[str, ...] = (), 
 
 
 def piecewise_state(module: torch.nn.Module, layer_id: int, quant_config: Any, tokens: int, *,
-                    layer_model: torch.nn.Module | None = None, forward_batch: Any = None) -> Any:
+                    layer_model: torch.nn.Module | None = None, forward_batch: Any = None,
+                    rt: Runtime | None = None) -> Any:
     """SGLang's tc_piecewise compile state for one layer: the flag and the
     forward context its piecewise runner sets around compiling and capturing
     (newer releases: ``tc_piecewise_cuda_graph``; older: ``piecewise_context_manager``).
     With ``layer_model`` (a stack of decoder layers), the per-layer lists are
-    SGLang's own collection from it, and ``forward_batch`` is the batch."""
+    SGLang's own collection from it (older releases: their model runner's,
+    which needs the set-up ``rt``), and ``forward_batch`` is the batch."""
     import contextlib
 
     form, enable = require(
@@ -266,10 +268,16 @@ def piecewise_state(module: torch.nn.Module, layer_id: int, quant_config: Any, t
     )[form]
     context = importlib.import_module(module_name)
     set_context = getattr(context, ("set_tc_piecewise_forward_context", "set_forward_context")[form])
-    if layer_model is not None:
-        _, collect = require("sglang.srt.model_executor.model_runner_components.layer_setup:"
-                             "compute_attention_and_moe_layers")
+    collect = optional("sglang.srt.model_executor.model_runner_components.layer_setup:"
+                       "compute_attention_and_moe_layers")
+    if layer_model is not None and collect is not None:
         attention, moe_layers, moe_fusions, indexers, companions = collect(layer_model)
+    elif layer_model is not None:
+        if rt is None:
+            raise TargetError(f"SGLang {version()}'s piecewise layer lists come from its model runner: "
+                              "no set-up was given to build one")
+        attention, moe_layers, moe_fusions = _runner_layers(layer_model, rt)
+        indexers = companions = None
     else:
         n = layer_id + 1
         attention, moe_layers, moe_fusions, indexers, companions = ([None] * n for _ in range(5))
@@ -282,6 +290,36 @@ def piecewise_state(module: torch.nn.Module, layer_id: int, quant_config: Any, t
                              dsa_indexers=indexers, mha_companion_layers=companions,
                              num_tokens=tokens, raw_num_tokens=tokens))
     return stack
+
+
+def _runner_layers(layer_model: torch.nn.Module, rt: Runtime) -> tuple[list, list, list]:
+    """Releases without a layer-collection function: the attention layers, MoE
+    blocks and MoE fusions the model runner's own ``init_piecewise_cuda_graphs``
+    collects from ``layer_model``, on a runner holding only the set-up; the
+    piecewise runner it would then make (capturing CUDA graphs) is not made."""
+    from types import SimpleNamespace
+
+    module = importlib.import_module("sglang.srt.model_executor.model_runner")
+
+    class Runner(module.ModelRunner):
+        def __init__(self) -> None:  # no device, no weights: only what the collection reads
+            pass
+
+    runner = Runner()
+    runner.__dict__.update(model=SimpleNamespace(model=layer_model), server_args=rt.server_args,
+                           model_config=rt.model_config, is_draft_worker=False, pp_size=1, device="cuda", gpu_id=0)
+    made: list[Any] = []
+    with UndoLog() as scoped:
+        scoped.setattr(module, "PiecewiseCudaGraphRunner", made.append)
+        scoped.setattr(module, "get_available_gpu_memory", lambda *args, **kwargs: 0.0)
+        try:
+            runner.init_piecewise_cuda_graphs()
+        except Exception as e:
+            raise TargetError(f"SGLang {version()}'s model runner could not collect its piecewise layers here: "
+                              f"{type(e).__name__}: {one_line(str(e), 200)}") from e
+    if not hasattr(runner, "attention_layers"):
+        raise TargetError(f"SGLang {version()}'s model runner collected no piecewise layers for this launch")
+    return runner.attention_layers, runner.moe_layers, runner.moe_fusions
 
 
 def split_ops() -> list[str]:
