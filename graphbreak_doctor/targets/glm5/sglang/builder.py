@@ -270,9 +270,6 @@ def _prepare_stack(target: Target, mode: str, log: UndoLog, *, scope: str, phase
     state = _forward_state(rt, layers, phase, tokens)
     log.enter(torch.no_grad())
     log.enter(state.context())
-    if piecewise:
-        log.enter(runtime.piecewise_state(model.model, index, rt.quant_config, state.batch.input_ids.shape[0],
-                                          layer_model=model.model, forward_batch=state.batch))
     batch = state.batch
     if scope == "model":
         call = model.model
@@ -281,7 +278,16 @@ def _prepare_stack(target: Target, mode: str, log: UndoLog, *, scope: str, phase
         call = forward.DecoderLayerCall(model.model, index)
         hidden = torch.empty(batch.input_ids.shape[0], hf.hidden_size, dtype=torch.bfloat16, device="cuda")
         args = (batch.positions, hidden, batch)
-    if not cold:
+    # The warm-up runs where the release's runner runs its eager forward:
+    # inside its piecewise state (the runner backend's compile pass), or
+    # before it (older runners, whose forwards in that state are compiled).
+    warm_inside = not piecewise or prefill_compile.warms_in_state()
+    if not cold and not warm_inside:
+        _run_eagerly(call, args, phase, "eager warm-up")
+    if piecewise:
+        log.enter(runtime.piecewise_state(model.model, index, rt.quant_config, state.batch.input_ids.shape[0],
+                                          layer_model=model.model, forward_batch=state.batch, rt=rt))
+    if not cold and warm_inside:
         _run_eagerly(call, args, phase, "eager warm-up")
     target.fn, target.args = call.forward, args
     info = target.info

@@ -57,6 +57,14 @@ def available() -> bool:
         runtime.optional(*BACKEND) is not None or runtime.optional(*CONFIG) is not None)
 
 
+def warms_in_state() -> bool:
+    """Whether the release's prefill runner runs an eager forward inside its
+    piecewise state before it compiles (the runner backend's compile pass
+    does, to load its kernels; the older runner's forwards there all go
+    through the compiled model)."""
+    return runtime.optional(*BACKEND) is not None
+
+
 def compile_config(rt: runtime.Runtime) -> Any:
     """SGLang's CompilationConfig for this launch's prefill: its runner
     backend's own builder, or (older releases) built as the runner's
@@ -114,4 +122,4 @@ def compile_pass() -> Any:
         yield
 
 
-__all__ = ["available", "compile_config", "compile_pass", "install"]
+__all__ = ["available", "compile_config", "compile_pass", "install", "warms_in_state"]
