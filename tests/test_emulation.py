@@ -185,6 +185,28 @@ def test_the_device_keeps_what_the_host_wrote_until_it_is_written_to():
             lens[0].item()
 
 
+def test_flashmla_stand_ins_answer_with_their_kernels_output_shapes():
+    """FlashMLA's dry answers (sgl-kernel's flashmla_ops, older releases'
+    sparse attention): the shapes its docstrings give, on the inputs' device."""
+    from graphbreak_doctor.emulation.standins import EXTENSION_DRY
+
+    dry = EXTENSION_DRY["flashmla_ops"]
+    with EmulatedDevice("sm120"):
+        lens = torch.empty(16, dtype=torch.int32, device="cuda")
+        schedule, splits = dry["get_mla_decoding_metadata"](lens, 128, 1, 128, True, 2048)
+        assert schedule.shape == (188 // 1 // 2, 8) and splits.shape == (17,)
+        assert schedule.dtype == splits.dtype == torch.int32 and schedule.device.type == "cuda"
+        q = torch.empty(16, 1, 128, 576, dtype=torch.float8_e4m3fn, device="cuda")
+        out, lse = dry["fwd_kvcache_mla"](q, torch.empty(64, 64, 1, 656, dtype=torch.uint8, device="cuda"), 512)
+        assert out.shape == (16, 1, 128, 512) and out.dtype == torch.bfloat16 and lse.shape == (16, 128, 1)
+        q = torch.empty(128, 64, 576, dtype=torch.bfloat16, device="cuda")
+        out, max_logits, lse = dry["sparse_prefill_fwd"](q, torch.empty(256, 1, 576, dtype=torch.bfloat16,
+                                                                          device="cuda"),
+                                                          torch.empty(128, 1, 2048, dtype=torch.int32, device="cuda"),
+                                                          0.1, 512)
+        assert out.shape == (128, 64, 512) and max_logits.shape == lse.shape == (128, 64)
+
+
 @pytest.mark.parametrize("name", ["sm120", "sm100", "sm90"])
 def test_torch_cuda_surface_reports_the_preset(name):
     preset = PRESETS[name]

@@ -312,11 +312,36 @@ def test_each_release_says_how_it_runs_the_prefill_and_why(tmp_path):
     assert cells["0.5.12"]["prefill"].startswith("no prefill CUDA graph"), cells["0.5.12"]
     (rule,) = [r for r in cells["0.5.12"]["sglang_rules"] if r.startswith("disable_piecewise_cuda_graph = True")]
     assert "_handle_piecewise_cuda_graph (server_args.py:" in rule and "is_piecewise_cuda_graph_disabled_model" in rule
+    # The rule names the model: the release's own list that holds its architecture.
+    assert "(GlmMoeDsaForCausalLM is in piecewise_cuda_graph_disabled_model_archs (model_config.py:" in rule
+    # 0.5.12's phases run through the backend its model runner's set-up makes.
+    assert cells["0.5.12"]["status"] == OK and cells["0.5.12"]["regions"], cells["0.5.12"]["reason"]
     assert cells["0.5.23"]["prefill"].startswith("breakable CUDA graph")
     for release, cell in cells.items():
         if cell["status"] == CRASHED:  # stopped in the emulation after the launch resolved: the row still says it
             row = next(ln for ln in proc.stdout.splitlines() if ln.startswith(f"sglang {release} "))
             assert f"prefill: {cell['prefill']}" in row and Findings.from_dict(cell["findings"]).target.facts["launch"]
+
+
+@pytest.mark.slow
+@SGLANG_MATRIX
+def test_the_oldest_release_with_its_own_flashinfer_gives_the_prefill_fullgraph_verdict(tmp_path):
+    """0.5.9 with the FlashInfer it pins and its opt-in piecewise capture: the
+    CuTe DSL of its time (its FA4 interface imports), the extend metadata and
+    forward run, and its piecewise runner's fullgraph compile of the prefill
+    forward stops at the DSA indexer's data-dependent branch."""
+    links = [a for w in SGLANG_WHEELS for a in ("--find-links", w)]
+    proc = doctor("matrix", "--model", "--sglang", "0.5.9", "--flashinfer", "0.6.3", "--device", "sm120", *links,
+                  "--sglang-args", "--enable-piecewise-cuda-graph", "--json", str(tmp_path / "m.json"), "--no-html",
+                  cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (cell,) = json.loads((tmp_path / "m.json").read_text())["cells"]
+    assert cell["status"] == FAILED, cell["reason"]
+    assert cell["prefill"].startswith("piecewise CUDA graph: the model forward is compiled with torch.compile")
+    assert cell["prefill_fullgraph"] == "fails: data-dependent (forward_cuda)", cell["prefill_fullgraph"]
+    compiled = [r for r in cell["regions"] if r["options"].get("fullgraph")]
+    assert [r["function"].rsplit(".", 2)[-2:] for r in compiled] == [["DeepseekV2Model", "forward"]]
+    assert compiled[0]["verdict"] == "fails" and compiled[0]["phases"] == {"extend": 1}
 
 
 @pytest.mark.slow
@@ -388,4 +413,18 @@ def test_the_cute_dsl_is_the_version_of_the_releases_time(release, flashinfer, e
     requirement lines (as their wheels declare them)."""
     from graphbreak_doctor.matrix.envs import of_its_time
 
-    assert of_its_time("nvidia-cutlass-dsl", release, flashinfer) == expected
+    chosen = of_its_time("nvidia-cutlass-dsl", release, flashinfer)
+    assert (chosen[:2] if chosen else None) == expected
+    if chosen and chosen[0] != release[0].split("=")[-1]:  # not the release's own: the note says why
+        assert chosen[2].startswith("the release asks nvidia-cutlass-dsl") and "the FlashInfer's is installed" in chosen[2]
+    elif chosen:
+        assert chosen[2] == ""
+
+
+def test_a_stopped_cell_says_what_its_environment_could_not_hold():
+    cell = Cell("0.5.9", "0.7.4", "sm120", "model", status=CRASHED, reason="the phases stopped: x",
+                prefill="no prefill CUDA graph",
+                environment=["nvidia-cutlass-dsl 4.8.0: the release asks nvidia-cutlass-dsl>=4.3.4 ..."])
+    assert cell.text("2.13.0") == ("CRASHED: the phases stopped: x; prefill: no prefill CUDA graph; environment: "
+                                   "nvidia-cutlass-dsl 4.8.0: the release asks nvidia-cutlass-dsl>=4.3.4 ...")
+    assert cell.to_dict()["environment"] == cell.environment

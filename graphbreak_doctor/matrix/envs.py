@@ -215,6 +215,16 @@ class Env:
     def python(self) -> str:
         return str(self.path / "bin" / "python")
 
+    @property
+    def notes(self) -> list[str]:
+        """What the build could not hold as the release asks (its manifest's
+        ``notes``: a package where the release and the FlashInfer disagree)."""
+        try:
+            notes = json.loads((self.path / MANIFEST).read_text(encoding="utf-8")).get("notes")
+        except (OSError, ValueError, AttributeError):
+            return []
+        return [str(n) for n in notes] if isinstance(notes, list) else []
+
 
 class Builder:
     """Builds (or finds) environments under ``root``; ``find_links``: local
@@ -304,25 +314,28 @@ class Builder:
                 (Path(tmp) / name).write_text(text, encoding="utf-8")
             self._install(python, "-r", str(Path(tmp) / "base.txt"), what=f"installing {spec.label}",
                           constraints=str(constraints))
-            followed = {}
+            followed: dict[str, str] = {}
+            notes: list[str] = []
             if "nodeps.txt" in files:
                 self._install(python, "--no-deps", "-r", str(Path(tmp) / "nodeps.txt"),
                               what=f"installing sglang {spec.sglang}", constraints=str(constraints))
-                followed = self._follow_release(python, spec, files["base.txt"], files["nodeps.txt"],
+                followed, notes = self._follow_release(python, spec, files["base.txt"], files["nodeps.txt"],
                                                 str(constraints))
             self._install(python, "--no-deps", "-e", str(ROOT), what="installing graphbreak-doctor",
                           constraints=str(constraints))
         manifest = {
             "sglang": spec.sglang, "flashinfer": spec.flashinfer, "torch": self.torch,
-            "python": sys.version.split()[0], "followed_release_pins": followed,
+            "python": sys.version.split()[0], "followed_release_pins": followed, "notes": notes,
             "requirements": files, "seconds": round(time.monotonic() - start, 1),
         }
         (path / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
 
     def _follow_release(self, python: str, spec: EnvSpec, base: str, nodeps_text: str,
-                        constraints: str) -> dict[str, str]:
+                        constraints: str) -> tuple[dict[str, str], list[str]]:
         """Install the release's own pins of FOLLOW_RELEASE where newer than
-        the profile's, its kernel package's, and the profile's CUDA-only packages'."""
+        the profile's, its kernel package's, the profile's CUDA-only
+        packages', and FOLLOW_TIME's versions. Returns what was followed, and
+        a note for each package that could not be held as the release asks."""
         code = ("import importlib.metadata as m, json; "
                 "print(json.dumps([m.requires(p) or [] for p in ('sglang', 'flashinfer-python')] + "
                 "[{d.metadata['Name']: d.version for d in m.distributions()}]))")
@@ -332,7 +345,8 @@ class Builder:
         release_requires, flashinfer_requires, present = json.loads(out.stdout)
         release = _exact_pins(release_requires)
         profile = _exact_pins(base.splitlines())
-        followed = {}
+        followed: dict[str, str] = {}
+        notes: list[str] = []
         for name in FOLLOW_RELEASE:
             version, current = release.get(_norm(name)), profile.get(_norm(name))
             if not version or (current and version_key(version) <= version_key(current)):
@@ -359,9 +373,13 @@ class Builder:
         installed_versions = {_norm(k): v for k, v in present.items()}
         for name in FOLLOW_TIME:
             chosen = of_its_time(name, release_requires, flashinfer_requires)
-            if chosen is None or installed_versions.get(_norm(name)) == chosen[0]:
+            if chosen is None:
                 continue
-            version, extras = chosen
+            version, extras, conflict = chosen
+            if conflict:
+                notes.append(f"{name} {version}: {conflict}")
+            if installed_versions.get(_norm(name)) == version:
+                continue
             # The package and its companions (the DSL's libraries come as
             # packages of their own in later versions): out, then the version chosen.
             old = sorted(k for k in installed_versions if k == _norm(name) or k.startswith(f"{_norm(name)}-"))
@@ -369,12 +387,13 @@ class Builder:
             self._install(python, f"{name}{extras}=={version}", what=f"installing {name} {version}",
                           constraints=constraints)
             followed[name] = version
-        return followed
+        return followed, notes
 
 
-def of_its_time(name: str, release: list[str], flashinfer: list[str]) -> tuple[str, str] | None:
-    """(version, "[extras]") of ``name`` as FOLLOW_TIME chooses it from the
-    release's and the FlashInfer's requirement lines; None where neither names it."""
+def of_its_time(name: str, release: list[str], flashinfer: list[str]) -> tuple[str, str, str] | None:
+    """(version, "[extras]", conflict) of ``name`` as FOLLOW_TIME chooses it
+    from the release's and the FlashInfer's requirement lines (``conflict``:
+    why it is not the release's own, "" where it is); None where neither names it."""
     from packaging.requirements import InvalidRequirement, Requirement
 
     def wanted(lines: list[str]) -> tuple[str, str, Any] | None:
@@ -394,8 +413,12 @@ def of_its_time(name: str, release: list[str], flashinfer: list[str]) -> tuple[s
 
     mine, theirs = wanted(release), wanted(flashinfer)
     if mine and (theirs is None or theirs[2].contains(mine[0], prereleases=True)):
-        return mine[0], mine[1]
-    return (theirs[0], (mine[1] if mine else "") or theirs[1]) if theirs else None
+        return mine[0], mine[1], ""
+    if theirs is None:
+        return None
+    conflict = (f"the release asks {name}{mine[2]} ({mine[0]} of its time), the FlashInfer {name}{theirs[2]}: "
+                "the FlashInfer's is installed" if mine else "")
+    return theirs[0], (mine[1] if mine else "") or theirs[1], conflict
 
 
 def _exact_pins(requirements: list[str]) -> dict[str, str]:

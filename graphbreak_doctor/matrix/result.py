@@ -50,6 +50,9 @@ class Cell:
     sglang_rules: list[str] = field(default_factory=list)
     regions: list[dict[str, Any]] = field(default_factory=list)  # function, phases, options, verdict
     registered: int = 0  # regions registered that no phase entered
+    # What the cell's environment could not hold as the release asks (a
+    # package the release and the FlashInfer disagree on: its manifest's notes).
+    environment: list[str] = field(default_factory=list)
     # What the traced code wrote to stdout/stderr in the cell's workers (one
     # section per mode); kept in the matrix's log file, not in its JSON.
     log: str = ""
@@ -110,15 +113,18 @@ class Cell:
             return f"FAILED: {self.category}{where}, {counted(self.breaks, 'break')}"
         if self.status == NOT_RUNNABLE:
             return f"not runnable on torch {torch}: {self.reason}"
+        # A cell that stopped says what its environment could not hold as the release asks.
+        held = [f"environment: {note}" for note in self.environment]
         if self.layer == MODEL and self.prefill:  # the map stopped after the release resolved the launch
-            return "; ".join([f"{self.status.upper()}: {self.reason}", *self.launch_text()])
-        return f"{self.status.upper()}: {self.reason}"
+            return "; ".join([f"{self.status.upper()}: {self.reason}", *self.launch_text(), *held])
+        return "; ".join([f"{self.status.upper()}: {self.reason}", *held])
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "sglang": self.sglang, "flashinfer": self.flashinfer, "device": self.device, "layer": self.layer,
             "status": self.status, "verdict": self.verdict(), "reason": self.reason, "category": self.category,
             "function": self.function, "breaks": self.breaks, "setup_seconds": round(self.setup_seconds, 1),
+            "environment": self.environment,
             **({"prefill": self.prefill, "prefill_fullgraph": self.prefill_fullgraph, "sglang_said": self.sglang_said,
                 "sglang_rules": self.sglang_rules,
                 "regions": self.regions, "registered": self.registered} if self.layer == MODEL else {}),

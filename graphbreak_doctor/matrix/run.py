@@ -163,7 +163,7 @@ def run_cells(plan: Plan, builder: Builder, limits: Limits, progress: Callable[[
                 if isinstance(env, str):
                     cell.status, cell.reason = NOT_RUNNABLE, one_line(env)
                     continue
-                cell.setup_seconds = env.seconds
+                cell.setup_seconds, cell.environment = env.seconds, env.notes
                 jobs += [Job(MAP if m == MAP_MODE else TRACE, selection, device, m, python=env.python)
                          for m in modes]
     progress(f"tracing: {len(jobs)} worker processes, {limits.jobs} at a time")
