@@ -355,7 +355,7 @@ def _discover(target: Target, log: UndoLog, phase_scope: Callable[[str], Any], *
             continue
         values.append(f"{phase}: {state.values[0]}")
         if phase == "extend" and sglang_launch.prefill_compiled(rt.launch.get("resolved", {})):
-            added[phase] = _compile_prefill(rt, model, state, log, phase_scope)
+            added[phase] = _compile_prefill(rt, model, state, layers, log, phase_scope)
     compiled = _compile_decode(rt, model, layers, phase_scope) if decode_compile.enabled(rt) else None
     info = target.info
     _describe(info, model.model, rt, mode="map", tokens=tokens, cold=False, folded=folded, launched=launched)
@@ -373,12 +373,15 @@ def _discover(target: Target, log: UndoLog, phase_scope: Callable[[str], Any], *
     info.notes.insert(0, _model_note(info, rt.model_config.hf_config, layers, full))
 
 
-def _compile_prefill(rt: runtime.Runtime, model: torch.nn.Module, state: forward.ForwardState, log: UndoLog,
-                     phase_scope: Callable[[str], Any]) -> str:
+def _compile_prefill(rt: runtime.Runtime, model: torch.nn.Module, state: forward.ForwardState, layers: int,
+                     log: UndoLog, phase_scope: Callable[[str], Any]) -> str:
     """A tc_piecewise launch: the extend forward through SGLang's own
     ``install_torch_compiled`` in its tc_piecewise state (prefill_compile.py),
     inside ``phase_scope("extend")``, so the compile map records SGLang's own
-    torch.compile of the model forward. One line for the map's extend phase."""
+    torch.compile of the model forward. The runner compiles at each of its
+    capture sizes, the largest first: the doctor drives the largest, a middle
+    and the smallest of SGLang's own list, in that order (the extend batch's
+    size where the config lists none). One line for the map's extend phase."""
     if not prefill_compile.available():
         return (f"SGLang {runtime.version()} has no install_torch_compiled / tc_piecewise runner backend: "
                 "the prefill forward's compile could not be driven")
@@ -387,20 +390,31 @@ def _compile_prefill(rt: runtime.Runtime, model: torch.nn.Module, state: forward
     except TargetError as e:
         return str(e)
     prefill_compile.install(model.model, config, log)
-    batch = state.batch
-    tokens = batch.input_ids.shape[0]
-    # What the compiled forward runs inside (entered again to trace it).
-    context = functools.partial(_tc_piecewise_state, state, model, rt, tokens)
+    sizes = prefill_compile.capture_sizes(config)
+    driven = list(reversed(decode_compile.pick(sizes))) or [state.batch.input_ids.shape[0]]
     line = (f"compiled by SGLang's install_torch_compiled (fullgraph=True, SGLang's piecewise backend, "
-            f"compiler {getattr(config, 'compiler', '?')}); driven at {tokens} tokens")
-    try:
-        with phase_scope("extend", context), context():
-            model.model(batch.input_ids, batch.positions, batch)
-    except Exception as e:
-        # The server's compile pass stops here; the map says where, and the
-        # region is traced below with SGLang's options.
-        line += f"; the runner's compile pass stopped: {type(e).__name__}: {one_line(str(e), 200)}"
-    return line
+            f"compiler {getattr(config, 'compiler', '?')}); driven at {', '.join(map(str, driven))} tokens"
+            + (f" (the largest, a middle and the smallest of its {len(sizes)} capture sizes)" if sizes else ""))
+    stops = []
+    for tokens in driven:
+        try:
+            sized = state if tokens == state.batch.input_ids.shape[0] else _forward_state(rt, layers, "extend", tokens)
+        except TargetError as e:
+            stops.append(f"at {tokens} tokens: {e}")
+            continue
+        batch = sized.batch
+        # What the compiled forward runs inside (entered again to trace it).
+        context = functools.partial(_tc_piecewise_state, sized, model, rt, tokens)
+        try:
+            with phase_scope("extend", context), context():
+                model.model(batch.input_ids, batch.positions, batch)
+        except Exception as e:
+            # The server's compile pass stops here; the map says where, and
+            # the region is traced with SGLang's options.
+            stops.append(f"at {tokens} tokens: {type(e).__name__}: {one_line(str(e), 200)}")
+    if stops and len(stops) == len(driven) and len({s.split(": ", 1)[1] for s in stops}) == 1:
+        return f"{line}; the runner's compile pass stopped at each size: {stops[0].split(': ', 1)[1]}"
+    return "; ".join([line, *(f"the runner's compile pass stopped {s}" for s in stops)])
 
 
 @contextlib.contextmanager

@@ -57,6 +57,13 @@ def available() -> bool:
         runtime.optional(*BACKEND) is not None or runtime.optional(*CONFIG) is not None)
 
 
+def capture_sizes(config: Any) -> list[int]:
+    """The token counts SGLang's compile config lists for the runner's
+    compile and capture passes ([] where it lists none)."""
+    sizes = config.get_capture_sizes() if hasattr(config, "get_capture_sizes") else None
+    return sorted({int(n) for n in sizes or ()})
+
+
 def warms_in_state() -> bool:
     """Whether the release's prefill runner runs an eager forward inside its
     piecewise state before it compiles (the runner backend's compile pass
@@ -122,4 +129,4 @@ def compile_pass() -> Any:
         yield
 
 
-__all__ = ["available", "compile_config", "compile_pass", "install", "warms_in_state"]
+__all__ = ["available", "capture_sizes", "compile_config", "compile_pass", "install", "warms_in_state"]
