@@ -106,11 +106,14 @@ class HostMemoryMode(FakeTensorMode):
         return entry[1] if entry is not None and entry[0]() is tensor else None
 
     def _remember(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
-        for argument, value in zip(func._schema.arguments, args):  # written to: no longer known
-            if argument.alias_info is not None and argument.alias_info.is_write and isinstance(value, FakeTensor):
-                for t in (value, value._base):
-                    self._written.pop(id(t), None)
+        if self._written and func._schema.is_mutable:  # written to: no longer known
+            for argument, value in zip(func._schema.arguments, args):
+                if argument.alias_info is not None and argument.alias_info.is_write and isinstance(value, FakeTensor):
+                    for t in (value, value._base):
+                        self._written.pop(id(t), None)
         if not isinstance(out, FakeTensor) or not args or not isinstance(args[0], torch.Tensor):
+            return
+        if func is not _COPY and not self._written:  # nothing remembered to carry over
             return
         source = args[0]
         if func is _COPY:

@@ -218,7 +218,9 @@ class Env:
     @property
     def notes(self) -> list[str]:
         """What the build could not hold as the release asks (its manifest's
-        ``notes``: a package where the release and the FlashInfer disagree)."""
+        ``notes``: a package where the release and the FlashInfer disagree);
+        [] for a manifest written before the build kept notes, or one that
+        cannot be read (the cell then says nothing of its environment)."""
         try:
             notes = json.loads((self.path / MANIFEST).read_text(encoding="utf-8")).get("notes")
         except (OSError, ValueError, AttributeError):
