@@ -395,12 +395,12 @@ def _compile_prefill(rt: runtime.Runtime, model: torch.nn.Module, state: forward
     line = (f"compiled by SGLang's install_torch_compiled (fullgraph=True, SGLang's piecewise backend, "
             f"compiler {getattr(config, 'compiler', '?')}); driven at {', '.join(map(str, driven))} tokens"
             + (f" (the largest, a middle and the smallest of its {len(sizes)} capture sizes)" if sizes else ""))
-    stops = []
+    stops: list[tuple[int, str]] = []  # (tokens, why the compile pass stopped there)
     for tokens in driven:
         try:
             sized = state if tokens == state.batch.input_ids.shape[0] else _forward_state(rt, layers, "extend", tokens)
         except TargetError as e:
-            stops.append(f"at {tokens} tokens: {e}")
+            stops.append((tokens, str(e)))
             continue
         batch = sized.batch
         # What the compiled forward runs inside (entered again to trace it).
@@ -411,10 +411,11 @@ def _compile_prefill(rt: runtime.Runtime, model: torch.nn.Module, state: forward
         except Exception as e:
             # The server's compile pass stops here; the map says where, and
             # the region is traced with SGLang's options.
-            stops.append(f"at {tokens} tokens: {type(e).__name__}: {one_line(str(e), 200)}")
-    if stops and len(stops) == len(driven) and len({s.split(": ", 1)[1] for s in stops}) == 1:
-        return f"{line}; the runner's compile pass stopped at each size: {stops[0].split(': ', 1)[1]}"
-    return "; ".join([line, *(f"the runner's compile pass stopped {s}" for s in stops)])
+            stops.append((tokens, f"{type(e).__name__}: {one_line(str(e), 200)}"))
+    reasons = {why for _tokens, why in stops}
+    if len(stops) == len(driven) > 1 and len(reasons) == 1:
+        return f"{line}; the runner's compile pass stopped at each size: {reasons.pop()}"
+    return "; ".join([line, *(f"the runner's compile pass stopped at {tokens} tokens: {why}" for tokens, why in stops)])
 
 
 @contextlib.contextmanager

@@ -77,8 +77,8 @@ def compile_config(rt: runtime.Runtime) -> Any:
     backend's own builder, or (older releases) built as the runner's
     constructor builds it from the launch's fields."""
     try:
-        if runtime.optional(*BACKEND) is not None:
-            _, backend = runtime.require(*BACKEND)
+        backend = runtime.optional(*BACKEND)
+        if backend is not None:
             return backend.build_compilation_config(rt.server_args)
         _, config_cls = runtime.require(*CONFIG)
         missing = [f for f in CONFIG_FIELDS if not hasattr(rt.server_args, f)]
