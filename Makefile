@@ -68,7 +68,8 @@ trace: $(VENV)/.installed
 	  echo "make trace: SGLang's own dense layer (--impl sglang, $(VENVSGL))"; \
 	  $(VENVSGL)/bin/graphbreak-doctor trace --layer dense --impl sglang --json && \
 	  echo "make trace: what a GLM-5 server with the default launch compiles (--model --mode map)" && \
-	  $(VENVSGL)/bin/graphbreak-doctor trace --model --mode map --json; \
+	  $(VENVSGL)/bin/graphbreak-doctor trace --model --mode map --json && \
+	  echo "make trace: a fullgraph failure stops a server only where its launch compiles the prefill with tc_piecewise: SGLang 0.5.9-0.5.21 when asked for (0.5.22 removed it); per release: graphbreak-doctor matrix --model --sglang 0.5.9,0.5.21,0.5.23 (docs/matrix.md)"; \
 	else \
 	  echo "make trace: the re-created dense layer (--impl reference, $(VENV); make venv adds SGLang)"; \
 	  $(VENV)/bin/graphbreak-doctor trace --layer dense --impl reference --json; \
