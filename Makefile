@@ -14,20 +14,25 @@ PYTEST_ARGS ?= --durations=30
 # of `make test` and for .ci/run's gates.
 TEST_TRACES := $(CURDIR)/reports/test-traces
 PIP_FLAGS := -q --disable-pip-version-check
+# uv builds the matrix's environments (a dependency of the doctor): every
+# environment here installs the doctor without dependencies, so it gets uv
+# by name, at the version requirements/ci.txt pins.
+UV := $(shell grep -m1 '^uv==' requirements/ci.txt)
 
 .PHONY: trace test test-stages test-sglang-then-fi063 test-main test-fi063 test-both-versions test-sglang test-sglang-0.5.9 test-sglang-0.5.21 chromium bench bench-matrix clean venv
 
 venv: $(VENV)/.installed $(VENV063)/.installed $(VENVSGL)/.installed
 
-$(VENV)/.installed: pyproject.toml requirements/ci.txt
+$(VENV)/.installed: pyproject.toml requirements/ci.txt requirements/ray.txt
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install $(PIP_FLAGS) -r requirements/ci.txt
+	$(VENV)/bin/pip install $(PIP_FLAGS) -r requirements/ci.txt -r requirements/ray.txt
 	$(VENV)/bin/pip install $(PIP_FLAGS) --no-deps --no-build-isolation -e .
 	touch $@
 
 $(VENV063)/.installed: pyproject.toml requirements/fi063.txt
 	$(PYTHON) -m venv $(VENV063)
 	$(VENV063)/bin/pip install $(PIP_FLAGS) -r requirements/fi063.txt
+	$(VENV063)/bin/pip install $(PIP_FLAGS) $(UV)
 	$(VENV063)/bin/pip install $(PIP_FLAGS) --no-deps --no-build-isolation -e .
 	touch $@
 
@@ -38,6 +43,7 @@ $(VENVSGL)/.installed: pyproject.toml requirements/sglang.txt requirements/sglan
 	$(PYTHON) -m venv $(VENVSGL)
 	$(VENVSGL)/bin/pip install $(PIP_FLAGS) -r requirements/sglang.txt
 	$(VENVSGL)/bin/pip install $(PIP_FLAGS) --no-deps -r requirements/sglang-nodeps.txt
+	$(VENVSGL)/bin/pip install $(PIP_FLAGS) $(UV)
 	$(VENVSGL)/bin/pip install $(PIP_FLAGS) --no-deps --no-build-isolation -e .
 	touch $@
 
@@ -46,6 +52,7 @@ $(VENVSGL059)/.installed: pyproject.toml requirements/sglang-0.5.9.txt requireme
 	$(PYTHON) -m venv $(VENVSGL059)
 	$(VENVSGL059)/bin/pip install $(PIP_FLAGS) -r requirements/sglang-0.5.9.txt
 	$(VENVSGL059)/bin/pip install $(PIP_FLAGS) --no-deps -r requirements/sglang-0.5.9-nodeps.txt
+	$(VENVSGL059)/bin/pip install $(PIP_FLAGS) $(UV)
 	$(VENVSGL059)/bin/pip install $(PIP_FLAGS) --no-deps --no-build-isolation -e .
 	touch $@
 
@@ -55,6 +62,7 @@ $(VENVSGL0521)/.installed: pyproject.toml requirements/sglang-0.5.21.txt require
 	$(PYTHON) -m venv $(VENVSGL0521)
 	$(VENVSGL0521)/bin/pip install $(PIP_FLAGS) -r requirements/sglang-0.5.21.txt
 	$(VENVSGL0521)/bin/pip install $(PIP_FLAGS) --no-deps -r requirements/sglang-0.5.21-nodeps.txt
+	$(VENVSGL0521)/bin/pip install $(PIP_FLAGS) $(UV)
 	$(VENVSGL0521)/bin/pip install $(PIP_FLAGS) --no-deps --no-build-isolation -e .
 	touch $@
 

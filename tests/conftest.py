@@ -3,6 +3,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -187,3 +188,49 @@ def check_golden(path: Path, got: dict) -> None:
         return
     assert old, f"no golden file {path.name}; run with {UPDATE_GOLDEN}=1"
     assert got == json.loads(old)
+
+
+# The matrix (tests/test_matrix.py, tests/test_matrix_ray.py): one reference
+# matrix, run once and shared.
+FI_OLD = "0.6.3"
+
+
+def _installed(dist: str) -> str:
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return ""
+
+
+FI_NEW = _installed("flashinfer-python")
+
+
+def doctor(*args: str, cwd: Path, timeout: float = 1200) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "graphbreak_doctor", *args], cwd=cwd, env=env, text=True,
+                          capture_output=True, timeout=timeout, check=False)
+
+
+@pytest.fixture(scope="session")
+def envs_dir() -> Path:
+    """The doctor's own environments folder (graphbreak_doctor/cache.py): kept
+    between runs, as `matrix` keeps them, and built from uv's cache; a second
+    run of the tests builds nothing."""
+    from graphbreak_doctor.matrix.envs import default_envs_dir
+
+    return default_envs_dir()
+
+
+@pytest.fixture(scope="session")
+def reference_run(tmp_path_factory, envs_dir):
+    """One real matrix: the reference dense layer on FlashInfer 0.6.3 and the
+    installed one, sm120 and sm100, two workers at a time."""
+    out = tmp_path_factory.mktemp("matrix-out")
+    start = time.monotonic()
+    proc = doctor("matrix", "--layer", "dense", "--impl", "reference", "--flashinfer", f"{FI_OLD},{FI_NEW}",
+                  "--device", "sm120,sm100", "--mode", "fullgraph", "--jobs", "2", "--envs", str(envs_dir),
+                  "--json", str(out / "m.json"), "--html", str(out / "m.html"), cwd=out)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc, out, time.monotonic() - start

@@ -15,50 +15,21 @@ import json
 import os
 import subprocess
 import sys
-import time
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 
+from conftest import FI_NEW, FI_OLD, ROOT, doctor
 from graphbreak_doctor.findings import Findings
-from graphbreak_doctor.matrix.envs import Builder, EnvSpec, default_envs_dir, installed
+from graphbreak_doctor.matrix.envs import Builder, EnvSpec, installed
 from graphbreak_doctor.matrix.result import CRASHED, FAILED, NOT_AVAILABLE, NOT_RUNNABLE, OK, Cell
 from graphbreak_doctor.matrix.run import bisect
 
-ROOT = Path(__file__).resolve().parents[1]
-FI_OLD, FI_NEW = "0.6.3", installed("flashinfer-python")
 SGLANG_WHEELS = [p for p in os.environ.get("GRAPHBREAK_DOCTOR_WHEELS", "").split(os.pathsep) if p]
 SGLANG_MATRIX = pytest.mark.skipif(not os.environ.get("GRAPHBREAK_DOCTOR_MATRIX_SGLANG"),
                                    reason="builds SGLang environments (GB, minutes): "
                                           "set GRAPHBREAK_DOCTOR_MATRIX_SGLANG=1")
-
-
-def doctor(*args: str, cwd: Path, timeout: float = 1200) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "graphbreak_doctor", *args], cwd=cwd, env=env, text=True,
-                          capture_output=True, timeout=timeout, check=False)
-
-
-@pytest.fixture(scope="session")
-def envs_dir() -> Path:
-    """The doctor's own environments folder (graphbreak_doctor/cache.py): kept
-    between runs, as `matrix` keeps them, and built from uv's cache; a second
-    run of the tests builds nothing."""
-    return default_envs_dir()
-
-
-@pytest.fixture(scope="session")
-def reference_run(tmp_path_factory, envs_dir):
-    """One real matrix: the reference dense layer on FlashInfer 0.6.3 and the
-    installed one, sm120 and sm100, two workers at a time."""
-    out = tmp_path_factory.mktemp("matrix-out")
-    start = time.monotonic()
-    proc = doctor("matrix", "--layer", "dense", "--impl", "reference", "--flashinfer", f"{FI_OLD},{FI_NEW}",
-                  "--device", "sm120,sm100", "--mode", "fullgraph", "--jobs", "2", "--envs", str(envs_dir),
-                  "--json", str(out / "m.json"), "--html", str(out / "m.html"), cwd=out)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc, out, time.monotonic() - start
 
 
 def test_table_shows_each_cells_verdict(reference_run):
@@ -430,3 +401,16 @@ def test_a_stopped_cell_says_what_its_environment_could_not_hold():
     assert cell.text("2.13.0") == ("CRASHED: the phases stopped: x; prefill: no prefill CUDA graph; environment: "
                                    "nvidia-cutlass-dsl 4.8.0: the release asks nvidia-cutlass-dsl>=4.3.4 ...")
     assert cell.to_dict()["environment"] == cell.environment
+
+
+def test_without_uv_the_matrix_is_one_line_exit_2_before_any_cell(tmp_path):
+    # An interpreter where uv neither imports nor is on the PATH, as the doctor
+    # installed without its dependencies.
+    code = "import sys; sys.modules['uv'] = None; from graphbreak_doctor.cli import main; sys.exit(main(sys.argv[1:]))"
+    proc = subprocess.run([sys.executable, "-c", code, "matrix", "--layer", "dense", "--impl", "reference",
+                           "--flashinfer", FI_OLD], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("graphbreak-doctor: error: uv, which builds the matrix's environments, "
+                                  "is not installed here") and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stdout == "" and not any(tmp_path.iterdir())

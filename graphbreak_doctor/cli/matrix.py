@@ -22,6 +22,7 @@ from graphbreak_doctor.cli.common import (
 from graphbreak_doctor.cli.outputs import OutputSet, add_output_options, keep_logs, write_file
 from graphbreak_doctor.emulation.presets import PRESETS
 from graphbreak_doctor.findings import MAP_MODE, MODE_CHOICES
+from graphbreak_doctor.matrix.executors import EXECUTORS
 from graphbreak_doctor.render import MATRIX, get
 
 NAME = "matrix"
@@ -89,8 +90,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="sglang or flashinfer: the first release in the range whose verdict differs from "
                         "LOW's, on the first device, the other axis at one version")
     how = p.add_argument_group("how to run")
+    how.add_argument("--executor", choices=tuple(EXECUTORS), default="local",
+                     help="where the cells run: local (worker processes here) or ray (each job a Ray task on a "
+                          "running Ray cluster, which builds or reuses the environment on its node; pip install "
+                          "'graphbreak-doctor[ray]'; docs/matrix.md)")
+    how.add_argument("--address", metavar="ADDR",
+                     help="with --executor ray: the cluster (host:port; default RAY_ADDRESS, then the cluster "
+                          "running on this machine)")
     how.add_argument("--jobs", type=int_at_least(1), default=None, metavar="N",
-                     help="worker processes at once (default: the CPU count)")
+                     help="worker processes at once, locally (default: the CPU count; Ray runs as many as the "
+                          "cluster has CPUs)")
     how.add_argument("--timeout", type=int_at_least(1), default=DEFAULT_TIMEOUT, metavar="SECONDS",
                      help=f"per worker (default {DEFAULT_TIMEOUT}); a cell past it is 'timed out'")
     how.add_argument("--memory", type=int_at_least(1), default=DEFAULT_MEMORY_GB, metavar="GB",
@@ -169,47 +178,30 @@ def _bisect_range(args: argparse.Namespace, plan) -> tuple[str, str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dataclasses import replace
-
     from graphbreak_doctor.matrix.envs import Builder, EnvError, default_envs_dir
+    from graphbreak_doctor.matrix.executors import ExecutorError, Limits, executor
     from graphbreak_doctor.matrix.result import NOT_AVAILABLE
-    from graphbreak_doctor.matrix.run import (
-        Limits,
-        available_versions,
-        bisect,
-        run_cells,
-    )
     from graphbreak_doctor.progress import Progress
 
     plan = _plan(args)
     bisecting = _bisect_range(args, plan) if args.bisect else None
+    if args.executor != "ray" and args.address:
+        raise UsageError("--address names a Ray cluster: give --executor ray")
+    if args.executor == "ray" and args.jobs:
+        raise UsageError("--jobs is for --executor local: Ray runs as many jobs at once as the cluster has CPUs")
     stem = f"matrix-{plan.layer}-{plan.impl}" + (f"-bisect-{bisecting[0]}" if bisecting else "")
     outputs = OutputSet.plan(args, (MATRIX,), [stem])
     progress = Progress()
     limits = Limits(jobs=args.jobs or os.cpu_count() or 1, timeout=args.timeout, memory=args.memory << 30)
+    options = {"address": args.address, "envs": args.envs, "find_links": tuple(args.find_links)} \
+        if args.executor == "ray" else {}
     try:
         builder = Builder(Path(args.envs) if args.envs else default_envs_dir(), args.find_links)
-        if bisecting:
-            axis, low, high = bisecting
-            package = "sglang" if axis == "sglang" else "flashinfer-python"
-            versions = available_versions(package, low, high, builder.find_links)
-            if len(versions) < 2 or versions[0] != low or versions[-1] != high:
-                raise UsageError(f"--bisect {axis}: {low} and {high} must both be releases "
-                                 f"(found {', '.join(versions) or 'none'} in the range)")
-            probed = []
-
-            def probe(chosen: list[str]) -> dict:
-                some = replace(plan, devices=plan.devices[:1], **{axis: tuple(chosen)})
-                result = run_cells(some, builder, limits, progress)
-                probed.append(result)
-                return {v: [c for c in result.cells if getattr(c, axis) == v] for v in chosen}
-
-            found = bisect(versions, probe, axis, width=limits.jobs)
-            result = _joined(plan, probed, axis)
-            result.bisection = found
-        else:
-            result = run_cells(plan, builder, limits, progress)
-    except EnvError as e:
+        with executor(args.executor, **options) as runner:
+            progress(f"cells run on {runner.describe() or 'this machine'}")
+            result = _run(args, plan, bisecting, builder, limits, progress, runner)
+        result.log = runner.log
+    except (EnvError, ExecutorError) as e:
         raise UsageError(str(e)) from e
     refused = [c for c in result.cells if c.status == NOT_AVAILABLE]
     if refused and len(refused) == len(result.cells):  # an argument no release takes: bad input
@@ -223,6 +215,34 @@ def run(args: argparse.Namespace) -> int:
     outputs.write({stem: result})
     keep_logs(outputs, [stem], [result.log_text()], unkept="--json or --html keeps it")
     return EXIT_OK
+
+
+def _run(args: argparse.Namespace, plan, bisecting, builder, limits, progress, runner):
+    """The matrix, or the bisection's probes joined into one."""
+    from dataclasses import replace
+
+    from graphbreak_doctor.matrix.run import available_versions, bisect, run_cells
+
+    if bisecting:
+        axis, low, high = bisecting
+        package = "sglang" if axis == "sglang" else "flashinfer-python"
+        versions = available_versions(package, low, high, builder.find_links)
+        if len(versions) < 2 or versions[0] != low or versions[-1] != high:
+            raise UsageError(f"--bisect {axis}: {low} and {high} must both be releases "
+                             f"(found {', '.join(versions) or 'none'} in the range)")
+        probed = []
+
+        def probe(chosen: list[str]) -> dict:
+            some = replace(plan, devices=plan.devices[:1], **{axis: tuple(chosen)})
+            result = run_cells(some, builder, limits, progress, runner)
+            probed.append(result)
+            return {v: [c for c in result.cells if getattr(c, axis) == v] for v in chosen}
+
+        found = bisect(versions, probe, axis, width=limits.jobs)
+        result = _joined(plan, probed, axis)
+        result.bisection = found
+        return result
+    return run_cells(plan, builder, limits, progress, runner)
 
 
 def _joined(plan, parts: list, axis: str):
@@ -251,3 +271,4 @@ def _write_cell_reports(result, folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
     for c in cells:
         write_file(folder / f"{c.slug}.html", report.render(c.findings))
+

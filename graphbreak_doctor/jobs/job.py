@@ -34,6 +34,9 @@ class Job:
     # Where the traced code's stdout and stderr go (jobs/output.py); "" = where
     # the process's own go.
     log: str = ""
+    # The worker's current folder (what file paths in the findings are shown
+    # relative to); "" = this process's.
+    cwd: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -132,7 +132,7 @@ def _start(job: Job, index: int, run_dir: Path, timeout: float, memory: int,
     process = subprocess.Popen(
         [job.python or sys.executable, "-m", "graphbreak_doctor.jobs.worker", str(folder / "job.json"),
          str(folder / "result.json")],
-        env=env, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+        env=env, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True, cwd=job.cwd or None,
     )
     running = _Running(job, index, folder, process, time.monotonic() + timeout)
     fd = process.stderr.fileno()

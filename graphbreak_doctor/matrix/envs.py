@@ -111,7 +111,8 @@ def uv_binary() -> str:
     except (ImportError, FileNotFoundError):
         found = shutil.which("uv")
         if not found:
-            raise EnvError("uv is not installed (pip install -r requirements/ci.txt)") from None
+            raise EnvError("uv, which builds the matrix's environments, is not installed here "
+                           "(pip install uv; it comes with graphbreak-doctor's own dependencies)") from None
         return found
 
 
@@ -237,6 +238,7 @@ class Builder:
         self.torch = torch_version()
         if not self.torch:
             raise EnvError("torch is not installed in this environment: the matrix holds every cell at its version")
+        self.uv = uv_binary()  # no environment can be built without it: said before any cell runs
         links = list(find_links or []) + pip_find_links()
         self.find_links = list(dict.fromkeys(links))
         self.sweep()
@@ -292,7 +294,7 @@ class Builder:
         shutil.rmtree(self.path(spec), ignore_errors=True)
 
     def _uv(self, *args: str, what: str) -> str:
-        command = lifetime.command([uv_binary(), *args])
+        command = lifetime.command([self.uv, *args])
         result = subprocess.run(command, check=False, capture_output=True, text=True, stdin=subprocess.DEVNULL)
         if result.returncode != 0:
             lines = [ln.strip(" ×╰─▶│") for ln in result.stderr.splitlines() if ln.strip(" ×╰─▶│")]

@@ -53,6 +53,10 @@ class Cell:
     # What the cell's environment could not hold as the release asks (a
     # package the release and the FlashInfer disagree on: its manifest's notes).
     environment: list[str] = field(default_factory=list)
+    # What else the cell's line says: how it ran (retried once after a lost
+    # Ray worker), a mode that crashed beside the verdict it does not change.
+    notes: list[str] = field(default_factory=list)
+    host: str = ""  # the machine its workers ran on (a Ray node's host name, or this one's)
     # What the traced code wrote to stdout/stderr in the cell's workers (one
     # section per mode); kept in the matrix's log file, not in its JSON.
     log: str = ""
@@ -101,7 +105,10 @@ class Cell:
 
     def text(self, torch: str) -> str:
         """The table cell: fullgraph ok / the first failure's category / breaks;
-        a MODEL cell: its compile map in one line."""
+        a MODEL cell: its compile map in one line; then the cell's notes."""
+        return "; ".join([self._verdict_text(torch), *self.notes])
+
+    def _verdict_text(self, torch: str) -> str:
         if self.status == NOT_AVAILABLE:
             return f"not available in this release: {self.reason}"
         if self.layer == MODEL and self.status in (OK, FAILED):
@@ -124,7 +131,7 @@ class Cell:
             "sglang": self.sglang, "flashinfer": self.flashinfer, "device": self.device, "layer": self.layer,
             "status": self.status, "verdict": self.verdict(), "reason": self.reason, "category": self.category,
             "function": self.function, "breaks": self.breaks, "setup_seconds": round(self.setup_seconds, 1),
-            "environment": self.environment,
+            "environment": self.environment, "notes": self.notes, "host": self.host,
             **({"prefill": self.prefill, "prefill_fullgraph": self.prefill_fullgraph, "sglang_said": self.sglang_said,
                 "sglang_rules": self.sglang_rules,
                 "regions": self.regions, "registered": self.registered} if self.layer == MODEL else {}),
@@ -175,6 +182,10 @@ class MatrixResult:
     trace_seconds: float = 0.0  # every cell's traces, wall time
     envs_built: int = 0
     envs_reused: int = 0
+    # Where the cells ran when not on this machine ("the Ray cluster at ...").
+    executor: str = ""
+    # What the executor's own libraries printed (Ray's driver); in the log file, not the JSON.
+    log: str = ""
     # Where the HTML page's cells link to, relative to the page ("" = no links).
     reports_dir: str = ""
     schema_version: int = MATRIX_SCHEMA_VERSION
@@ -189,7 +200,8 @@ class MatrixResult:
 
     def log_text(self) -> str:
         """What the traced code wrote in every cell's workers, under a line naming the cell."""
-        return "".join(f"=== {c.versions}, {c.device}, {c.layer}\n{c.log}" for c in self.cells if c.log)
+        cells = "".join(f"=== {c.versions}, {c.device}, {c.layer}\n{c.log}" for c in self.cells if c.log)
+        return cells + (f"=== the executor\n{self.log}" if self.log.strip() else "")
 
     def cell(self, sglang: str, flashinfer: str, layer: str, device: str) -> Cell | None:
         return next((c for c in self.cells if (c.sglang, c.flashinfer, c.layer, c.device)
@@ -202,6 +214,7 @@ class MatrixResult:
             "mode": self.mode, "torch": self.torch, "sglang": self.sglang, "flashinfer": self.flashinfer,
             "devices": self.devices, "launch": self.launch, "setup_seconds": round(self.setup_seconds, 3),
             "trace_seconds": round(self.trace_seconds, 1), "envs_built": self.envs_built, "envs_reused": self.envs_reused,
+            "executor": self.executor,
             "cells": [c.to_dict() for c in self.cells],
             "diffs": [d.__dict__ for d in self.diffs],
             "bisection": None if b is None else {**b.__dict__, "probes": [list(p) for p in b.probes]},

@@ -18,6 +18,7 @@ traces it as that runner does (``--mode piecewise``) for its verdict.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import subprocess
 import sys
@@ -26,9 +27,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from itertools import pairwise
 
-from graphbreak_doctor.findings import MAP_MODE
+from graphbreak_doctor.findings import COMPLETE, FULLGRAPH_MODES, MAP_MODE
 from graphbreak_doctor.jobs.job import MAP, TRACE, Job
-from graphbreak_doctor.matrix.envs import Builder, Env, EnvError, EnvSpec, version_key
+from graphbreak_doctor.matrix.envs import Builder, EnvError, EnvSpec, version_key
+from graphbreak_doctor.matrix.executors import Limits, Work
 from graphbreak_doctor.matrix.result import (
     CRASHED,
     FAILED,
@@ -71,13 +73,6 @@ class Plan:
         return PROVIDER.layer_selections(self.layer, self.impl, launch=self.launch)
 
 
-@dataclass(frozen=True)
-class Limits:
-    jobs: int
-    timeout: float  # seconds, per worker
-    memory: int  # bytes of address space, per worker (0: none)
-
-
 def _refused(cell: Cell, usage) -> Cell:
     """A cell whose worker found bad input: the release refuses the launch
     arguments (SGLang's own message), or it does not import or build here."""
@@ -111,7 +106,17 @@ def _classify(cell: Cell, outcomes: list) -> Cell:
         cell.reason = one_line(missing.message)
         cell.findings = merge_modes([o.as_findings() for o in outcomes])
         return cell
-    findings = merge_modes([o.findings for o in outcomes])
+    parts = [o.findings for o in outcomes]
+    findings = merge_modes(parts)
+    verdict = next((p for p in parts if set(p.modes) & set(FULLGRAPH_MODES)), None)
+    stopped = next((p for p in parts if p is not verdict and (p.outcome != COMPLETE or p.fullgraph.crashed)), None)
+    if stopped is not None and verdict is not None and verdict.outcome == COMPLETE and not verdict.fullgraph.crashed:
+        # Dynamo crashed in another mode (explain) while fullgraph ran to its
+        # verdict: the cell keeps the verdict and says what crashed.
+        findings = dataclasses.replace(findings, fullgraph=dataclasses.replace(verdict.fullgraph))
+        mode = "+".join(stopped.modes)
+        error = one_line(stopped.fullgraph.error).removesuffix(f" (in {mode} mode)")
+        cell.notes.append(f"{mode} mode crashed (the breaks before it are counted): {error}")
     cell.findings = findings
     cell.breaks = len(findings.breaks)
     fg = findings.fullgraph
@@ -129,76 +134,71 @@ def _classify(cell: Cell, outcomes: list) -> Cell:
     return cell
 
 
-def run_cells(plan: Plan, builder: Builder, limits: Limits, progress: Callable[[str], None]) -> MatrixResult:
+def run_cells(plan: Plan, builder: Builder, limits: Limits, progress: Callable[[str], None],
+              executor=None) -> MatrixResult:
+    """Every cell of ``plan``, its jobs run by ``executor`` (executors/;
+    default: the local one)."""
     from graphbreak_doctor.findings import modes_for
     from graphbreak_doctor.jobs.output import log_sections
+    from graphbreak_doctor.matrix.executors.local import Executor as Local
 
+    executor = executor or Local()
     result = MatrixResult(layer=plan.layer, impl=plan.impl, mode=plan.mode, torch=builder.torch,
                           sglang=list(plan.sglang), flashinfer=list(plan.flashinfer), devices=list(plan.devices),
                           launch=list(plan.launch))
-    start = time.monotonic()
-    envs: dict[EnvSpec, Env | str] = {}
-    for spec in plan.specs():
-        progress(f"environment: {spec.label}")
-        try:
-            env = builder.ensure(spec)
-        except EnvError as e:
-            envs[spec] = f"cannot install {spec.label}: {e}"
-            continue
-        envs[spec] = env
-        result.envs_built += env.built
-        result.envs_reused += not env.built
-    result.setup_seconds = time.monotonic() - start
-
     selections = plan.selections()
     modes = [MAP_MODE] if plan.layer == MODEL else modes_for(plan.mode)
     cells: list[Cell] = []
-    jobs: list[Job] = []
+    work: list[Work] = []
     for spec in plan.specs():
-        env = envs[spec]
         for device in plan.devices:
             for selection in selections:
-                cell = Cell(spec.sglang, spec.flashinfer, device, selection.options["kind"], status=OK)
-                cells.append(cell)
-                if isinstance(env, str):
-                    cell.status, cell.reason = NOT_RUNNABLE, one_line(env)
-                    continue
-                cell.setup_seconds, cell.environment = env.seconds, env.notes
-                jobs += [Job(MAP if m == MAP_MODE else TRACE, selection, device, m, python=env.python)
-                         for m in modes]
-    progress(f"tracing: {len(jobs)} worker processes, {limits.jobs} at a time")
+                cells.append(Cell(spec.sglang, spec.flashinfer, device, selection.options["kind"], status=OK))
+                work += [Work(spec, Job(MAP if m == MAP_MODE else TRACE, selection, device, m)) for m in modes]
     start = time.monotonic()
-    outcomes = _run(jobs, limits)
-    runnable = [c for c in cells if not c.reason]
-    per_cell = [outcomes[i * len(modes):(i + 1) * len(modes)] for i in range(len(runnable))]
+    ran = executor.run(work, builder, limits, progress)
+    per_cell = [ran[i * len(modes):(i + 1) * len(modes)] for i in range(len(cells))]
+    _tally_environments(result, ran)
     if plan.layer == MODEL:
         # The prefill forward where the resolved launch compiles it with
         # fullgraph: traced as SGLang's tc_piecewise runner compiles it.
-        compiled = [(cell, found[0].job) for cell, found in zip(runnable, per_cell) if _prefill_compiled(found[0])]
+        first = work[::len(modes)]
+        compiled = [(found, Work(w.spec, replace(w.job, kind=TRACE, mode="piecewise")))
+                    for found, w in zip(per_cell, first) if found[0].outcome and _prefill_compiled(found[0].outcome)]
         if compiled:
             progress(f"tracing the compiled prefill: {len(compiled)} worker processes")
-        prefill = _run([replace(job, kind=TRACE, mode="piecewise") for _cell, job in compiled], limits)
-        for (cell, _job), outcome in zip(compiled, prefill):
-            per_cell[runnable.index(cell)].append(outcome)
-    result.trace_seconds = time.monotonic() - start
-    for cell, found in zip(runnable, per_cell):
-        (_classify_map if plan.layer == MODEL else _classify)(cell, found)
-        cell.log = log_sections(found)
+        for (found, _w), prefill in zip(compiled, executor.run([w for _f, w in compiled], builder, limits, progress)):
+            found.append(prefill)
+    result.trace_seconds = max(0.0, time.monotonic() - start - result.setup_seconds)
+    for cell, found in zip(cells, per_cell):
+        env = found[0].env
+        cell.setup_seconds, cell.environment = (env.seconds, env.notes) if env is not None else (0.0, [])
+        cell.host = found[0].host
+        cell.notes += [f"retried once: Ray worker lost ({r.retried})" for r in found if r.retried][:1]
+        unbuilt = next((r.unbuilt for r in found if r.outcome is None), "")
+        if unbuilt:
+            cell.status, cell.reason = NOT_RUNNABLE, one_line(unbuilt)
+            continue
+        outcomes = [r.outcome for r in found]
+        (_classify_map if plan.layer == MODEL else _classify)(cell, outcomes)
+        cell.log = log_sections(outcomes)
     result.cells = cells
+    result.executor = executor.describe()
     result.diffs = neighbour_diffs(result)
     return result
 
 
-def _run(jobs: list[Job], limits: Limits) -> list:
-    """The jobs' outcomes, each with what its traced code wrote (``log``):
-    the workers' output never reaches the terminal."""
-    from graphbreak_doctor.jobs import run_jobs
-    from graphbreak_doctor.jobs.output import with_logs
-
-    if not jobs:
-        return []
-    return with_logs(jobs, lambda logged: run_jobs(logged, timeout=limits.timeout, parallel=limits.jobs,
-                                                   memory=limits.memory))
+def _tally_environments(result: MatrixResult, ran: list) -> None:
+    """Environments built and reused, and the time spent on them: one per
+    (machine, release pair), counted as built where any job built it."""
+    seen: dict = {}
+    for r in ran:
+        if r.env is not None:
+            have = seen.get((r.host, r.env.spec))
+            seen[(r.host, r.env.spec)] = r.env if have is None or r.env.built else have
+    result.envs_built = sum(env.built for env in seen.values())
+    result.envs_reused = len(seen) - result.envs_built
+    result.setup_seconds = sum(env.seconds for env in seen.values())
 
 
 def _launch(findings) -> dict:

@@ -42,7 +42,7 @@ def render(m: MatrixResult) -> str:
         lines.append("between neighbouring versions:")
         lines.extend(f"  {d.summary} [{d.fixed}, {d.device}, {d.layer}]" for d in m.diffs)
     lines.append(f"set-up: {m.setup_seconds:.1f} s ({m.envs_built} environments built, {m.envs_reused} reused); "
-                 f"traces: {m.trace_seconds:.1f} s")
+                 f"traces: {m.trace_seconds:.1f} s" + (f" on {m.executor}" if m.executor else ""))
     if m.bisection is not None:
         lines.append(m.bisection.line)
     return "\n".join(lines) + "\n"
