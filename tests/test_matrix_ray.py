@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -23,51 +22,25 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FI_NEW, FI_OLD, ROOT
+from conftest import FI_NEW, FI_OLD
+from ray_cluster import ENV, NoNamespace, loopback_cluster, popen_in_ns
 
 ray = pytest.importorskip("ray", reason="Ray is an optional extra (requirements/ray.txt)")
 
-RAY = Path(sys.executable).with_name("ray")
-ENV = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_USAGE_STATS_ENABLED": "0"}
 # The name each task's Ray worker takes while it runs (Ray: ray::<task name>).
 TASK_TITLE = b"ray::graphbreak-doctor "
 
 
-def _netns_or_skip(name: str) -> None:
-    made = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True, check=False) \
-        if shutil.which("ip") else None
-    if made is None or made.returncode != 0:
-        why = "no `ip` command" if made is None else made.stderr.strip()
-        if os.environ.get("CI"):
-            pytest.fail(f"a network namespace for the Ray cluster: {why} (CI runs as root)")
-        pytest.skip(f"cannot make a network namespace here: {why}")
-    subprocess.run(["ip", "netns", "exec", name, "ip", "link", "set", "lo", "up"], check=True)
-
-
-def in_ns(ns: str, *command: str, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run(["ip", "netns", "exec", ns, *command], env=ENV, text=True, capture_output=True,
-                          check=False, **kwargs)
-
-
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
+def cluster():
     """(namespace, address): a head node and a second node, one CPU each."""
-    ns = f"gbd-ray-{os.getpid()}"
-    _netns_or_skip(ns)
-    temp = f"/tmp/{ns}"  # Ray's session folder: short (socket paths)
-    port = "6380"
-    common = ["--num-cpus", "1", "--node-ip-address", "127.0.0.1", "--disable-usage-stats"]
     try:
-        head = in_ns(ns, str(RAY), "start", "--head", "--port", port, "--include-dashboard", "false",
-                     "--temp-dir", temp, *common, timeout=120)
-        assert head.returncode == 0, head.stderr[-2000:]
-        node = in_ns(ns, str(RAY), "start", "--address", f"127.0.0.1:{port}", *common, timeout=120)
-        assert node.returncode == 0, node.stderr[-2000:]
-        yield ns, f"127.0.0.1:{port}"
-    finally:
-        in_ns(ns, str(RAY), "stop", "--force", timeout=120)
-        subprocess.run(["ip", "netns", "delete", ns], check=False)
-        shutil.rmtree(temp, ignore_errors=True)
+        with loopback_cluster(nodes=2, cpus=1) as found:
+            yield found
+    except NoNamespace as e:
+        if os.environ.get("CI"):
+            pytest.fail(f"a network namespace for the Ray cluster: {e} (CI runs as root)")
+        pytest.skip(f"cannot make a network namespace here: {e}")
 
 
 def matrix_args(out: Path, envs_dir: Path, flashinfer: str, address: str) -> list[str]:
@@ -77,9 +50,8 @@ def matrix_args(out: Path, envs_dir: Path, flashinfer: str, address: str) -> lis
             "--json", str(out / "m.json"), "--html", str(out / "m.html"), "--executor", "ray", "--address", address]
 
 
-def doctor_in(ns: str, *args: str, cwd: Path, **kwargs):
-    return subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-m", "graphbreak_doctor", *args],
-                            cwd=cwd, env=ENV, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kwargs)
+def doctor_in(ns: str, *args: str, cwd: Path) -> subprocess.Popen:
+    return popen_in_ns(ns, sys.executable, "-m", "graphbreak_doctor", *args, cwd=cwd)
 
 
 def _table(stdout: str) -> list[str]:

@@ -71,13 +71,13 @@ class Executor:
 
         from graphbreak_doctor.jobs.output import to_log
 
-        bootstrap = _bootstrap(self.address)
         self._undo = undo = UndoLog()
         self._folder = tempfile.mkdtemp(prefix="graphbreak-doctor-ray-")
         try:
             # Ray's driver prints to stdout and stderr (C++ warnings, the
             # raylet's reports): to the log until the executor closes.
             to_log(os.path.join(self._folder, "ray.log"), undo)
+            bootstrap = _bootstrap(self.address)
             try:
                 ray.init(address=self.address, namespace=NAMESPACE, log_to_driver=False,
                          logging_level=logging.WARNING)
