@@ -164,9 +164,6 @@ class Collection:
             notes.append(text)
 
     # -- the findings
-    def nothing_found(self) -> bool:
-        return not any(self.events.values()) and not self.crashes and not self.graph_ops and not self.unparsed_total
-
     def findings(self, paths: list[str], fmt: str) -> Findings:
         results = self._results()
         environment = {k: self.environment.get(k, "") for k in ENVIRONMENT_KEYS}

@@ -86,11 +86,14 @@ def _refused(cell: Cell, usage) -> Cell:
 
 
 def _first_failure(findings) -> tuple[str, str]:
-    """(category, function) of the break fullgraph stopped at."""
+    """(category, function) of the break fullgraph stopped at; a failure that
+    names no break is the registry's fallback category (what no rule recognised)."""
+    from graphbreak_doctor.analysis.categories import FALLBACK
+
     fg = findings.fullgraph
     first = next((b for b in findings.breaks if b.id == fg.break_id), None)
     frame = first.actionable_frame or first.site if first else fg.site
-    return (first.category if first else "capture-failure"), (frame.function if frame else "")
+    return (first.category if first else FALLBACK), (frame.function if frame else "")
 
 
 def _classify(cell: Cell, outcomes: list) -> Cell:

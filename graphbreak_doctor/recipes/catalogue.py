@@ -4,7 +4,7 @@ their registered ops accept.
 A fake returns empty tensors of the shapes and dtypes the real function
 returns; Dynamo needs nothing else to keep a custom op in the graph. Each
 entry says which library source it was read from. Functions not listed here
-get a fake inferred from a warm-up run under fake tensors (see recipes.py),
+get a fake inferred from a warm-up run under fake tensors (custom_op.py),
 and a listed fake is cross-checked against that run when there is one.
 """
 

@@ -42,8 +42,6 @@ from graphbreak_doctor.text import escape_controls
 
 TEMPLATES = Path(__file__).with_name("templates")
 
-# Keys of target.meta shown in the banner's headline rather than in the table.
-
 
 @dataclass
 class SourceLine:
