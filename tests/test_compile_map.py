@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from markupsafe import escape
 
 from graphbreak_doctor.capture.regions import CompileRecorder
 from graphbreak_doctor.compile_map import trace_region
@@ -130,6 +131,9 @@ def test_the_map_is_in_the_json_the_summary_and_the_report(tmp_path):
     assert "3 regions registered (torch.compile called) that no phase entered" in text
     html = get("html").render(again)
     assert 'id="compile-map"' in html and "_library.&lt;locals&gt;.chatty" in html
+    # Where a break stops the server, as the terminal says it.
+    line = next(ln.strip() for ln in text.splitlines() if ln.strip().startswith("fullgraph=True: "))
+    assert f'<p id="compile-map-fullgraph"><strong>{escape(line)}</strong></p>' in html
     # The map alone (--mode map): its verdict is its regions', in every output.
     alone = Findings.from_json(findings.to_json())
     alone.modes = ["map"]
@@ -140,6 +144,7 @@ def test_the_map_is_in_the_json_the_summary_and_the_report(tmp_path):
     layer = Findings.from_json(findings.to_json())
     layer.regions = []
     assert "<h2>Launch</h2>" in get("html").render(layer) and "Compile map" not in get("html").render(layer)
+    assert "compile-map-fullgraph" not in get("html").render(layer)
     # Findings from elsewhere may hold anything under facts: no crash.
     hostile = Findings.from_json(findings.to_json().replace('"arguments": [', '"arguments": 7, "x": ['))
     assert "compile map (default launch arguments)" in get("terminal").render(hostile)
