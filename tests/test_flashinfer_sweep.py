@@ -18,6 +18,7 @@ Runs in both FlashInfer environments (marker `flashinfer`); skip locally with
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -29,7 +30,11 @@ from conftest import ROOT
 
 pytestmark = [pytest.mark.flashinfer_version, pytest.mark.sweep]
 
-flashinfer = pytest.importorskip("flashinfer")
+# Installed or not, read from its metadata: some FlashInfer releases ask the
+# CUDA device while they import, so this process never imports it (each entry
+# point is traced in a worker, inside the emulated device).
+if not importlib.util.find_spec("flashinfer"):
+    pytest.skip("FlashInfer is not installed", allow_module_level=True)
 
 from fixtures.flashinfer_sweep import ALL, ENTRY_POINTS  # noqa: E402
 
