@@ -125,6 +125,9 @@ def test_a_cell_that_cannot_be_built_says_why_and_the_rest_go_on(tmp_path, envs_
     (["--model", "--bisect", "sglang", "0.5.9..0.5.23"], "give --layer, not --model"),
     (["--layer", "dense", "--mode", "map"], "give --model"),
     (["--model", "--layer", "dense"], "not allowed with argument"),
+    (["--layer", "dense", "--address", "127.0.0.1:6379"], "--address names a Ray cluster: give --executor ray"),
+    (["--layer", "dense", "--executor", "ray", "--jobs", "2"], "--jobs is for --executor local"),
+    (["--layer", "dense", "--executor", "slurm"], "invalid choice: 'slurm'"),
 ])
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, message):
     proc = doctor("matrix", *args, "--envs", str(tmp_path / "envs"), cwd=tmp_path, timeout=60)
