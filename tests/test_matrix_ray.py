@@ -198,7 +198,8 @@ def test_ctrl_c_cancels_every_task_and_writes_nothing(cluster, reference_run, en
     proc.send_signal(signal.SIGINT)
     _stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 130, stderr[-2000:]
-    assert stderr.strip().splitlines()[-1].endswith("Ctrl-C; stopped, nothing written"), stderr
+    assert stderr.strip().splitlines()[-1] == ("graphbreak-doctor: interrupted: SIGINT received; stopped, "
+                                               "nothing written"), stderr
     assert not any(tmp_path.iterdir())
     deadline = time.monotonic() + 30
     while (_tasks_running() or set(_doctor_workers()) - before) and time.monotonic() < deadline:

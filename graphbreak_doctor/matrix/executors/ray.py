@@ -28,11 +28,13 @@ import functools
 import logging
 import os
 import shutil
+import signal
 import socket
 import tempfile
 from dataclasses import replace
 from pathlib import Path
 
+from graphbreak_doctor.jobs.job import Interrupted
 from graphbreak_doctor.matrix.executors import ExecutorError, Limits, Progress, Ran, Work
 from graphbreak_doctor.patching import UndoLog
 from graphbreak_doctor.text import one_line
@@ -122,29 +124,46 @@ class Executor:
             ref = task.options(name=name).remote(w, self.envs, self.find_links, limits, os.getcwd())
             pending[ref] = i
 
-        for i in range(len(work)):
-            submit(i)
-        try:
-            while pending:
-                done, _ = ray.wait(list(pending), num_returns=1, timeout=_POLL)
-                for ref in done:
-                    i = pending.pop(ref)
-                    try:
-                        ran[i] = ray.get(ref)
-                    except ray.exceptions.RayError as e:
-                        reason = _lost(e)
-                        if reason and attempts[i] < ATTEMPTS:
-                            lost[i] = reason
-                            progress(f"Ray worker lost ({reason}) running {work[i].job.describe()}: once more")
-                            submit(i)
-                            continue
-                        ran[i] = _failed(work[i], e, reason)
-                    ran[i].retried = lost[i]
-        except BaseException:  # Ctrl-C, SIGTERM: the tasks still out are stopped, nothing is kept
-            for ref in pending:
-                ray.cancel(ref, force=True)
-            raise
+        with UndoLog() as undo:
+            received = _note_signals(undo)
+            for i in range(len(work)):
+                submit(i)
+            try:
+                while pending:
+                    if received:
+                        raise Interrupted(received[0])
+                    done, _ = ray.wait(list(pending), num_returns=1, timeout=_POLL)
+                    for ref in done:
+                        i = pending.pop(ref)
+                        try:
+                            ran[i] = ray.get(ref)
+                        except ray.exceptions.RayError as e:
+                            reason = _lost(e)
+                            if reason and attempts[i] < ATTEMPTS:
+                                lost[i] = reason
+                                progress(f"Ray worker lost ({reason}) running {work[i].job.describe()}: once more")
+                                submit(i)
+                                continue
+                            ran[i] = _failed(work[i], e, reason)
+                        ran[i].retried = lost[i]
+            except BaseException:  # Ctrl-C, SIGTERM: the tasks still out are stopped, nothing is kept
+                for ref in pending:
+                    ray.cancel(ref, force=True)
+                raise
         return [r for r in ran if r is not None]
+
+
+def _note_signals(undo: UndoLog) -> list[int]:
+    """SIGINT and SIGTERM noted, not raised, until ``undo`` is undone: the
+    driver's loop raises Interrupted between its waits (at most _POLL later).
+    An exception raised by a handler while Ray's own C++ code waits comes out
+    as a SystemError; and SIGINT is caught even where the doctor started with
+    it ignored (a background job of a script), as the local worker pool does."""
+    received: list[int] = []
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        previous = signal.signal(signum, lambda number, _frame: received.append(number))
+        undo.call_on_undo(lambda signum=signum, previous=previous: signal.signal(signum, previous))
+    return received
 
 
 def _bootstrap(address: str) -> str:
