@@ -271,4 +271,3 @@ def _write_cell_reports(result, folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
     for c in cells:
         write_file(folder / f"{c.slug}.html", report.render(c.findings))
-

@@ -177,7 +177,7 @@ def run_cells(plan: Plan, builder: Builder, limits: Limits, progress: Callable[[
         env = found[0].env
         cell.setup_seconds, cell.environment = (env.seconds, env.notes) if env is not None else (0.0, [])
         cell.host = found[0].host
-        cell.notes += [f"retried once: Ray worker lost ({r.retried})" for r in found if r.retried][:1]
+        cell.notes += [f"retried once: {r.retried}" for r in found if r.retried][:1]
         unbuilt = next((r.unbuilt for r in found if r.outcome is None), "")
         if unbuilt:
             cell.status, cell.reason = NOT_RUNNABLE, one_line(unbuilt)

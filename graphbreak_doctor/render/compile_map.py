@@ -103,7 +103,10 @@ def summary(findings: Findings) -> str:
 def fullgraph_line(findings: Findings) -> str:
     """Whether this launch compiles anything with fullgraph=True (where a
     single break stops the server's compile), from the launch's phases and the
-    regions its phases entered."""
+    regions its phases entered; "" without regions (only a map looked for
+    every region: a layer's trace did not)."""
+    if not findings.regions:
+        return ""
     phases = [p for p, text in phase_lines(findings).items() if "(fullgraph)" in text]
     # A region only those phases enter is their forward, already named.
     regions = [".".join(r.function.split(".")[-2:]) for r in findings.regions
@@ -138,8 +141,9 @@ def terminal_lines(findings: Findings) -> list[str]:
         if row.recompiles:
             lines.append(f"      recompiled {counted(len(row.recompiles), 'time')} while its phases ran:")
             lines.extend(f"        {text}" for text in row.recompiles)
-    if findings.regions:  # only a map looked for every region (a layer's trace did not)
-        lines.append(f"  {fullgraph_line(findings)}")
+    fullgraph = fullgraph_line(findings)
+    if fullgraph:
+        lines.append(f"  {fullgraph}")
     only = registered_only(findings)
     if only:
         lines.append(f"  + {counted(len(only), 'region')} registered (torch.compile called) that no phase entered "

@@ -186,8 +186,7 @@ def render(findings: Findings) -> str:
         compile_registered=compile_map.registered_only(findings),
         compile_args=compile_map.launch_arguments(findings),
         compile_summary=compile_map.summary(findings),
-        # Only a map looked for every region (a layer's trace did not).
-        compile_fullgraph=compile_map.fullgraph_line(findings) if findings.regions else "",
+        compile_fullgraph=compile_map.fullgraph_line(findings),
         map_only=findings.modes == [MAP_MODE],
         **_card_context(findings),
     )

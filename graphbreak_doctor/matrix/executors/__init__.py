@@ -64,7 +64,7 @@ class Ran:
     env: Env | None = None
     unbuilt: str = ""
     host: str = field(default_factory=socket.gethostname)  # the machine the job ran on
-    # Why an earlier attempt was lost (a Ray worker or node gone); "" when it ran once.
+    # Why an earlier attempt was lost ("Ray worker lost (...)"); "" when it ran once.
     retried: str = ""
 
 

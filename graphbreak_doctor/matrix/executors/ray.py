@@ -140,8 +140,8 @@ class Executor:
                         except ray.exceptions.RayError as e:
                             reason = _lost(e)
                             if reason and attempts[i] < ATTEMPTS:
-                                lost[i] = reason
-                                progress(f"Ray worker lost ({reason}) running {work[i].job.describe()}: once more")
+                                lost[i] = f"Ray worker lost ({reason})"
+                                progress(f"{lost[i]} running {work[i].job.describe()}: once more")
                                 submit(i)
                                 continue
                             ran[i] = _failed(work[i], e, reason)
