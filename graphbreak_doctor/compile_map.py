@@ -23,7 +23,7 @@ from graphbreak_doctor.analysis.build import build_findings
 from graphbreak_doctor.capture import run as capture
 from graphbreak_doctor.capture.regions import CompileRecorder, Site
 from graphbreak_doctor.diagnose import Build, device_context, environment
-from graphbreak_doctor.findings import (CRASHED, MAP_MODE, REGION_BREAKS, REGION_CRASHED, REGION_FAILS, REGION_OK,
+from graphbreak_doctor.model import (CRASHED, MAP_MODE, REGION_BREAKS, REGION_CRASHED, REGION_FAILS, REGION_OK,
                                         Findings, FullgraphVerdict, Region, TargetInfo)
 from graphbreak_doctor.frames import make_frame
 from graphbreak_doctor.patching import UndoLog

@@ -19,7 +19,7 @@ from typing import Any, Callable
 from graphbreak_doctor.analysis.build import build_findings, record_source
 from graphbreak_doctor.analysis.merge import merge_modes
 from graphbreak_doctor.capture import run as capture
-from graphbreak_doctor.findings import Findings, JitRequest, modes_for
+from graphbreak_doctor.model import Findings, JitRequest, modes_for
 from graphbreak_doctor.patching import UndoLog
 from graphbreak_doctor.targets import Target, TargetError
 from graphbreak_doctor.targets.provider import Selection

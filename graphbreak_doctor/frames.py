@@ -14,7 +14,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from graphbreak_doctor.findings import Frame
+from graphbreak_doctor.model import Frame
 
 _SITE_MARKERS = ("site-packages", "dist-packages")
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any, Callable, Iterable
 
 from graphbreak_doctor.diagnose import diagnose
-from graphbreak_doctor.findings import Findings, TargetInfo
+from graphbreak_doctor.model import Findings, TargetInfo
 from graphbreak_doctor.gate.policy import Policy
 from graphbreak_doctor.render.gate_text import describe_break
 from graphbreak_doctor.targets import Target

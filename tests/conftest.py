@@ -69,7 +69,7 @@ class Traced:
     @functools.cached_property
     def findings(self):
         """Shared by every test that reads this trace: copy before changing it."""
-        from graphbreak_doctor.findings import Findings
+        from graphbreak_doctor.model import Findings
 
         return Findings.from_json(self.path.read_text()) if self.path.exists() else None
 

@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT))
 
 def main(device: str, out: str, specs: list[str]) -> int:
     from graphbreak_doctor.diagnose import target_builder, trace_mode
-    from graphbreak_doctor.findings import CRASHED
+    from graphbreak_doctor.model import CRASHED
     from graphbreak_doctor.targets import TargetError
 
     results = {}

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from conftest import ROOT
 from graphbreak_doctor import cli as gbd_cli
-from graphbreak_doctor.findings import Break, Findings, Fix, Frame, TargetInfo
+from graphbreak_doctor.model import Break, Findings, Fix, Frame, TargetInfo
 
 
 def make_break(i: int = 0, *, file: str = "/srv/app/model.py", line: int = 10, culprit: str = "",

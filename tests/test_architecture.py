@@ -136,7 +136,7 @@ def test_a_new_category_is_one_record_and_one_line(monkeypatch):
     from graphbreak_doctor.analysis import categories, classify
     from graphbreak_doctor.analysis.categories import Category, Rule
     from graphbreak_doctor.analysis.fixes import suggest
-    from graphbreak_doctor.findings import Break, Fix, Frame
+    from graphbreak_doctor.model import Break, Fix, Frame
 
     random = Category(name="randomness", why="the traced code draws random numbers outside torch",
                       evidence="`random.random`", rules=(Rule(culprits=("random.",)),),

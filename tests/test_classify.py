@@ -7,7 +7,7 @@ import pytest
 from graphbreak_doctor.analysis.categories import CATEGORIES, REGISTRY
 from graphbreak_doctor.analysis.classify import classify, culprit_of, match
 from graphbreak_doctor.analysis.registry import gb_id_for
-from graphbreak_doctor.findings import Frame
+from graphbreak_doctor.model import Frame
 
 SUBPROCESS_PY = subprocess.__file__
 

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from graphbreak_doctor.findings import Findings
+from graphbreak_doctor.model import Findings
 
 BAD_TARGETS = [
     ("no.such.module:target", "cannot import target module"),

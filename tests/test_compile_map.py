@@ -16,7 +16,7 @@ from markupsafe import escape
 
 from graphbreak_doctor.capture.regions import CompileRecorder
 from graphbreak_doctor.compile_map import trace_region
-from graphbreak_doctor.findings import REGION_BREAKS, REGION_FAILS, REGION_OK, Findings, TargetInfo
+from graphbreak_doctor.model import REGION_BREAKS, REGION_FAILS, REGION_OK, Findings, TargetInfo
 from graphbreak_doctor.patching import UndoLog
 from graphbreak_doctor.render import get
 from graphbreak_doctor.targets.glm5.provider import PROVIDER, launch_arguments
@@ -299,12 +299,12 @@ def test_a_trace_with_its_map_shows_the_phases_as_the_map_ran_them():
     the joined findings keep the map's account of the launch's phases (what
     the map added while it ran them), not the trace's resolved-only lines."""
     from graphbreak_doctor.analysis.merge import merge_modes
-    from graphbreak_doctor.findings import MAP_MODE
+    from graphbreak_doctor.model import MAP_MODE
 
     resolved = {"arguments": [], "phases": {"extend": "tc_piecewise CUDA graph (fullgraph)"}}
     ran = {"arguments": [], "phases": {"extend": "tc_piecewise CUDA graph (fullgraph); compiled by SGLang's ..."}}
     trace = Findings(target=TargetInfo(spec="m", title="m", facts={"launch": resolved}), modes=["fullgraph"])
-    from graphbreak_doctor.findings import Region
+    from graphbreak_doctor.model import Region
     from graphbreak_doctor.frames import make_frame
 
     forward = Region(function="models.m.Model.forward", site=make_frame("m.py", 3, "forward"),

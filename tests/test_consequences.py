@@ -4,7 +4,7 @@ from pathlib import Path
 
 from graphbreak_doctor.analysis import consequences
 from graphbreak_doctor.diagnose import diagnose, target_builder
-from graphbreak_doctor.findings import Break, Fix, Frame
+from graphbreak_doctor.model import Break, Fix, Frame
 from graphbreak_doctor.render import get
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -12,7 +12,7 @@ import pytest
 
 from graphbreak_doctor.gate.diff import diff
 from graphbreak_doctor.diagnose import diagnose, target_builder
-from graphbreak_doctor.findings import Findings
+from graphbreak_doctor.model import Findings
 from graphbreak_doctor.render import diff_html, diff_terminal
 
 from conftest import FP4_WRAPPER, other_flashinfer_python

@@ -187,7 +187,7 @@ def test_a_file_without_a_ladder_is_a_usage_error(cli, tmp_path):
 
 def test_findings_written_before_these_fields_still_load():
     """Schema 1 stays 1: JSON without the fields added here loads with their defaults."""
-    from graphbreak_doctor.findings import Findings
+    from graphbreak_doctor.model import Findings
 
     findings = trace("fixtures.breaks.dynamic_size:target", mode="both")
     data = json.loads(findings.to_json())

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from graphbreak_doctor.diagnose import device_context, target_builder
-from graphbreak_doctor.findings import Findings
+from graphbreak_doctor.model import Findings
 from graphbreak_doctor.fix import FixSession, fix
 from graphbreak_doctor.patching import OP_NAMESPACE
 

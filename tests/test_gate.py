@@ -18,7 +18,7 @@ import pytest
 from graphbreak_doctor.analysis.categories import CATEGORIES
 from graphbreak_doctor.diagnose import diagnose, target_builder
 from graphbreak_doctor.gate import baseline as baselines
-from graphbreak_doctor.findings import GateReport
+from graphbreak_doctor.model import GateReport
 from graphbreak_doctor.gate.policy import Policy, evaluate
 from graphbreak_doctor.render import junit, sarif
 

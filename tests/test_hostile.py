@@ -42,7 +42,7 @@ from xml.etree import ElementTree
 
 import pytest
 
-from graphbreak_doctor.findings import Findings
+from graphbreak_doctor.model import Findings
 from hostile_material import (RECORD, graph_break_log, main, make_findings, one_error_line,
                               write_findings)
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from graphbreak_doctor.diagnose import diagnose, target_builder
-from graphbreak_doctor.findings import Findings
+from graphbreak_doctor.model import Findings
 from graphbreak_doctor.render import html
 
 from conftest import FP4_WRAPPER

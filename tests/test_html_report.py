@@ -21,7 +21,7 @@ from graphbreak_doctor import cli as gbd_cli
 from graphbreak_doctor.analysis.group import call_graph
 from graphbreak_doctor.analysis.registry import doc_url
 from graphbreak_doctor.diagnose import diagnose, target_builder
-from graphbreak_doctor.findings import Findings, Rung
+from graphbreak_doctor.model import Findings, Rung
 from graphbreak_doctor.render import html, svg
 
 from conftest import FP4_WRAPPER
@@ -491,7 +491,7 @@ def test_a_crashed_trace_with_no_breaks_does_not_read_as_nothing_to_fix():
     code past that point: the report says so where a clean trace says there
     is nothing to fix."""
     from graphbreak_doctor.diagnose import environment
-    from graphbreak_doctor.findings import CRASHED, MAP_MODE, FullgraphVerdict, TargetInfo
+    from graphbreak_doctor.model import CRASHED, MAP_MODE, FullgraphVerdict, TargetInfo
 
     findings = Findings(target=TargetInfo(spec="glm5-sglang:model:extend"), environment=environment(),
                         modes=[MAP_MODE], outcome=CRASHED,

@@ -25,7 +25,7 @@ import pytest
 
 from graphbreak_doctor.capture.exceptions import CAPTURE_FAILURES
 from graphbreak_doctor.diagnose import diagnose, target_builder
-from graphbreak_doctor.findings import Findings
+from graphbreak_doctor.model import Findings
 from graphbreak_doctor.ingest import IngestError, ingest
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from conftest import FI_NEW, FI_OLD, ROOT, doctor
-from graphbreak_doctor.findings import Findings
+from graphbreak_doctor.model import Findings
 from graphbreak_doctor.matrix.envs import Builder, EnvSpec, installed
 from graphbreak_doctor.matrix.result import CRASHED, FAILED, NOT_AVAILABLE, NOT_RUNNABLE, OK, Cell
 from graphbreak_doctor.matrix.run import bisect

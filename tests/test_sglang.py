@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from graphbreak_doctor.findings import Findings
+from graphbreak_doctor.model import Findings
 
 from conftest import check_golden, golden_summary, sglang_has_tc_piecewise
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import sglang_has_tc_piecewise
-from graphbreak_doctor.findings import REGION_OK, Findings
+from graphbreak_doctor.model import REGION_OK, Findings
 
 HAS_SGLANG = importlib.util.find_spec("sglang") is not None
 pytestmark = [pytest.mark.sglang, pytest.mark.skipif(not HAS_SGLANG, reason="SGLang is not installed")]

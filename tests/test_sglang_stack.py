@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from graphbreak_doctor.findings import Findings
+from graphbreak_doctor.model import Findings
 
 HAS_SGLANG = importlib.util.find_spec("sglang") is not None
 pytestmark = [pytest.mark.sglang, pytest.mark.skipif(not HAS_SGLANG, reason="SGLang is not installed")]

@@ -12,7 +12,7 @@ from graphbreak_doctor.analysis.group import root_causes
 from graphbreak_doctor.analysis.registry import gb_id_for
 from graphbreak_doctor.capture.events import BreakEvent
 from graphbreak_doctor.capture.result import ModeResult
-from graphbreak_doctor.findings import (
+from graphbreak_doctor.model import (
     Break,
     DecompiledCode,
     Fix,

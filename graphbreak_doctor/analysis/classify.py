@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 from graphbreak_doctor.analysis import categories
 from graphbreak_doctor.analysis.categories import Category, Rule
-from graphbreak_doctor.findings import Frame
+from graphbreak_doctor.model import Frame
 from graphbreak_doctor.frames import stdlib_module
 
 # Registry ids of the calls Dynamo refuses to trace: function marked as

@@ -14,7 +14,7 @@ It is filed under the cause's root cause, never as one of its own.
 from __future__ import annotations
 
 from graphbreak_doctor.analysis.registry import caused_by_earlier_hint, consequential_ids
-from graphbreak_doctor.findings import Break
+from graphbreak_doctor.model import Break
 
 
 def is_consequential(brk: Break) -> bool:

@@ -21,7 +21,7 @@ from collections import defaultdict
 
 from graphbreak_doctor import recipes
 from graphbreak_doctor.analysis import categories
-from graphbreak_doctor.findings import Break, Fix, Frame, Rung
+from graphbreak_doctor.model import Break, Fix, Frame, Rung
 from graphbreak_doctor.frames import INFRASTRUCTURE, package_of, short_path
 from graphbreak_doctor.recipes.common import library_entry, source_of
 from graphbreak_doctor.recipes.custom_op import signature_patch

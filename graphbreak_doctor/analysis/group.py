@@ -13,7 +13,7 @@ from __future__ import annotations
 import networkx as nx
 
 from graphbreak_doctor.frames import is_changeable, package_of
-from graphbreak_doctor.findings import Break, Frame, RootCause
+from graphbreak_doctor.model import Break, Frame, RootCause
 
 
 def node_id(frame: Frame) -> str:

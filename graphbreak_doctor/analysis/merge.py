@@ -10,7 +10,7 @@ import dataclasses
 
 from graphbreak_doctor.analysis import consequences
 from graphbreak_doctor.analysis.group import root_causes
-from graphbreak_doctor.findings import COMPLETE, FULLGRAPH_MODES, MAP_MODE, Break, Findings, Hazard
+from graphbreak_doctor.model import COMPLETE, FULLGRAPH_MODES, MAP_MODE, Break, Findings, Hazard
 
 
 def merge_modes(parts: list[Findings]) -> Findings:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from graphbreak_doctor.capture import exceptions
 from graphbreak_doctor.frames import make_frame
-from graphbreak_doctor.findings import Frame
+from graphbreak_doctor.model import Frame
 
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 _FRAME_LINE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<fn>.+)$')

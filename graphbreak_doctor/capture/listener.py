@@ -19,7 +19,7 @@ import torch._dynamo.utils
 from graphbreak_doctor.frames import make_frame
 from graphbreak_doctor.capture import exceptions
 from graphbreak_doctor.capture.events import BreakEvent, event_for, parse_stack, with_causes
-from graphbreak_doctor.findings import UnparsedEvent
+from graphbreak_doctor.model import UnparsedEvent
 from graphbreak_doctor.patching import UndoLog
 
 LOGGERS = (

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from graphbreak_doctor.capture.events import BreakEvent
-from graphbreak_doctor.findings import Frame, GraphInfo, UnparsedEvent
+from graphbreak_doctor.model import Frame, GraphInfo, UnparsedEvent
 
 
 @dataclass

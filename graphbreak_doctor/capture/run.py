@@ -31,7 +31,7 @@ from graphbreak_doctor.capture.events import (BreakEvent, event_for, frames_from
                                               stack_in_message, with_causes)
 from graphbreak_doctor.capture.listener import GraphBreakListener
 from graphbreak_doctor.capture.result import ModeResult, RawHazard
-from graphbreak_doctor.findings import FULLGRAPH_MODES, Frame, GraphInfo
+from graphbreak_doctor.model import FULLGRAPH_MODES, Frame, GraphInfo
 from graphbreak_doctor.frames import actionable_frame
 from graphbreak_doctor.patching import UndoLog
 from graphbreak_doctor.targets import Target, TargetError

@@ -27,7 +27,7 @@ from graphbreak_doctor.cli.targets import (
     selections,
     stem,
 )
-from graphbreak_doctor.findings import FULLGRAPH_MODES, GateReport, modes_for
+from graphbreak_doctor.model import FULLGRAPH_MODES, GateReport, modes_for
 from graphbreak_doctor.gate import baseline as baselines
 from graphbreak_doctor.gate.policy import Policy, evaluate
 from graphbreak_doctor.progress import Progress

@@ -58,7 +58,7 @@ class Parser(argparse.ArgumentParser):
 def run_exit_code(results: list) -> int:
     """EXIT_TIMEOUT if a target timed out, EXIT_CRASH if one crashed (in any
     way), else EXIT_OK; ``results`` are findings."""
-    from graphbreak_doctor.findings import TIMED_OUT
+    from graphbreak_doctor.model import TIMED_OUT
 
     if any(f.outcome == TIMED_OUT for f in results):
         return EXIT_TIMEOUT

@@ -18,8 +18,8 @@ from graphbreak_doctor.cli.targets import (
     selections,
     stem,
 )
-from graphbreak_doctor.findings import DEFAULT_FIX_STEPS as DEFAULT_STEPS
-from graphbreak_doctor.findings import FULLGRAPH_MODES
+from graphbreak_doctor.model import DEFAULT_FIX_STEPS as DEFAULT_STEPS
+from graphbreak_doctor.model import FULLGRAPH_MODES
 from graphbreak_doctor.progress import Progress
 from graphbreak_doctor.render import FINDINGS, get
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from graphbreak_doctor.cli.common import EXIT_CRASH, EXIT_OK, UsageError, add_subcommand, show
 from graphbreak_doctor.cli.outputs import OutputSet, add_output_options
 from graphbreak_doctor.cli.report import findings_of
-from graphbreak_doctor.findings import Findings
+from graphbreak_doctor.model import Findings
 from graphbreak_doctor.render import FINDINGS, get
 from graphbreak_doctor.targets.factory import slug
 

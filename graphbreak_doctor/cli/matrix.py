@@ -21,7 +21,7 @@ from graphbreak_doctor.cli.common import (
 )
 from graphbreak_doctor.cli.outputs import OutputSet, add_output_options, keep_logs, write_file
 from graphbreak_doctor.emulation.presets import PRESETS
-from graphbreak_doctor.findings import MAP_MODE, MODE_CHOICES
+from graphbreak_doctor.model import MAP_MODE, MODE_CHOICES
 from graphbreak_doctor.matrix.executors import EXECUTORS
 from graphbreak_doctor.render import MATRIX, get
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from graphbreak_doctor.cli.common import EXIT_OK, UsageError, add_subcommand
 from graphbreak_doctor.cli.outputs import AUTO, OutputSet
-from graphbreak_doctor.findings import Findings
+from graphbreak_doctor.model import Findings
 from graphbreak_doctor.render import FINDINGS
 
 NAME = "report"

@@ -13,7 +13,7 @@ from typing import Any
 from graphbreak_doctor.cli.common import UsageError, int_at_least
 from graphbreak_doctor.cli.outputs import OutputSet, write_file
 from graphbreak_doctor.emulation.presets import DEFAULT_DEVICE, PRESETS
-from graphbreak_doctor.findings import MAP_MODE, MODE_CHOICES, Findings, modes_for
+from graphbreak_doctor.model import MAP_MODE, MODE_CHOICES, Findings, modes_for
 from graphbreak_doctor.jobs import Job, Outcome, run_in_process, run_jobs
 from graphbreak_doctor.jobs.job import FIX, MAP, TRACE
 from graphbreak_doctor.jobs.output import lines, log_sections, to_log, with_logs

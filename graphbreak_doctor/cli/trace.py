@@ -13,7 +13,7 @@ from graphbreak_doctor.cli.targets import (
     selections,
     stem,
 )
-from graphbreak_doctor.findings import Findings
+from graphbreak_doctor.model import Findings
 from graphbreak_doctor.progress import Progress
 from graphbreak_doctor.render import FINDINGS, get
 

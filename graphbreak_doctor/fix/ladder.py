@@ -24,8 +24,8 @@ from graphbreak_doctor.analysis import categories
 from graphbreak_doctor.analysis.build import build_findings, record_source
 from graphbreak_doctor.analysis.fixes import attach_verified
 from graphbreak_doctor.capture import run as capture
-from graphbreak_doctor.findings import DEFAULT_FIX_STEPS as DEFAULT_STEPS
-from graphbreak_doctor.findings import FULLGRAPH_MODES, Break, Findings, FixOutcome, FullgraphVerdict, Rung, TargetInfo
+from graphbreak_doctor.model import DEFAULT_FIX_STEPS as DEFAULT_STEPS
+from graphbreak_doctor.model import FULLGRAPH_MODES, Break, Findings, FixOutcome, FullgraphVerdict, Rung, TargetInfo
 from graphbreak_doctor.patching import PatchSet, UndoLog
 from graphbreak_doctor.recipes.common import break_site, has_fake_tensor
 from graphbreak_doctor.targets import Target, TargetError

@@ -1,6 +1,6 @@
 """The CI gate: checks over findings (policy) and accepted breaks (baseline).
 
-The gate's report model lives in graphbreak_doctor.findings (GateReport); its
+The gate's report model lives in graphbreak_doctor.model (GateReport); its
 renderers in graphbreak_doctor.render; the command line in graphbreak_doctor.cli.
 """
 

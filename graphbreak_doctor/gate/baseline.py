@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from graphbreak_doctor.frames import short_path
-from graphbreak_doctor.findings import (REGION_BREAKS, REGION_CRASHED, REGION_FAILS, REGION_OK, BaselineEntry, Break,
+from graphbreak_doctor.model import (REGION_BREAKS, REGION_CRASHED, REGION_FAILS, REGION_OK, BaselineEntry, Break,
                                         Findings)
 
 BASELINE_SCHEMA_VERSION = 1

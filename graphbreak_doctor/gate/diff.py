@@ -15,8 +15,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from graphbreak_doctor.findings import Findings
-from graphbreak_doctor.findings import BaselineEntry
+from graphbreak_doctor.model import Findings
+from graphbreak_doctor.model import BaselineEntry
 from graphbreak_doctor.gate.baseline import entries_from
 
 DIFF_SCHEMA_VERSION = 1

@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from graphbreak_doctor.analysis.categories import CATEGORIES
-from graphbreak_doctor.findings import (FULLGRAPH_MODES, MAP_MODE, REGION_CRASHED, REGION_FAILS, Break, CaseResult,
+from graphbreak_doctor.model import (FULLGRAPH_MODES, MAP_MODE, REGION_CRASHED, REGION_FAILS, Break, CaseResult,
                                         CheckFailure, Findings, Region, TargetResult)
 from graphbreak_doctor.gate.baseline import REGION_ORDER, TargetBaseline
 from graphbreak_doctor.text import counted as _n

@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable
 from graphbreak_doctor.analysis.build import build_findings
 from graphbreak_doctor.capture.events import BreakEvent, with_causes
 from graphbreak_doctor.capture.result import ModeResult
-from graphbreak_doctor.findings import Findings, GraphInfo, TargetInfo, UnparsedEvent
+from graphbreak_doctor.model import Findings, GraphInfo, TargetInfo, UnparsedEvent
 from graphbreak_doctor.ingest.dynamo_text import Crash, Unparsed, parse_report
 
 # Unparsed blocks kept with their excerpt; past that they are only counted.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from graphbreak_doctor.findings import Findings
+from graphbreak_doctor.model import Findings
 from graphbreak_doctor.ingest import source
 from graphbreak_doctor.ingest.collection import Collection
 from graphbreak_doctor.ingest.source import FORMATS, IngestError

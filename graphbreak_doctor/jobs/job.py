@@ -7,7 +7,7 @@ import signal
 from dataclasses import dataclass, field
 from typing import Any
 
-from graphbreak_doctor.findings import (
+from graphbreak_doctor.model import (
     COMPLETE,
     CRASHED,
     FULLGRAPH_MODES,

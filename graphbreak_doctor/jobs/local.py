@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from graphbreak_doctor.findings import CRASHED
+from graphbreak_doctor.model import CRASHED
 from graphbreak_doctor.jobs.job import FIX, MAP, Interrupted, Job, Outcome
 from graphbreak_doctor.targets import TargetError
 from graphbreak_doctor.text import one_line

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import graphbreak_doctor
-from graphbreak_doctor.findings import CRASHED, TIMED_OUT, Findings
+from graphbreak_doctor.model import CRASHED, TIMED_OUT, Findings
 from graphbreak_doctor.jobs import lifetime
 from graphbreak_doctor.jobs.job import Interrupted, Job, Outcome
 from graphbreak_doctor.patching import UndoLog

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from itertools import pairwise
 
-from graphbreak_doctor.findings import COMPLETE, FULLGRAPH_MODES, MAP_MODE
+from graphbreak_doctor.model import COMPLETE, FULLGRAPH_MODES, MAP_MODE
 from graphbreak_doctor.jobs.job import MAP, TRACE, Job
 from graphbreak_doctor.matrix.envs import Builder, EnvError, EnvSpec, version_key
 from graphbreak_doctor.matrix.executors import Limits, Work
@@ -141,7 +141,7 @@ def run_cells(plan: Plan, builder: Builder, limits: Limits, progress: Callable[[
               executor=None) -> MatrixResult:
     """Every cell of ``plan``, its jobs run by ``executor`` (executors/;
     default: the local one)."""
-    from graphbreak_doctor.findings import modes_for
+    from graphbreak_doctor.model import modes_for
     from graphbreak_doctor.jobs.output import log_sections
     from graphbreak_doctor.matrix.executors.local import Executor as Local
 
@@ -225,7 +225,7 @@ def _classify_map(cell: Cell, outcomes: list) -> Cell:
     """Fill a MODEL cell from its compile map's outcome, and the compiled
     prefill's trace where there is one."""
     from graphbreak_doctor.analysis.merge import merge_modes
-    from graphbreak_doctor.findings import REGION_CRASHED, REGION_FAILS
+    from graphbreak_doctor.model import REGION_CRASHED, REGION_FAILS
 
     found, prefill = outcomes[0], (outcomes[1] if len(outcomes) > 1 else None)
     if found.usage:

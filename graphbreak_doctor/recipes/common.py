@@ -12,7 +12,7 @@ import sys
 import types
 from typing import Any
 
-from graphbreak_doctor.findings import Break, Frame
+from graphbreak_doctor.model import Break, Frame
 from graphbreak_doctor.frames import INFRASTRUCTURE, package_of, short_path
 from graphbreak_doctor.patching import PatchSet
 from graphbreak_doctor.recipes import adapters

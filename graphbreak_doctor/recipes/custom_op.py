@@ -10,7 +10,7 @@ import re
 import typing
 from typing import TYPE_CHECKING, Any, Callable
 
-from graphbreak_doctor.findings import Break, Frame
+from graphbreak_doctor.model import Break, Frame
 from graphbreak_doctor.frames import package_of, short_path
 from graphbreak_doctor.patching import OP_NAMESPACE, PatchSet
 from graphbreak_doctor.recipes import adapters

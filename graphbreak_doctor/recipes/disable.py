@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from graphbreak_doctor.findings import Break
+from graphbreak_doctor.model import Break
 from graphbreak_doctor.frames import package_of, short_path
 from graphbreak_doctor.patching import PatchSet
 from graphbreak_doctor.recipes.common import library_entry, qualified, replace_call, source_of, where_of

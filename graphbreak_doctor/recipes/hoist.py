@@ -10,7 +10,7 @@ import inspect
 import types
 from typing import Any, Callable
 
-from graphbreak_doctor.findings import Break, Frame
+from graphbreak_doctor.model import Break, Frame
 from graphbreak_doctor.frames import INFRASTRUCTURE, package_of, short_path
 from graphbreak_doctor.patching import PatchSet
 from graphbreak_doctor.recipes import adapters

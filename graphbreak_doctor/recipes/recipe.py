@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from graphbreak_doctor.findings import Break
+from graphbreak_doctor.model import Break
 from graphbreak_doctor.patching import PatchSet
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from graphbreak_doctor.findings import Findings, Region
+from graphbreak_doctor.model import Findings, Region
 from graphbreak_doctor.frames import short_path
 from graphbreak_doctor.text import counted
 

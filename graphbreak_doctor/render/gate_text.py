@@ -7,7 +7,7 @@ the same.
 
 from __future__ import annotations
 
-from graphbreak_doctor.findings import COMPLETE, Break, GateReport, TargetResult
+from graphbreak_doctor.model import COMPLETE, Break, GateReport, TargetResult
 from graphbreak_doctor.frames import short_path as _short
 from graphbreak_doctor.render.renderer import GATE, Renderer
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from graphbreak_doctor.findings import GateReport
+from graphbreak_doctor.model import GateReport
 from graphbreak_doctor.render.renderer import GATE, Renderer
 
 

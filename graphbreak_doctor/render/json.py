@@ -1,9 +1,9 @@
-"""JSON findings (schema in graphbreak_doctor.findings): for machines and for
+"""JSON findings (schema in graphbreak_doctor.model): for machines and for
 rendering later (`graphbreak-doctor report`)."""
 
 from __future__ import annotations
 
-from graphbreak_doctor.findings import Findings
+from graphbreak_doctor.model import Findings
 from graphbreak_doctor.render.renderer import FINDINGS, Renderer
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from graphbreak_doctor.findings import COMPLETE, CaseResult, GateReport, TargetResult
+from graphbreak_doctor.model import COMPLETE, CaseResult, GateReport, TargetResult
 from graphbreak_doctor.render.gate_text import describe_break
 from graphbreak_doctor.render.renderer import GATE, Renderer
 from graphbreak_doctor.text import escape_controls

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from graphbreak_doctor.findings import Findings, FixOutcome
+from graphbreak_doctor.model import Findings, FixOutcome
 from graphbreak_doctor.render.renderer import FINDINGS, Renderer
 from graphbreak_doctor.render.terminal import describe_device, describe_target
 

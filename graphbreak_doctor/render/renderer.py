@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-# What a renderer takes: findings (graphbreak_doctor.findings.Findings), the
-# gate's report (graphbreak_doctor.findings.GateReport), or a diff.
+# What a renderer takes: findings (graphbreak_doctor.model.Findings), the
+# gate's report (graphbreak_doctor.model.GateReport), or a diff.
 FINDINGS = "findings"
 GATE = "gate"
 # A comparison of two findings (graphbreak_doctor.gate.diff.FindingsDiff).

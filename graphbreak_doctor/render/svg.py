@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
-from graphbreak_doctor.findings import Frame
+from graphbreak_doctor.model import Frame
 
 NODE_W, NODE_H = 210, 38
 GAP_X, GAP_Y = 24, 34

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from graphbreak_doctor.findings import COMPLETE, MAP_MODE, Findings, Fix
+from graphbreak_doctor.model import COMPLETE, MAP_MODE, Findings, Fix
 from graphbreak_doctor.render import compile_map
 from graphbreak_doctor.frames import short_path as _short
 from graphbreak_doctor.render.renderer import FINDINGS, Renderer

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from graphbreak_doctor.findings import TargetInfo
+from graphbreak_doctor.model import TargetInfo
 
 
 @dataclass

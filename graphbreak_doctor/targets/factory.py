@@ -15,7 +15,7 @@ import os
 import re
 from typing import Any, Callable, Mapping
 
-from graphbreak_doctor.findings import TargetInfo
+from graphbreak_doctor.model import TargetInfo
 from graphbreak_doctor.patching import UndoLog
 from graphbreak_doctor.targets import Target, TargetError
 from graphbreak_doctor.targets.provider import Option, Selection, TargetProvider

@@ -208,7 +208,7 @@ def _failed(w: Work, e: Exception, lost: str) -> Ran:
     """A job that gave no outcome: its worker lost twice, or the task failed."""
     import ray.exceptions as rx
 
-    from graphbreak_doctor.findings import CRASHED
+    from graphbreak_doctor.model import CRASHED
     from graphbreak_doctor.jobs.job import Outcome
 
     if lost:

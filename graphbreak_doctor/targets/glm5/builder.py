@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from graphbreak_doctor.findings import TargetInfo
+from graphbreak_doctor.model import TargetInfo
 from graphbreak_doctor.targets import Target
 from graphbreak_doctor.targets.glm5 import ops
 from graphbreak_doctor.targets.glm5.config import Glm5Config, check_tp, load_config

@@ -41,7 +41,7 @@ import torch
 from graphbreak_doctor.emulation import sglang as sglang_emulation
 from graphbreak_doctor.emulation import dsl_dry, flashinfer_dry, standins
 from graphbreak_doctor.emulation.device import EmulatedDevice
-from graphbreak_doctor.findings import TargetInfo
+from graphbreak_doctor.model import TargetInfo
 from graphbreak_doctor.frames import short_path
 from graphbreak_doctor.patching import UndoLog
 from graphbreak_doctor.targets import PhaseNotRun, Target, TargetError

@@ -10,29 +10,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import types
-import typing
 from dataclasses import dataclass, field
 from typing import Any
 
-SCHEMA_VERSION = 1
-
-# How a target is traced: explain finds every break; fullgraph gives
-# torch.compile(fullgraph=True)'s verdict, plain or split at registered ops as
-# SGLang's piecewise runner does. --mode both is explain + fullgraph.
-MODE_CHOICES = ("explain", "fullgraph", "both", "piecewise")
-FULLGRAPH_MODES = ("fullgraph", "piecewise")
-# The compile map's run (graphbreak_doctor.compile_map): not a trace mode of the
-# target itself; its findings carry the regions only.
-MAP_MODE = "map"
-
-# How a trace ended: traced to the end, or not.
-COMPLETE, CRASHED, TIMED_OUT, INTERRUPTED = "complete", "crashed", "timed out", "interrupted"
-
-
-def modes_for(mode: str) -> list[str]:
-    """The modes a --mode choice traces, in order."""
-    return ["explain", "fullgraph"] if mode == "both" else [mode]
+from graphbreak_doctor.model.loader import build, expect
+from graphbreak_doctor.model.vocabulary import (
+    COMPLETE,
+    CRASHED,
+    INTERRUPTED,
+    SCHEMA_VERSION,
+    TIMED_OUT,
+)
 
 @dataclass(frozen=True)
 class Frame:
@@ -297,15 +285,6 @@ class Region:
         return bool(self.calls)
 
 
-# A region's verdict: one graph; several graphs (explain); fullgraph failed;
-# the trace crashed (not a graph break).
-REGION_OK, REGION_BREAKS, REGION_FAILS, REGION_CRASHED = "ok", "graph breaks", "fails", "crashed"
-
-
-# The fix ladder's default step limit (--steps).
-DEFAULT_FIX_STEPS = 10
-
-
 @dataclass
 class FixOutcome:
     """Where the fix ladder ended (see graphbreak_doctor.fix)."""
@@ -398,14 +377,14 @@ class Findings:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Findings:
-        _expect(data, dict, "findings")
+        expect(data, dict, "findings")
         version = data.get("schema_version")
         if version != SCHEMA_VERSION:
             raise ValueError(
                 f"findings schema version {version!r} is not supported "
                 f"(this graphbreak-doctor reads version {SCHEMA_VERSION})"
             )
-        return _build(cls, _upgrade(data))
+        return build(cls, _upgrade(data))
 
     @classmethod
     def from_json(cls, text: str) -> Findings:
@@ -429,142 +408,3 @@ def _upgrade(data: dict[str, Any]) -> dict[str, Any]:
     upgraded["target"] = {**{k: v for k, v in target.items() if k in known},
                           "facts": {**target.get("facts", {}), **extra}}
     return upgraded
-
-
-def _build(tp: Any, value: Any, where: str = "findings") -> Any:
-    """Rebuild a value of type ``tp`` from its ``dataclasses.asdict`` form,
-    checking every field's type: a file of the wrong shape is a ValueError
-    here, not a crash in a renderer later."""
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        args = typing.get_args(tp)
-        if value is None and type(None) in args:
-            return None
-        inner = [a for a in args if a is not type(None)]
-        return _build(inner[0], value, where)
-    if tp is Any:
-        return value
-    if origin is list:
-        _expect(value, list, where)
-        (item,) = typing.get_args(tp)
-        return [_build(item, v, f"{where}[{i}]") for i, v in enumerate(value)]
-    if origin is dict:
-        _expect(value, dict, where)
-        return dict(value)
-    if dataclasses.is_dataclass(tp):
-        _expect(value, dict, where)
-        hints = typing.get_type_hints(tp)
-        names = {f.name for f in dataclasses.fields(tp)}
-        required = [f.name for f in dataclasses.fields(tp)
-                    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
-        missing = [n for n in required if n not in value]
-        if missing:
-            raise ValueError(f"{where}: missing field(s) {', '.join(missing)}")
-        return tp(**{k: _build(hints[k], v, f"{where}.{k}") for k, v in value.items() if k in names})
-    if tp is float:
-        _expect(value, (int, float), where)
-    elif tp is int:
-        _expect(value, int, where)
-    elif isinstance(tp, type):
-        _expect(value, tp, where)
-    return value
-
-
-def _expect(value: Any, kind: type | tuple[type, ...], where: str) -> None:
-    # bool is an int in Python; a field declared int must not take true/false.
-    if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
-        names = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
-        raise ValueError(f"{where}: expected {names}, got {type(value).__name__}")
-
-
-# --------------------------------------------------------------- the CI gate
-#
-# What `check` decided, per target and traced mode (graphbreak_doctor.gate
-# evaluates; renderers in graphbreak_doctor.render show it).
-
-
-@dataclass
-class BaselineEntry:
-    """One accepted break key (see graphbreak_doctor.gate.baseline)."""
-
-    category: str
-    package: str
-    qualname: str
-    gb_type: str
-    modes: list[str] = field(default_factory=list)
-    # Distinct breaks with this key and the times Dynamo hit them (hints only).
-    breaks: int = 1
-    count: int = 1
-    hint: str = ""
-
-    def key(self) -> tuple[str, str, str, str]:
-        return (self.category, self.package, self.qualname, self.gb_type)
-
-    def describe(self) -> str:
-        where = f" -- {self.hint}" if self.hint else ""
-        return f"[{self.category}] {self.qualname or '?'} ({self.package}): {self.gb_type}{where}"
-
-
-@dataclass
-class CheckFailure:
-    check: str
-    reason: str
-    breaks: list[Break] = field(default_factory=list)
-
-
-@dataclass
-class CaseResult:
-    """One target in one mode: a JUnit testcase."""
-
-    target: str
-    mode: str
-    counted: list[Break]
-    failures: list[CheckFailure] = field(default_factory=list)
-    crashed: str = ""
-
-    @property
-    def passed(self) -> bool:
-        return not self.failures and not self.crashed
-
-
-@dataclass
-class TargetResult:
-    name: str
-    findings: Findings
-    cases: list[CaseResult]
-    # Breaks that count (package filters) and the baseline's view of them.
-    counted: list[Break]
-    new: list[Break] = field(default_factory=list)
-    disappeared: list[BaselineEntry] = field(default_factory=list)
-    baseline_used: bool = False
-
-    @property
-    def crashed(self) -> bool:
-        """The diagnosis is not whole: the target crashed under Dynamo, or a
-        break report could not be parsed (the gate cannot vouch for it)."""
-        return bool(self.findings.incomplete())
-
-    @property
-    def passed(self) -> bool:
-        return all(c.passed for c in self.cases)
-
-    def failing_breaks(self) -> list[Break]:
-        """Breaks that a failed check names, each once, in findings order."""
-        ids = {b.id for c in self.cases for f in c.failures for b in f.breaks}
-        return [b for b in self.findings.breaks if b.id in ids]
-
-
-@dataclass
-class GateReport:
-    device: str
-    targets: list[TargetResult]
-    # Context for the reader (a baseline written with other library versions).
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def passed(self) -> bool:
-        return all(t.passed for t in self.targets)
-
-    @property
-    def crashed(self) -> bool:
-        return any(t.crashed for t in self.targets)

@@ -1,0 +1,58 @@
+"""The data every stage hands on and every renderer reads: findings, the
+gate's report, the shared vocabulary, and the typed JSON loader. Plain
+dataclasses, no torch; nothing here imports another part of the doctor.
+
+- ``vocabulary``: modes, outcomes, region verdicts, rung results, defaults;
+- ``findings``: one diagnosis (the contract between capture, analysis and
+  renderers);
+- ``gate``: what ``check`` decided;
+- ``loader``: the typed JSON loader findings and baselines are read with.
+"""
+
+from graphbreak_doctor.model.findings import (
+    Break,
+    DecompiledCode,
+    Findings,
+    Fix,
+    FixOutcome,
+    Frame,
+    FullgraphVerdict,
+    GraphInfo,
+    Hazard,
+    JitRequest,
+    Region,
+    RootCause,
+    Rung,
+    SourceExcerpt,
+    TargetInfo,
+    UnparsedEvent,
+)
+from graphbreak_doctor.model.gate import BaselineEntry, CaseResult, CheckFailure, GateReport, TargetResult
+from graphbreak_doctor.model.vocabulary import (
+    COMPLETE,
+    CRASHED,
+    DEFAULT_DEVICE,
+    DEFAULT_FIX_STEPS,
+    FULLGRAPH_MODES,
+    INTERRUPTED,
+    MAP_MODE,
+    MODE_CHOICES,
+    REGION_BREAKS,
+    REGION_CRASHED,
+    REGION_FAILS,
+    REGION_OK,
+    SCHEMA_VERSION,
+    TIMED_OUT,
+    VERIFIED_RESULTS,
+    RungResult,
+    modes_for,
+)
+
+__all__ = [
+    "BaselineEntry", "Break", "CaseResult", "CheckFailure", "DecompiledCode", "Findings", "Fix", "FixOutcome",
+    "Frame", "FullgraphVerdict", "GateReport", "GraphInfo", "Hazard", "JitRequest", "Region", "RootCause", "Rung",
+    "SourceExcerpt", "TargetInfo", "TargetResult", "UnparsedEvent",
+    "COMPLETE", "CRASHED", "DEFAULT_DEVICE", "DEFAULT_FIX_STEPS", "FULLGRAPH_MODES", "INTERRUPTED", "MAP_MODE",
+    "MODE_CHOICES", "REGION_BREAKS", "REGION_CRASHED", "REGION_FAILS", "REGION_OK", "SCHEMA_VERSION", "TIMED_OUT",
+    "VERIFIED_RESULTS", "RungResult", "modes_for",
+]
