@@ -19,12 +19,12 @@ import sys
 import traceback
 from typing import Any, Callable
 
-from graphbreak_doctor.analysis.build import build_findings
+from graphbreak_doctor.analysis.assemble import mapped, region_breaks, stopped
 from graphbreak_doctor.capture import run as capture
 from graphbreak_doctor.capture.regions import CompileRecorder, Site
 from graphbreak_doctor.diagnose import Build, device_context, environment
-from graphbreak_doctor.model import (CRASHED, MAP_MODE, REGION_BREAKS, REGION_CRASHED, REGION_FAILS, REGION_OK,
-                                        Findings, FullgraphVerdict, Region, TargetInfo)
+from graphbreak_doctor.model import (DEFAULT_DEVICE, REGION_BREAKS, REGION_CRASHED, REGION_FAILS, REGION_OK, Findings,
+                                     Region, TargetInfo)
 from graphbreak_doctor.frames import make_frame
 from graphbreak_doctor.patching import UndoLog
 from graphbreak_doctor.targets import PhaseNotRun, Target, TargetError
@@ -82,8 +82,7 @@ def trace_region(site: Site, progress: Callable[[str], None] = lambda _m: None,
         why = f"{type(cause).__name__}: {one_line(str(cause), 200)}" if cause is not None else str(e)
         region.verdict, region.error = REGION_CRASHED, f"raises as its phase ran it, compiled or not: {why}"
         return region
-    traced = build_findings([result], target=target.info, environment={}, device={})
-    region.graphs, region.breaks = len(result.graphs), traced.breaks
+    region.graphs, region.breaks = len(result.graphs), region_breaks(result)
     if pieces:
         region.split_ops = list(split_ops)
         region.pieces = sum(g.pieces for g in result.graphs)
@@ -93,7 +92,7 @@ def trace_region(site: Site, progress: Callable[[str], None] = lambda _m: None,
         region.verdict = REGION_OK if result.ok else REGION_FAILS
         region.error = result.error
     else:
-        region.verdict = REGION_BREAKS if traced.breaks or len(result.graphs) > 1 else REGION_OK
+        region.verdict = REGION_BREAKS if region.breaks or len(result.graphs) > 1 else REGION_OK
     return region
 
 
@@ -133,13 +132,11 @@ def record_phases(build: Build, log: UndoLog,
             # needs to know which call of the target's code stopped.
             print(f"graphbreak-doctor: {error}", file=sys.stderr)
             traceback.print_exception(e, file=sys.stderr)
-            raise PhasesStopped(Findings(
-                target=target.info, environment=environment(), modes=[MAP_MODE], outcome=CRASHED,
-                fullgraph=FullgraphVerdict(ran=False, ok=False, crashed=True, error=error))) from e
+            raise PhasesStopped(stopped(target.info, environment(), {}, error)) from e
     return target, recorder
 
 
-def map_regions(build: Build, *, device: str = "sm120",
+def map_regions(build: Build, *, device: str = DEFAULT_DEVICE,
                 progress: Callable[[str], None] = lambda _msg: None) -> Findings:
     """Build the target with torch.compile recorded, run its phases, and trace
     each region they entered; findings with the target and its ``regions``."""
@@ -153,8 +150,7 @@ def map_regions(build: Build, *, device: str = "sm120",
                 stopped.findings.device = dev.describe()
                 raise
             regions = [trace_region(site, progress, target.split_ops) for site in recorder.sites]
-            return Findings(target=target.info, environment=environment(), device=dev.describe(),
-                            modes=[MAP_MODE], regions=regions)
+            return mapped(target.info, environment(), dev.describe(), regions)
 
 
 __all__ = ["PhasesStopped", "map_regions", "record_phases", "trace_region"]

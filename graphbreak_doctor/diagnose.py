@@ -16,10 +16,9 @@ import platform
 import sys
 from typing import Any, Callable
 
-from graphbreak_doctor.analysis.build import build_findings, record_source
-from graphbreak_doctor.analysis.merge import merge_modes
+from graphbreak_doctor.analysis.assemble import assemble, join
 from graphbreak_doctor.capture import run as capture
-from graphbreak_doctor.model import Findings, JitRequest, modes_for
+from graphbreak_doctor.model import DEFAULT_DEVICE, Findings, JitRequest, modes_for
 from graphbreak_doctor.patching import UndoLog
 from graphbreak_doctor.targets import Target, TargetError
 from graphbreak_doctor.targets.provider import Selection
@@ -77,7 +76,7 @@ def trace_mode(
     build: Build,
     mode: str,
     *,
-    device: str = "sm120",
+    device: str = DEFAULT_DEVICE,
     progress: Callable[[str], None] = lambda _msg: None,
 ) -> Findings:
     """Build the target inside the device and trace it in one mode."""
@@ -103,27 +102,20 @@ def trace_mode(
                 dev.on_jit = None
             jit = [JitRequest(name=r.name, action=r.action) for r in dev.jit_requests[already:]]
             progress("analysing")
-            findings = build_findings(
-                [result],
-                target=target.info,
-                environment=environment(),
-                device=dev.describe(),
-                jit_requests=_dedupe(jit),
-            )
-            record_source(findings)
-            return findings
+            return assemble([result], target=target.info, environment=environment(), device=dev.describe(),
+                            jit=jit, excerpts=True)
 
 
 def diagnose(
     build: Build,
     *,
     mode: str = "both",
-    device: str = "sm120",
+    device: str = DEFAULT_DEVICE,
     progress: Callable[[str], None] = lambda _msg: None,
 ) -> Findings:
     """Trace the target ``build()`` returns (called inside the device) in each
     mode, in this process."""
-    return merge_modes([trace_mode(build, m, device=device, progress=progress) for m in modes_for(mode)])
+    return join([trace_mode(build, m, device=device, progress=progress) for m in modes_for(mode)])
 
 
 def _jit_hook(current: list) -> Callable[[Any], None]:
@@ -136,11 +128,3 @@ def _jit_hook(current: list) -> Callable[[Any], None]:
                 current[-1].jit.append(entry)
     return on_jit
 
-
-def _dedupe(requests: list[JitRequest]) -> list[JitRequest]:
-    seen, out = set(), []
-    for r in requests:
-        if (r.name, r.action) not in seen:
-            seen.add((r.name, r.action))
-            out.append(r)
-    return out

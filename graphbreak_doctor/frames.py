@@ -124,6 +124,12 @@ def short_path(path: str, *, portable: bool = False) -> str:
     return os.path.basename(path) if portable else path
 
 
+def frame_key(frame: Frame) -> tuple[str, int, str]:
+    """What names a frame on any machine: its file as short_path shows it
+    (site-packages and checkout prefixes dropped), line and function."""
+    return (short_path(frame.file, portable=True), frame.line, frame.function)
+
+
 def is_changeable(frame: Frame) -> bool:
     """A frame someone can edit: outside the stdlib, torch and FFI runtimes."""
     return package_of(frame.file) not in INFRASTRUCTURE

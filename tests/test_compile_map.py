@@ -298,7 +298,7 @@ def test_a_trace_with_its_map_shows_the_phases_as_the_map_ran_them():
     """`trace --model` (explain + fullgraph + the map, each in its own worker):
     the joined findings keep the map's account of the launch's phases (what
     the map added while it ran them), not the trace's resolved-only lines."""
-    from graphbreak_doctor.analysis.merge import merge_modes
+    from graphbreak_doctor.analysis.assemble import join
     from graphbreak_doctor.model import MAP_MODE
 
     resolved = {"arguments": [], "phases": {"extend": "tc_piecewise CUDA graph (fullgraph)"}}
@@ -311,7 +311,7 @@ def test_a_trace_with_its_map_shows_the_phases_as_the_map_ran_them():
                      options={"fullgraph": True}, calls={"extend": 1})
     mapped = Findings(target=TargetInfo(spec="m", title="m", facts={"launch": ran}), modes=[MAP_MODE],
                       regions=[forward])
-    merged = merge_modes([trace, mapped])
+    merged = join([trace, mapped])
     assert merged.target.facts["launch"] == ran and merged.modes == ["fullgraph"]
     text = get("terminal").render(merged)
     assert "compiled by SGLang's ..." in text

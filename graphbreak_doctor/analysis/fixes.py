@@ -21,8 +21,8 @@ from collections import defaultdict
 
 from graphbreak_doctor import recipes
 from graphbreak_doctor.analysis import categories
-from graphbreak_doctor.model import Break, Fix, Frame, Rung
-from graphbreak_doctor.frames import INFRASTRUCTURE, package_of, short_path
+from graphbreak_doctor.frames import INFRASTRUCTURE, frame_key, package_of, short_path
+from graphbreak_doctor.model import VERIFIED_RESULTS, Break, Fix, Frame, Rung
 from graphbreak_doctor.recipes.common import library_entry, source_of
 from graphbreak_doctor.recipes.custom_op import signature_patch
 from graphbreak_doctor.recipes.recipe import Names, Recipe
@@ -30,8 +30,6 @@ from graphbreak_doctor.recipes.registered_op import RECIPE as REGISTERED_OP
 from graphbreak_doctor.recipes.registered_op import op_call_patch, registered_op_for
 
 WRAP_CUSTOM_OP = "wrap-custom-op"
-# Rung results that leave the change applied: the break is gone.
-VERIFIED_RESULTS = ("next failure", "fullgraph ok", "removed")
 
 
 def where(frame: Frame | None) -> str:
@@ -140,9 +138,12 @@ def attach_verified(breaks: list[Break], rungs: list[Rung], source: str = "") ->
     for rung in rungs:
         if rung.result not in VERIFIED_RESULTS:
             continue
-        brk = by_id.get(rung.break_id) or next(
-            (b for b in breaks if b.gb_type == rung.gb_type and f"{short_path(b.site.file)}:{b.site.line}" == rung.site),
-            None)
+        brk = by_id.get(rung.break_id)
+        if brk is None and rung.frame is not None:
+            # The same break on another machine or release: its id may differ
+            # (the culprit is read from Dynamo's message), its frame does not.
+            key = frame_key(rung.frame)
+            brk = next((b for b in breaks if b.gb_type == rung.gb_type and frame_key(b.site) == key), None)
         if brk is None:
             continue
         brk.fix = verified(brk, rung, source)

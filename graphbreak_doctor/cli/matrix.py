@@ -21,7 +21,7 @@ from graphbreak_doctor.cli.common import (
 )
 from graphbreak_doctor.cli.outputs import OutputSet, add_output_options, keep_logs, write_file
 from graphbreak_doctor.emulation.presets import PRESETS
-from graphbreak_doctor.model import MAP_MODE, MODE_CHOICES
+from graphbreak_doctor.model import DEFAULT_DEVICE, MAP_MODE, MODE_CHOICES
 from graphbreak_doctor.matrix.executors import EXECUTORS
 from graphbreak_doctor.render import MATRIX, get
 
@@ -78,7 +78,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="SGLang releases (default: the installed one)")
     p.add_argument("--flashinfer", type=_version_list, metavar="V1,V2,...",
                    help="FlashInfer releases (default: the installed one)")
-    p.add_argument("--device", type=_devices, default=("sm120",), metavar="D1,D2,...",
+    p.add_argument("--device", type=_devices, default=(DEFAULT_DEVICE,), metavar="D1,D2,...",
                    help="emulated GPUs, the table's columns (default sm120)")
     p.add_argument("--sglang-args", metavar="ARGS",
                    help="the server's launch arguments (what follows `python -m sglang.launch_server`), read by "

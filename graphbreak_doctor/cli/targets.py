@@ -13,7 +13,7 @@ from typing import Any
 from graphbreak_doctor.cli.common import UsageError, int_at_least
 from graphbreak_doctor.cli.outputs import OutputSet, write_file
 from graphbreak_doctor.emulation.presets import DEFAULT_DEVICE, PRESETS
-from graphbreak_doctor.model import MAP_MODE, MODE_CHOICES, Findings, modes_for
+from graphbreak_doctor.model import MAP_MODE, MODE_CHOICES, Findings, Rung, modes_for
 from graphbreak_doctor.jobs import Job, Outcome, run_in_process, run_jobs
 from graphbreak_doctor.jobs.job import FIX, MAP, TRACE
 from graphbreak_doctor.jobs.output import lines, log_sections, to_log, with_logs
@@ -160,11 +160,13 @@ class Diagnoses:
     logs: list[str]
 
 
-def run_diagnoses(args: argparse.Namespace, selected: list[Selection], progress: Progress) -> Diagnoses:
+def run_diagnoses(args: argparse.Namespace, selected: list[Selection], progress: Progress, *,
+                  saved_ladder: tuple[list[Rung], str] | None = None) -> Diagnoses:
     """One findings per selected target, its modes joined (and its compile
     map, for a target whose provider asks for one: traced first, so that an
-    --in-process run records torch.compile before the target's code loads)."""
-    from graphbreak_doctor.analysis.merge import merge_modes
+    --in-process run records torch.compile before the target's code loads);
+    ``saved_ladder``: the rungs of an earlier ``fix``, and where they come from."""
+    from graphbreak_doctor.analysis.assemble import join
 
     modes = [] if args.mode == MAP_MODE else modes_for(args.mode)
     # --mode piecewise asks for one compile path (tc_piecewise), not for the launch's map.
@@ -176,7 +178,7 @@ def run_diagnoses(args: argparse.Namespace, selected: list[Selection], progress:
               + [Job(TRACE, s, args.device, m, debug=args.debug) for m in modes] for s in selected]
     outcomes = iter(run(args, [job for group in groups for job in group], progress))
     per_target = [[next(outcomes) for _ in group] for group in groups]
-    return Diagnoses([merge_modes([o.as_findings() for o in group]) for group in per_target],
+    return Diagnoses([join([o.as_findings() for o in group], saved_ladder=saved_ladder) for group in per_target],
                      [log_sections(group) for group in per_target])
 
 

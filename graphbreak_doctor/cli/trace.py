@@ -42,15 +42,9 @@ def run(args: argparse.Namespace) -> int:
     stems = [stem(s, args) for s in selected]
     outputs = OutputSet.plan(args, (FINDINGS,), stems)
     saved = _saved_ladder(args.ladder) if args.ladder else None
-    done = run_diagnoses(args, selected, Progress())
+    done = run_diagnoses(args, selected, Progress(),
+                         saved_ladder=(saved.ladder, f"saved ladder {args.ladder}") if saved is not None else None)
     results = done.findings
-    if saved is not None:
-        # Imported here: the fixes import torch, which the command line does
-        # not load until it traces.
-        from graphbreak_doctor.analysis.fixes import attach_verified
-
-        for findings in results:
-            attach_verified(findings.breaks, saved.ladder, source=f"saved ladder {args.ladder}")
     summary = get("terminal")
     for findings in results:
         show(summary.render(findings))

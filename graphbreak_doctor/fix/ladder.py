@@ -21,11 +21,10 @@ import torch
 
 from graphbreak_doctor import recipes
 from graphbreak_doctor.analysis import categories
-from graphbreak_doctor.analysis.build import build_findings, record_source
-from graphbreak_doctor.analysis.fixes import attach_verified
+from graphbreak_doctor.analysis.assemble import assemble, stopped_at
 from graphbreak_doctor.capture import run as capture
 from graphbreak_doctor.model import DEFAULT_FIX_STEPS as DEFAULT_STEPS
-from graphbreak_doctor.model import FULLGRAPH_MODES, Break, Findings, FixOutcome, FullgraphVerdict, Rung, TargetInfo
+from graphbreak_doctor.model import DEFAULT_DEVICE, FULLGRAPH_MODES, Break, Findings, FixOutcome, Rung, RungResult
 from graphbreak_doctor.patching import PatchSet, UndoLog
 from graphbreak_doctor.recipes.common import break_site, has_fake_tensor
 from graphbreak_doctor.targets import Target, TargetError
@@ -45,7 +44,7 @@ class LadderOutcome:
     @property
     def recipes(self) -> list[str]:
         """Recipes of the rungs that stayed applied, in order."""
-        return [r.recipe for r in self.rungs if r.result != "rejected"]
+        return [r.recipe for r in self.rungs if r.result != RungResult.REJECTED]
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -90,10 +89,9 @@ class FixSession:
         mode = mode or self.mode
         with contextlib.redirect_stdout(sys.stderr):
             result = capture.run(self.target, mode, decompile=False)
-        findings = build_findings([result], target=TargetInfo(), environment={}, device={})
         if mode == "explain":
             return result, None
-        return result, findings.break_by_id(findings.fullgraph.break_id)
+        return result, stopped_at(result)
 
     def _choose(self, brk: Break, tried: set) -> tuple[recipes.Recipe | None, recipes.Plan | None, list[str]]:
         reasons = []
@@ -150,18 +148,18 @@ class FixSession:
                 self.progress(f"rung {step}: {plan.recipe} for the [{brk.category}] break; re-tracing")
                 rung = Rung(step=step, break_id=brk.id, category=brk.category, gb_type=brk.gb_type, site=break_site(brk),
                             recipe=plan.recipe, patch=plan.patch, where=plan.where, result="", detail=applied,
-                            culprit=plan.culprit)
+                            culprit=plan.culprit, frame=brk.site)
                 out.rungs.append(rung)
                 try:
                     new, new_brk = self._trace()
                 except TargetError as e:  # the patched target no longer runs eagerly
                     patches.undo()
                     tried.add((brk.id, plan.recipe))
-                    rung.result, rung.detail = "rejected", f"{applied}. The patched target fails eagerly: {e}"
+                    rung.result, rung.detail = RungResult.REJECTED, f"{applied}. The patched target fails eagerly: {e}"
                     continue
                 out.traces.append(new)
                 if recipe.demonstration:
-                    rung.result = "rejected"
+                    rung.result = RungResult.REJECTED
                     why = plan.judge(new, new_brk) if plan.judge else "A demonstration only; change undone."
                     rung.detail = f"{applied}. {why}"
                     patches.undo()
@@ -169,23 +167,23 @@ class FixSession:
                     tried.add((brk.id, plan.recipe))
                     continue
                 if new.ok:
-                    rung.result = "fullgraph ok"
+                    rung.result = RungResult.FULLGRAPH_OK
                     self.kept.append(patches)
                     result, brk = new, None
                     continue
                 if new_brk is not None and new_brk.id == brk.id:
-                    rung.result = "rejected"
+                    rung.result = RungResult.REJECTED
                     rung.detail = f"{applied}. The same break is still the first failure; change undone."
                     patches.undo()
                     tried.add((brk.id, plan.recipe))
                     continue
                 self.kept.append(patches)
                 if new.crashed or new_brk is None:
-                    rung.result = "removed"
+                    rung.result = RungResult.REMOVED
                     rung.detail = f"{applied}. The break is gone, but the re-trace crashed: {new.error}"
                     result, brk = new, new_brk
                     continue
-                rung.result = "next failure"
+                rung.result = RungResult.NEXT_FAILURE
                 rung.detail = f"{applied}. Next: [{new_brk.category}] {new_brk.gb_type} at {break_site(new_brk)}"
                 result, brk = new, new_brk
             except BaseException:
@@ -234,7 +232,7 @@ class FixSession:
         self.undo()
 
 
-def fix(build: Callable[[UndoLog], Target], *, mode: str = "fullgraph", device: str = "sm120",
+def fix(build: Callable[[UndoLog], Target], *, mode: str = "fullgraph", device: str = DEFAULT_DEVICE,
         max_steps: int = DEFAULT_STEPS, progress: Callable[[str], None] = lambda _m: None) -> Findings:
     """Climb the fix ladder for the target ``build()`` returns (called inside the device).
 
@@ -255,21 +253,8 @@ def fix(build: Callable[[UndoLog], Target], *, mode: str = "fullgraph", device: 
             with FixSession(target, mode=mode, max_steps=max_steps, progress=progress) as session:
                 outcome = session.climb()
             progress("analysing")
-            findings = build_findings(outcome.traces, target=target.info,
-                                      environment=environment(), device=dev.describe())
-            record_source(findings)
-    first = outcome.traces[0]
-    first_break = build_findings([first], target=TargetInfo(), environment={}, device={}).fullgraph
-    findings.fullgraph = FullgraphVerdict(ran=True, ok=bool(first.ok), error=first.error,
-                                          break_id=first_break.break_id, crashed=first.crashed)
-    findings.modes = [mode]
-    final = outcome.traces[-1] if outcome.ok else None
-    findings.graphs = list(final.graphs) if final else []
-    findings.graph_count = len(findings.graphs)
-    findings.ladder = outcome.rungs
-    # The changes the ladder kept are the fixes of the breaks they removed.
-    attach_verified(findings.breaks, outcome.rungs)
-    findings.fix = FixOutcome(ok=outcome.ok, stopped=outcome.stopped, recipes=outcome.recipes,
-                              steps=len(outcome.rungs), max_steps=max_steps,
-                              outputs_equal_eager=outcome.outputs_equal)
-    return findings
+            fixed = FixOutcome(ok=outcome.ok, stopped=outcome.stopped, recipes=outcome.recipes,
+                               steps=len(outcome.rungs), max_steps=max_steps,
+                               outputs_equal_eager=outcome.outputs_equal)
+            return assemble(outcome.traces, target=target.info, environment=environment(), device=dev.describe(),
+                            ladder=(outcome.rungs, fixed), excerpts=True)

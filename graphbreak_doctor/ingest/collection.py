@@ -4,7 +4,7 @@ Readers hand over raw events (the capture's ``BreakEvent``), crashes, graphs,
 per-frame compile statistics and what they could not parse. Events that are
 the same in every field are stored once with a count, so memory grows with
 the number of distinct reports, not with the size of the input. The findings
-are made by the same ``build_findings`` as a live trace: classification,
+are made by the same ``assemble`` as a live trace: classification,
 root causes and fixes are not done twice.
 """
 
@@ -14,7 +14,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from graphbreak_doctor.analysis.build import build_findings
+from graphbreak_doctor.analysis.assemble import assemble
 from graphbreak_doctor.capture.events import BreakEvent, with_causes
 from graphbreak_doctor.capture.result import ModeResult
 from graphbreak_doctor.model import Findings, GraphInfo, TargetInfo, UnparsedEvent
@@ -168,7 +168,7 @@ class Collection:
         results = self._results()
         environment = {k: self.environment.get(k, "") for k in ENVIRONMENT_KEYS}
         device = {"name": _device_name(self.devices), "emulated": False, "ingested": True}
-        findings = build_findings(results, target=self._target(paths, fmt), environment=environment, device=device)
+        findings = assemble(results, target=self._target(paths, fmt), environment=environment, device=device)
         findings.unparsed_events = list(self.unparsed)
         if self.unparsed_total > len(self.unparsed):
             findings.unparsed_events.append(UnparsedEvent(

@@ -7,14 +7,8 @@ import signal
 from dataclasses import dataclass, field
 from typing import Any
 
-from graphbreak_doctor.model import (
-    COMPLETE,
-    CRASHED,
-    FULLGRAPH_MODES,
-    Findings,
-    FullgraphVerdict,
-    TargetInfo,
-)
+from graphbreak_doctor.analysis.assemble import unfinished
+from graphbreak_doctor.model import COMPLETE, CRASHED, Findings, TargetInfo
 from graphbreak_doctor.targets.provider import Selection
 
 # TRACE: one mode; FIX: the fix ladder; MAP: the compile map (compile_map.py).
@@ -69,14 +63,12 @@ class Outcome:
         if self.findings is not None:
             return self.findings
         s = self.job.selection
-        return Findings(
-            target=TargetInfo(spec=s.spec or s.name, provider=s.provider, title=s.spec or s.name),
+        return unfinished(
+            TargetInfo(spec=s.spec or s.name, provider=s.provider, title=s.spec or s.name),
             # What the run asked for, though the worker could not say it.
-            environment=_environment() if not self.job.python else {},
-            device=_device(self.job.device),
-            modes=[self.job.mode],
-            fullgraph=FullgraphVerdict(ran=self.job.mode in FULLGRAPH_MODES, ok=False, crashed=True,
-                                       error=self.message),
+            _environment() if not self.job.python else {},
+            _device(self.job.device),
+            self.job.mode, self.message,
             outcome=self.status if self.status != COMPLETE else CRASHED,
         )
 

@@ -98,7 +98,7 @@ def _first_failure(findings) -> tuple[str, str]:
 
 def _classify(cell: Cell, outcomes: list) -> Cell:
     """Fill ``cell`` from its modes' outcomes (jobs.Outcome, in mode order)."""
-    from graphbreak_doctor.analysis.merge import merge_modes
+    from graphbreak_doctor.analysis.assemble import join
 
     usage = next((o for o in outcomes if o.usage), None)
     if usage is not None:
@@ -107,10 +107,10 @@ def _classify(cell: Cell, outcomes: list) -> Cell:
     if missing is not None:
         cell.status = TIMED_OUT if missing.status == TIMED_OUT else CRASHED
         cell.reason = one_line(missing.message)
-        cell.findings = merge_modes([o.as_findings() for o in outcomes])
+        cell.findings = join([o.as_findings() for o in outcomes])
         return cell
     parts = [o.findings for o in outcomes]
-    findings = merge_modes(parts)
+    findings = join(parts)
     verdict = next((p for p in parts if set(p.modes) & set(FULLGRAPH_MODES)), None)
     stopped = next((p for p in parts if p is not verdict and (p.outcome != COMPLETE or p.fullgraph.crashed)), None)
     if stopped is not None and verdict is not None and verdict.outcome == COMPLETE and not verdict.fullgraph.crashed:
@@ -224,7 +224,7 @@ def _prefill_compiled(outcome) -> bool:
 def _classify_map(cell: Cell, outcomes: list) -> Cell:
     """Fill a MODEL cell from its compile map's outcome, and the compiled
     prefill's trace where there is one."""
-    from graphbreak_doctor.analysis.merge import merge_modes
+    from graphbreak_doctor.analysis.assemble import join
     from graphbreak_doctor.model import REGION_CRASHED, REGION_FAILS
 
     found, prefill = outcomes[0], (outcomes[1] if len(outcomes) > 1 else None)
@@ -265,7 +265,7 @@ def _classify_map(cell: Cell, outcomes: list) -> Cell:
             cell.category, cell.function = _first_failure(prefill.findings)
             cell.prefill_fullgraph = f"fails: {cell.category}" + (f" ({cell.function})" if cell.function else "")
             cell.status, cell.reason = FAILED, one_line(prefill.findings.fullgraph.error)
-        findings = merge_modes([findings, prefill.as_findings()])
+        findings = join([findings, prefill.as_findings()])
     cell.findings = findings
     cell.breaks = len(findings.breaks)
     return cell

@@ -245,6 +245,9 @@ class Rung:
     # Added after schema 1 shipped: "module.function" the change is about (the
     # library function made an op, the function run once before capture).
     culprit: str = ""
+    # Added after schema 1 shipped: the break's site as a frame. A saved ladder
+    # finds its break by id, else by gb_type and this frame (frames.frame_key).
+    frame: Frame | None = None
 
 
 @dataclass
