@@ -168,13 +168,13 @@ def test_renderers_are_registered_once_and_offered_as_options(cli):
 
 
 def test_device_presets_are_offered_and_listed_by_the_emulated_nvcc(cli, tmp_path):
-    from graphbreak_doctor.emulation import flashinfer_dry
+    from graphbreak_doctor.emulation import flashinfer as flashinfer_emulation
     from graphbreak_doctor.emulation.presets import PRESETS, emulated_presets
 
     help_text = cli("trace", "--help").stdout
     for name in PRESETS:
         assert name in help_text
-    cuda_home = flashinfer_dry.make_toolkit(tmp_path, emulated_presets()[0])
+    cuda_home = flashinfer_emulation.make_toolkit(tmp_path, emulated_presets()[0])
     listed = subprocess.run([str(cuda_home / "bin" / "nvcc"), "--list-gpu-arch"], capture_output=True,
                             text=True).stdout.split()
     for p in emulated_presets():

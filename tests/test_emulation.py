@@ -20,7 +20,9 @@ import torch
 from torch._dynamo import trace_rules
 
 from graphbreak_doctor.emulation import PRESETS, EmulatedDevice, resolve_device
-from graphbreak_doctor.emulation import flashinfer_dry, torch_surface
+from graphbreak_doctor.emulation import flashinfer as flashinfer_emulation
+from graphbreak_doctor.emulation import torch_surface
+from graphbreak_doctor.emulation.flashinfer import caches, recorder
 
 HAS_FLASHINFER = importlib.util.find_spec("flashinfer") is not None
 needs_flashinfer = pytest.mark.skipif(not HAS_FLASHINFER, reason="flashinfer not installed")
@@ -281,12 +283,12 @@ def _snapshot() -> dict:
         },
         "tables": [dict(t) for t in torch_surface.dynamo_tables()],
         "fake_mode": torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE),
-        "sinks": list(flashinfer_dry.STATE.sinks),
+        "sinks": list(recorder.STATE.sinks),
     }
     if HAS_FLASHINFER:
         import tvm_ffi
 
-        flashinfer_dry.import_on_this_machine()
+        flashinfer_emulation.import_on_this_machine()
         jit_env = sys.modules["flashinfer.jit.env"]
         jit_core = sys.modules["flashinfer.jit.core"]
         snap["jit_env"] = {
@@ -300,7 +302,7 @@ def _snapshot() -> dict:
             )
         }
         snap["target_archs"] = set(jit_core.current_compilation_context.TARGET_CUDA_ARCHS)
-        snap["so_loader"] = tvm_ffi.registry.get_global_func(flashinfer_dry.SO_LOADER)
+        snap["so_loader"] = tvm_ffi.registry.get_global_func(flashinfer_emulation.SO_LOADER)
     return snap
 
 
@@ -329,14 +331,14 @@ def test_flashinfer_caches_are_found_past_globals_whose_getattr_raises(monkeypat
     module = types.ModuleType("flashinfer.graphbreak_doctor_test_lazy")
     module.cudart, module.cached = Lazy(), cached
     monkeypatch.setitem(sys.modules, module.__name__, module)
-    assert cached in flashinfer_dry._flashinfer_caches()
+    assert cached in caches.flashinfer_caches()
 
 
 def test_emulated_nvidia_smi_answers_start_up_queries(tmp_path):
     import subprocess
 
     preset = resolve_device("sm120")
-    smi = flashinfer_dry.make_toolkit(tmp_path, preset) / "bin" / "nvidia-smi"
+    smi = flashinfer_emulation.make_toolkit(tmp_path, preset) / "bin" / "nvidia-smi"
     ask = lambda *argv: subprocess.run([str(smi), *argv], capture_output=True, text=True)  # noqa: E731
     assert ask("--query-gpu=memory.total", "--format=csv,noheader,nounits").stdout.strip() == str(preset.memory_gb * 1024)
     assert ask("--query-gpu=compute_cap", "--format=csv,noheader").stdout.strip() == "12.0"
@@ -415,7 +417,7 @@ def test_dry_jit_builds_and_loads_the_arch_specific_module(device):
     assert "fp4_quantize" in load.exports
     assert not Path(load.path).exists()  # no shared library was written
     # The dry kernel is the same kind of object as a real one.
-    kernel = flashinfer_dry.dry_module(expected, load.exports).fp4_quantize
+    kernel = flashinfer_emulation.dry_module(expected, load.exports).fp4_quantize
     assert type(kernel) is tvm_ffi.Function
 
 
@@ -424,7 +426,7 @@ def test_dry_jit_builds_and_loads_the_arch_specific_module(device):
 def test_dry_kernel_leaves_destination_buffers_alone():
     import tvm_ffi
 
-    module = flashinfer_dry.dry_module("graphbreak_doctor_test", ("write_ones",))
+    module = flashinfer_emulation.dry_module("graphbreak_doctor_test", ("write_ones",))
     assert isinstance(module, tvm_ffi.Module)
     out = torch.zeros(8)
     assert module.write_ones(out, 1.0) is None

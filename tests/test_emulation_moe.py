@@ -11,7 +11,8 @@ import pytest
 import torch
 from torch._dynamo import trace_rules
 
-from graphbreak_doctor.emulation import EmulatedDevice, flashinfer_dry, torch_surface
+from graphbreak_doctor.emulation import EmulatedDevice, torch_surface
+from graphbreak_doctor.emulation.flashinfer import artifact_mirror, caches
 from test_emulation import (
     EMULATION_DIR,
     BreakLog,
@@ -180,10 +181,10 @@ def test_exit_restores_everything_after_the_moe_targets():
     before = _snapshot()
     before["cuda_device_variable"] = (CUDADeviceVariable._exchange_fn, CUDADeviceVariable._maybe_exchange_fn)
     before["bmm_pin"] = artifacts.CheckSumHash.TRTLLM_GEN_BMM
-    before["mirrors"] = list(flashinfer_dry.STATE.mirrors)
+    before["mirrors"] = list(artifact_mirror.STATE.mirrors)
     import flashinfer.utils as fi_utils
 
-    before["scratch"] = {n: len(getattr(fi_utils, n, ())) for n in flashinfer_dry._SCRATCH}
+    before["scratch"] = {n: len(getattr(fi_utils, n, ())) for n in caches.SCRATCH}
     for device, target in (("sm120", "cutlass_fused_moe_glm5"), ("sm100", "trtllm_fp4_block_scale_moe_glm5"), ("sm120", "mm_fp4_dense")):
         with EmulatedDevice(device):
             fn, args = getattr(flashinfer_targets, target)()
@@ -191,6 +192,6 @@ def test_exit_restores_everything_after_the_moe_targets():
     after = _snapshot()
     after["cuda_device_variable"] = (CUDADeviceVariable._exchange_fn, CUDADeviceVariable._maybe_exchange_fn)
     after["bmm_pin"] = artifacts.CheckSumHash.TRTLLM_GEN_BMM
-    after["mirrors"] = list(flashinfer_dry.STATE.mirrors)
-    after["scratch"] = {n: len(getattr(fi_utils, n, ())) for n in flashinfer_dry._SCRATCH}
+    after["mirrors"] = list(artifact_mirror.STATE.mirrors)
+    after["scratch"] = {n: len(getattr(fi_utils, n, ())) for n in caches.SCRATCH}
     _assert_same(before, after)

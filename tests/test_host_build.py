@@ -40,13 +40,13 @@ def _spec():
 
 
 def _build(cache: Path):
-    from graphbreak_doctor.emulation import flashinfer_dry
+    from graphbreak_doctor.emulation import flashinfer as flashinfer_emulation
 
     spec = _spec()
     old = os.environ.get("GRAPHBREAK_DOCTOR_CACHE")
     os.environ["GRAPHBREAK_DOCTOR_CACHE"] = str(cache)
     try:
-        return flashinfer_dry.build_host_library(spec.name, list(spec.sources))
+        return flashinfer_emulation.build_host_library(spec.name, list(spec.sources))
     finally:
         if old is None:
             del os.environ["GRAPHBREAK_DOCTOR_CACHE"]
@@ -126,7 +126,8 @@ def test_without_a_compiler_it_says_why_and_writes_nothing(tmp_path, monkeypatch
 
 _EAGER = """
 import json, sys, torch
-from graphbreak_doctor.emulation import EmulatedDevice, flashinfer_dry
+from graphbreak_doctor.emulation import EmulatedDevice
+from graphbreak_doctor.emulation import flashinfer as flashinfer_emulation
 import fixtures.flashinfer_targets as targets
 out = {}
 with EmulatedDevice("sm120") as dev:
@@ -135,7 +136,7 @@ with EmulatedDevice("sm120") as dev:
         try:
             fn(*args)
         except Exception as e:
-            out[name] = {"error": flashinfer_dry.unanswered_planner(e) or repr(e)}
+            out[name] = {"error": flashinfer_emulation.unanswered_planner(e) or repr(e)}
             continue
         from flashinfer.mla._sparse_mla_sm120 import _prepared
         (key, call), = [(k, v) for k, v in _prepared._functional_plans.items() if k[0] not in out.get("models", [])]

@@ -204,11 +204,11 @@ def test_undo_is_complete_after_sglang_traces_in_this_process(monkeypatch, tmp_p
     from graphbreak_doctor.diagnose import selection_builder, trace_mode
     from graphbreak_doctor.targets.glm5.provider import PROVIDER
 
-    from graphbreak_doctor.emulation import flashinfer_dry
+    from graphbreak_doctor.emulation import flashinfer as flashinfer_emulation
 
     # FlashInfer opens its JIT log in the home folder when imported (as far
     # as it imports without a device).
-    flashinfer_dry.import_on_this_machine()
+    flashinfer_emulation.import_on_this_machine()
     # The doctor's own cache folder (the model's host build of FlashInfer's
     # planner) stays where it is: the home folder checked is the traced code's.
     from graphbreak_doctor.cache import cache_root

@@ -27,7 +27,7 @@ def __getattr__(name: str):
 
         return EmulatedDevice
     if name == "JitRecord":
-        from graphbreak_doctor.emulation.flashinfer_dry import JitRecord
+        from graphbreak_doctor.emulation.flashinfer.recorder import JitRecord
 
         return JitRecord
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

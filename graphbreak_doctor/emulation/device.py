@@ -12,8 +12,9 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 from graphbreak_doctor.emulation.host_memory import HostMemoryMode
 
-from graphbreak_doctor.emulation import cuda_runtime, dsl_dry, flashinfer_dry, torch_surface
-from graphbreak_doctor.emulation.flashinfer_dry import JitRecord
+from graphbreak_doctor.emulation import cuda_runtime, dsl_dry, torch_surface
+from graphbreak_doctor.emulation import flashinfer as flashinfer_emulation
+from graphbreak_doctor.emulation.flashinfer import JitRecord
 from graphbreak_doctor.emulation.preset import DevicePreset
 from graphbreak_doctor.emulation.presets import resolve_device
 from graphbreak_doctor.patching import UndoLog
@@ -70,7 +71,7 @@ class EmulatedDevice:
 
     def _record(self, action: str, name: str, path: str, exports: tuple) -> JitRecord:
         request = JitRecord(
-            seq=flashinfer_dry.STATE.next_seq(),
+            seq=flashinfer_emulation.next_seq(),
             name=name,
             action=action,
             device=self.name,
@@ -103,13 +104,13 @@ class EmulatedDevice:
                 # while torch still answers for the real machine, so that what
                 # is saved for undo is the real state. A FlashInfer that asks
                 # the device in a module body cannot be imported without one:
-                # it is imported by flashinfer_dry.install below, under the
+                # it is imported by flashinfer_emulation.install below, under the
                 # emulation, and its import-time answers are this device's.
-                read_at_import = flashinfer_dry.import_on_this_machine()
+                read_at_import = flashinfer_emulation.import_on_this_machine()
                 torch_surface.install(self.preset, log, self._exercised)
                 cuda_runtime.install(log, torch_surface.DEVICE_COUNT, self._exercised)
                 dsl_dry.install(log, self.dry_launch)
-                self._facts = flashinfer_dry.install(self.preset, log, self._record, scratch)
+                self._facts = flashinfer_emulation.install(self.preset, log, self._record, scratch)
                 if read_at_import:
                     self._facts["flashinfer_imported_under_emulation"] = (
                         f"FlashInfer asks the device at import ({read_at_import}): imported on the emulated "
@@ -161,7 +162,7 @@ class EmulatedDevice:
             )
         info["torch"] = torch.__version__.split("+")[0]
         if self.emulated:
-            if not self._facts and flashinfer_dry.flashinfer_installed():
+            if not self._facts and flashinfer_emulation.flashinfer_installed():
                 import flashinfer
 
                 self._facts = {"flashinfer": getattr(flashinfer, "__version__", None)}
@@ -171,7 +172,7 @@ class EmulatedDevice:
             # FlashInfer host code built for this machine, for the modules this device loaded.
             loaded = {r.name for r in self.jit_requests if r.action == "load"}
             host = {name: list(lib.exports) if not lib.unavailable else f"not built: {lib.unavailable}"
-                    for name, lib in flashinfer_dry.STATE.host_libraries.items() if name in loaded}
+                    for name, lib in flashinfer_emulation.host_libraries().items() if name in loaded}
             if host:
                 info["flashinfer_host_code"] = host
         return info

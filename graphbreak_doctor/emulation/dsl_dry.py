@@ -234,6 +234,6 @@ def _no_op_function() -> Any:
 
     import tvm_ffi
 
-    from graphbreak_doctor.emulation.flashinfer_dry import NO_OP_KERNEL
+    from graphbreak_doctor.emulation.flashinfer.kernels import NO_OP_KERNEL
 
     return tvm_ffi.Function.__from_extern_c__(ctypes.cast(NO_OP_KERNEL, ctypes.c_void_p).value)

@@ -14,6 +14,15 @@ from typing import Optional
 KIB = 1024
 GIB = 1024**3
 
+# The CUDA release the emulated toolkit reports for a preset that names none.
+DEFAULT_CUDA = "12.9"
+
+# What `nvcc --list-gpu-arch` of each CUDA release lists (the emulated
+# toolkit's nvcc lists these and every registered GPU's architecture).
+NVCC_ARCHS: dict[str, tuple[int, ...]] = {
+    "12.9": (75, 80, 86, 87, 89, 90, 100, 101, 103, 120, 121),
+}
+
 
 @dataclasses.dataclass(frozen=True)
 class DevicePreset:
@@ -31,10 +40,23 @@ class DevicePreset:
     l2_mib: int = 0
     memory_gb: int = 0
     cuda: Optional[str] = None  # torch.version.cuda and `nvcc --version`
+    # The architectures of FlashInfer's prebuilt trtllm-gen kernels (cubins)
+    # that run on this GPU, as FlashInfer names them in its kernel manifests.
+    cubin_archs: tuple[str, ...] = ()
 
     @property
     def capability(self) -> tuple[int, int]:
         return (self.major, self.minor)
+
+    @property
+    def toolkit_cuda(self) -> str:
+        """The CUDA release of the emulated toolkit (`nvcc --version`)."""
+        return self.cuda or DEFAULT_CUDA
+
+    @property
+    def nvcc_archs(self) -> tuple[int, ...]:
+        """What `nvcc --list-gpu-arch` of this GPU's toolkit lists."""
+        return NVCC_ARCHS.get(self.toolkit_cuda, NVCC_ARCHS[DEFAULT_CUDA])
 
     @property
     def arch_list(self) -> str:

@@ -11,6 +11,10 @@ PRESETS: dict[str, DevicePreset] = {p.name: p for p in REGISTRY}
 
 DEFAULT_DEVICE = "sm120"
 
+# trtllm-gen cubin architectures of GPUs no preset here emulates (B300, and
+# Rubin's); FlashInfer's kernel manifests list them beside the presets' own.
+UNEMULATED_CUBIN_ARCHS = ("Sm103a", "Sm107a")
+
 
 def resolve_device(name: Optional[str] = None) -> DevicePreset:
     """The preset for `--device NAME` (default sm120); ValueError if unknown."""
@@ -31,3 +35,18 @@ def emulated_presets() -> tuple[DevicePreset, ...]:
 def preset_for_capability(capability: tuple[int, int]) -> Optional[DevicePreset]:
     """The emulated preset of a real GPU's architecture, if there is one."""
     return next((p for p in emulated_presets() if p.capability == tuple(capability)), None)
+
+
+def toolkit_archs(preset: DevicePreset) -> tuple[int, ...]:
+    """What the emulated `nvcc --list-gpu-arch` lists for `preset`: its
+    toolkit's architectures and every registered GPU's, so a new device preset
+    is listed too."""
+    archs = set(preset.nvcc_archs) | {p.major * 10 + p.minor for p in emulated_presets()}
+    return tuple(sorted(archs))
+
+
+def cubin_archs() -> tuple[str, ...]:
+    """The trtllm-gen cubin architectures of every registered GPU, then of
+    those without a preset, each once."""
+    return tuple(dict.fromkeys([a for p in emulated_presets() for a in p.cubin_archs]
+                               + list(UNEMULATED_CUBIN_ARCHS)))

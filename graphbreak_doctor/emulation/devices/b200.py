@@ -15,4 +15,5 @@ PRESET = DevicePreset(
     l2_mib=126,
     memory_gb=180,
     cuda="12.9",
+    cubin_archs=("Sm100a", "Sm100f"),
 )

@@ -39,7 +39,8 @@ from typing import Any, Callable
 import torch
 
 from graphbreak_doctor.emulation import sglang as sglang_emulation
-from graphbreak_doctor.emulation import dsl_dry, flashinfer_dry, standins
+from graphbreak_doctor.emulation import dsl_dry, standins
+from graphbreak_doctor.emulation import flashinfer as flashinfer_emulation
 from graphbreak_doctor.emulation.device import EmulatedDevice
 from graphbreak_doctor.model import TargetInfo
 from graphbreak_doctor.frames import short_path
@@ -248,7 +249,7 @@ def _run_eagerly(call: Callable[..., Any], args: tuple, phase: str, what: str) -
     try:
         call(*args)
     except Exception as e:
-        why = flashinfer_dry.unanswered_planner(e)
+        why = flashinfer_emulation.unanswered_planner(e)
         if why:
             raise TargetError(f"cannot run SGLang's {phase} forward on an emulated "
                               f"{torch.cuda.get_device_name()}: {why}") from e
