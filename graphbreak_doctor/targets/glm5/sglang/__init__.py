@@ -1,6 +1,7 @@
 """GLM-5's blocks as SGLang builds them (``--impl sglang``): SGLang's own
-modules, set-up and compile state. builder.py and runtime.py import torch;
-this module does not, so the command line can ask whether SGLang is there."""
+modules, set-up and compile state; builder.py makes the target. The other
+modules import torch; this one does not, so the command line can ask
+whether SGLang is there."""
 
 from __future__ import annotations
 

@@ -1,0 +1,159 @@
+"""sgl-kernel's kernel libraries, which need a CUDA build of torch.
+
+- ``common_ops``: sgl_kernel's loader tries the architecture's ``.so``, then
+  a plain ``import common_ops``; an empty module of that name ends its
+  search. The ops the traced code calls (``torch.ops.sgl_kernel.*``) are then
+  declared from ``SGL_KERNEL_SCHEMAS`` (schemas.py), only those the installed
+  package's Python wrappers call; their fakes come after the framework's
+  import (``register_missing_fakes`` in the package).
+- The other libraries (``flash_ops``, ``flashmla_ops``, ...): older
+  releases' sparse-attention backend imports sgl-kernel's FlashAttention
+  wrapper, which imports ``flash_ops`` at module level. Each one that does
+  not load gets an empty module; a library with dry answers
+  (``EXTENSION_DRY``: FlashMLA's) has every schema its binary declares
+  defined, and none of the others' ops is declared."""
+
+from __future__ import annotations
+
+import glob
+import re
+import sys
+from pathlib import Path
+
+import torch
+
+from graphbreak_doctor.emulation.standins.binaries import (
+    StandIns, declared, empty_module, loads, no_op, op_library, package_dir, sm_count,
+)
+from graphbreak_doctor.emulation.standins.schemas import SGL_KERNEL_SCHEMAS, schemas_in
+from graphbreak_doctor.patching import UndoLog
+
+
+def install_sgl_kernel(log: UndoLog, out: StandIns) -> None:
+    home = package_dir("sgl_kernel")
+    if home is None:
+        return
+    binaries = sorted(glob.glob(str(home / "*" / "common_ops.*.so"))) + sorted(glob.glob(str(home / "common_ops.*.so")))
+    why = loads(binaries[0]) if binaries else "no common_ops library"
+    if not why:
+        return
+    if "sgl_kernel" not in sys.modules:  # imported before (an earlier build in this process): it found one
+        empty_module(log, "common_ops", "sgl_kernel's common_ops")
+    out.lines.append(f"sgl_kernel common_ops: an empty module (the library does not load here: {why})")
+    _sgl_kernel_extensions(log, out, home)
+    called = _called_ops(home)
+    for name, schema in SGL_KERNEL_SCHEMAS.items():
+        if name not in called or declared(f"sgl_kernel::{name}"):
+            continue
+        if out.library is None:
+            out.library = op_library(log, "sgl_kernel")
+        out.library.define(schema)
+        out.declared.append(name)
+
+
+def _sgl_kernel_extensions(log: UndoLog, out: StandIns, home: Path) -> None:
+    """sgl-kernel's other kernel libraries (``flash_ops``, ``flashmla_ops``,
+    ...), which some of its wrappers import at module level (its FlashAttention
+    wrapper, imported by older releases' sparse-attention backend): an empty
+    module for each that does not load here. A library with dry answers
+    (``EXTENSION_DRY``) has every schema its binary declares defined: the ops
+    that only write their arguments do nothing, the listed ones return empty
+    tensors of their outputs' shapes, and any other call fails for want of a
+    kernel. The other libraries' ops are not declared: a call fails, naming the op."""
+    empty, declared_dry = [], []
+    for binary in sorted(home.glob("*_ops.*.so")):
+        name = binary.name.split(".", 1)[0]
+        qualified = f"sgl_kernel.{name}"
+        if name == "common_ops" or qualified in sys.modules:
+            continue
+        why = loads(str(binary))
+        if not why:
+            continue
+        empty_module(log, qualified, f"sgl_kernel's {name}")
+        if name in EXTENSION_DRY:
+            declared_dry.append((name, _declare_dry(log, out, binary, EXTENSION_DRY[name])))
+        else:
+            empty.append((name, why))
+    if empty:
+        out.lines.append(f"sgl_kernel.{{{', '.join(n for n, _ in empty)}}}: empty modules, no op declared (the "
+                         f"libraries do not load here: {empty[0][1]})")
+    for name, ops in declared_dry:
+        dry = ", ".join(EXTENSION_DRY[name])
+        out.lines.append(f"sgl_kernel.{name}: an empty module and the {len(ops)} op schemas its binary declares, no "
+                         f"kernel; {dry} return empty tensors of their outputs' shapes, the ops that only write their "
+                         "arguments do nothing (the library does not load here)")
+
+
+def _declare_dry(log: UndoLog, out: StandIns, binary: Path, dry: dict) -> list[str]:
+    """Define the ``sgl_kernel`` ops ``binary`` declares that are not yet,
+    with ``dry``'s answers and no-ops for those returning nothing."""
+    names = []
+    for text in schemas_in(binary):
+        name = text.split("(", 1)[0]
+        if name in names or declared(f"sgl_kernel::{name}"):
+            continue
+        if out.library is None:
+            out.library = op_library(log, "sgl_kernel")
+        out.library.define(text)
+        if name in dry:
+            out.library.impl(name, dry[name], "CompositeExplicitAutograd")
+        elif text.endswith("-> ()"):
+            out.library.impl(name, no_op, "CompositeExplicitAutograd")
+        names.append(name)
+    return names
+
+
+def _called_ops(home: Path) -> set[str]:
+    """The sgl_kernel ops the installed package's Python wrappers call: an op
+    the binary of this version lacks is never declared."""
+    called: set[str] = set()
+    for path in home.glob("*.py"):
+        called.update(re.findall(r"torch\.ops\.sgl_kernel\.([A-Za-z_0-9]+)", path.read_text(errors="replace")))
+    return called
+
+
+# FlashMLA's tile-scheduler metadata: int32 rows of this many fields, one
+# row per SM part; its kernels split the SMs into parts of 64 query heads.
+_FLASHMLA_TILE_FIELDS = 8
+_FLASHMLA_BLOCK_M = 64
+
+
+def _flashmla_metadata(seqlens_k: torch.Tensor, q_per_head_k: int, heads_k: int, *args, **kwargs) -> list:
+    """FlashMLA's decoding metadata, dry: ``[tile scheduler (SM parts, 8),
+    splits (batch + 1)]`` int32, shaped as its scheduler shapes them."""
+    parts = max(sm_count() // heads_k // -(-q_per_head_k // _FLASHMLA_BLOCK_M), 1)
+    return [torch.empty((parts, _FLASHMLA_TILE_FIELDS), dtype=torch.int32, device=seqlens_k.device),
+            torch.empty((seqlens_k.shape[0] + 1,), dtype=torch.int32, device=seqlens_k.device)]
+
+
+def _flashmla_decode(q: torch.Tensor, kv_cache: torch.Tensor, head_size_v: int, *args, **kwargs) -> list:
+    """FlashMLA's paged decode, dry: ``[out (batch, q tokens, heads, dv),
+    lse (batch, heads, q tokens) float32]``; an FP8 query gives a bf16 output."""
+    batch, tokens, heads = q.shape[0], q.shape[1], q.shape[2]
+    dtype = torch.bfloat16 if q.element_size() == 1 else q.dtype
+    return [torch.empty((batch, tokens, heads, head_size_v), dtype=dtype, device=q.device),
+            torch.empty((batch, heads, tokens), dtype=torch.float32, device=q.device)]
+
+
+def _flashmla_sparse_prefill(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor, sm_scale: float,
+                             d_v: int) -> list:
+    """FlashMLA's sparse prefill, dry: ``[out (tokens, heads, d_v), max logits
+    (tokens, heads) float32, lse (tokens, heads) float32]``."""
+    tokens, heads = q.shape[0], q.shape[1]
+    return [torch.empty((tokens, heads, d_v), dtype=q.dtype, device=q.device),
+            torch.empty((tokens, heads), dtype=torch.float32, device=q.device),
+            torch.empty((tokens, heads), dtype=torch.float32, device=q.device)]
+
+
+# sgl-kernel's other libraries whose ops get dry answers (see
+# _sgl_kernel_extensions): FlashMLA, which older releases' sparse attention
+# calls for its metadata and kernels.
+EXTENSION_DRY = {
+    "flashmla_ops": {
+        "get_mla_decoding_metadata": _flashmla_metadata,
+        "get_mla_decoding_metadata_dense_fp8": _flashmla_metadata,
+        "fwd_kvcache_mla": _flashmla_decode,
+        "fwd_kvcache_mla_fp8": _flashmla_decode,
+        "sparse_prefill_fwd": _flashmla_sparse_prefill,
+    },
+}

@@ -1,0 +1,109 @@
+"""What the findings say about an SGLang target once its module is built:
+what is traced and in which compile state, the shapes, the backends SGLang
+chose, its split ops and the registered ops Dynamo does not trace into, and
+what the emulation changed (``facts["emulation"]``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from graphbreak_doctor.emulation import sglang as sglang_emulation
+from graphbreak_doctor.model import TargetInfo
+from graphbreak_doctor.targets.glm5.sglang import forward, runtime
+from graphbreak_doctor.targets.glm5.sglang.construction import MlpBlock
+
+MODEL = "GLM-5 (GlmMoeDsaForCausalLM)"
+
+# What runs inside the registered ops SGLang's GLM-5 blocks call, where
+# Dynamo does not trace (an op is listed only when the installed SGLang
+# registers it).
+OPAQUE_OPS = {
+    "sglang::flashinfer_fp4_quantize": "FlashInfer's fp4_quantize (activation to NVFP4): its whole Python path, "
+                                       "JIT included (the nvcc version probe, the module cache stats, the module load)",
+    "sglang::fp4_gemm": "FlashInfer's mm_fp4 (the NVFP4 GEMM of SGLang's fp4 GEMM backend), with its JIT module load",
+    "sglang::_run_activation_inplace": "SGLang's SiLU-and-mul activation kernel",
+    "sgl_kernel::fused_add_rmsnorm": "sgl-kernel's fused residual add + RMSNorm kernel",
+    "sgl_kernel::silu_and_mul": "sgl-kernel's SiLU-and-mul kernel",
+    "sgl_kernel::scaled_fp4_quant": "sgl-kernel's activation to NVFP4 quantization kernel",
+    "sglang::moe_forward_piecewise_cuda_graph_impl": "the routed experts: SGLang's FusedMoE dispatch and FlashInfer's "
+                                                     "fused MoE kernel call, with its JIT and autotuner",
+    "sglang::fused_moe_bypassed_piecewise_cuda_graph_impl": "the routed experts with routing inside the kernel: "
+                                                            "FlashInfer's trtllm fused MoE call, with its JIT and autotuner",
+    "sglang::apply_fp4_marlin_linear": "the Marlin FP4 GEMM (SGLang's JIT kernel)",
+    "sglang::fused_marlin_moe": "the Marlin FP4 fused MoE (SGLang's JIT kernels)",
+    "flashinfer::fp4_quantize": "FlashInfer's fp4_quantize, its own registered op",
+}
+
+
+def _backend_names() -> dict[str, str]:
+    out = {"moe_runner_backend": str(runtime.moe_backend().value)}
+    fp4 = runtime.optional("sglang.srt.layers.quantization.fp4_utils:get_fp4_gemm_runner_backend")
+    if fp4 is not None:
+        out["fp4_gemm_backend"] = str(fp4().value)
+    return out
+
+
+def _registered(qualname: str) -> bool:
+    namespace, _, name = qualname.partition("::")
+    return hasattr(getattr(torch.ops, namespace), name)
+
+
+def fill_target_info(info: TargetInfo, module: torch.nn.Module, rt: runtime.Runtime, *, mode: str, tokens: int,
+                     cold: bool, folded: list[str], launched: list[str], mlp: torch.nn.Module | None = None) -> None:
+    """``module``: what is traced; ``mlp``: its MLP block, if it is one layer's."""
+    config = rt.model_config.hf_config
+    info.function = module.forward.__qualname__
+    info.shapes.update(tokens=tokens, tp=1)
+    kind = info.facts["layer_kind"]
+    if kind in ("dense", "model"):
+        info.shapes["intermediate_size"] = config.intermediate_size
+    if kind in ("moe", "model"):
+        info.shapes.update(moe_intermediate_size=config.moe_intermediate_size,
+                           n_routed_experts=config.n_routed_experts, experts_per_tok=config.num_experts_per_tok)
+        experts = getattr(mlp, "experts", None)
+        total = getattr(experts, "num_experts", None)
+        if total is not None:
+            info.facts["experts_in_kernel"] = total
+    state = "tc_piecewise (SGLang's piecewise CUDA-graph compile state)" if mode == "piecewise" else "plain"
+    cls = type(mlp if isinstance(module, MlpBlock) else getattr(module, "layer", module))
+    if isinstance(module, MlpBlock):
+        info.notes.insert(0, f"implementation: SGLang {info.facts['sglang_version']}'s own {cls.__name__} "
+                             f"({cls.__module__}) behind its RMSNorm, built through SGLang's set-up calls")
+    info.notes.append(f"compile state: {state}; eager warm-up: "
+                      + ("skipped (--cold)" if cold else "ran first, as SGLang warms up before it compiles"))
+    info.notes.extend(rt.notes)
+    info.facts.update(
+        sglang_module=f"{cls.__module__}.{cls.__qualname__}",
+        quant_config=type(rt.quant_config).__name__,
+        compile_state=state,
+        launch=rt.launch,
+        warm_up=not cold,
+        **_backend_names(),
+        emulation=_emulation_changes(folded),
+        kernels_run_dry=launched,
+    )
+    info.split_ops = runtime.split_ops()
+    info.opaque_ops = {op: text for op, text in OPAQUE_OPS.items() if _registered(op)}
+
+
+def _emulation_changes(folded: list[str]) -> list[str]:
+    changes = sglang_emulation.CHANGES
+    out = [changes["platform_window"], changes["isolate_caches"], changes["inductor_as_eager"],
+           changes["consistent_fake_weights"]]
+    if folded:
+        out.insert(1, changes["fold_platform_probes"].format(names=", ".join(folded)))
+    out.append("Triton and CuTe DSL kernels: has_triton() answered True (launches captured as on the GPU); "
+               "launches on fake tensors ran dry")
+    return out
+
+
+def model_note(info: TargetInfo, hf: Any, layers: int, full: int) -> str:
+    """The implementation note of a reduced model forward: which layers of how many."""
+    kinds = forward.layer_kinds(hf, layers)
+    return (f"implementation: SGLang {info.facts['sglang_version']}'s own DeepseekV2Model forward "
+            f"(what its piecewise runner compiles), {layers} of {full} decoder layers: the fewest "
+            f"that hold each kind ({sum(1 for k in kinds if not k[0])} dense, "
+            f"{sum(1 for k in kinds if k[0])} MoE); SGLang builds the next-N (MTP) layer only "
+            "for speculative decoding, in its draft model")
