@@ -23,15 +23,15 @@ UV := $(shell grep -m1 '^uv==' requirements/ci.txt)
 
 venv: $(VENV)/.installed $(VENV063)/.installed $(VENVSGL)/.installed
 
-$(VENV)/.installed: pyproject.toml requirements/ci.txt requirements/ray.txt
+$(VENV)/.installed: pyproject.toml requirements/ci.txt requirements/ray.txt requirements/test.txt
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install $(PIP_FLAGS) -r requirements/ci.txt -r requirements/ray.txt
+	$(VENV)/bin/pip install $(PIP_FLAGS) -r requirements/ci.txt -r requirements/ray.txt -r requirements/test.txt
 	$(VENV)/bin/pip install $(PIP_FLAGS) --no-deps --no-build-isolation -e .
 	touch $@
 
-$(VENV063)/.installed: pyproject.toml requirements/fi063.txt
+$(VENV063)/.installed: pyproject.toml requirements/fi063.txt requirements/test.txt
 	$(PYTHON) -m venv $(VENV063)
-	$(VENV063)/bin/pip install $(PIP_FLAGS) -r requirements/fi063.txt
+	$(VENV063)/bin/pip install $(PIP_FLAGS) -r requirements/fi063.txt -r requirements/test.txt
 	$(VENV063)/bin/pip install $(PIP_FLAGS) $(UV)
 	$(VENV063)/bin/pip install $(PIP_FLAGS) --no-deps --no-build-isolation -e .
 	touch $@
@@ -39,30 +39,33 @@ $(VENV063)/.installed: pyproject.toml requirements/fi063.txt
 # Third environment: SGLang 0.5.23 (its Python; the CUDA-only binaries get
 # stand-ins), torch held at 2.13.0. The second file goes in without
 # dependencies (see its header).
-$(VENVSGL)/.installed: pyproject.toml requirements/sglang.txt requirements/sglang-nodeps.txt
+$(VENVSGL)/.installed: pyproject.toml requirements/sglang.txt requirements/sglang-nodeps.txt requirements/test.txt
 	$(PYTHON) -m venv $(VENVSGL)
 	$(VENVSGL)/bin/pip install $(PIP_FLAGS) -r requirements/sglang.txt
 	$(VENVSGL)/bin/pip install $(PIP_FLAGS) --no-deps -r requirements/sglang-nodeps.txt
 	$(VENVSGL)/bin/pip install $(PIP_FLAGS) $(UV)
+	$(VENVSGL)/bin/pip install $(PIP_FLAGS) -r requirements/test.txt
 	$(VENVSGL)/bin/pip install $(PIP_FLAGS) --no-deps --no-build-isolation -e .
 	touch $@
 
 # Optional: SGLang 0.5.9, the oldest release with GLM-5 (not part of `make test`).
-$(VENVSGL059)/.installed: pyproject.toml requirements/sglang-0.5.9.txt requirements/sglang-0.5.9-nodeps.txt
+$(VENVSGL059)/.installed: pyproject.toml requirements/sglang-0.5.9.txt requirements/sglang-0.5.9-nodeps.txt requirements/test.txt
 	$(PYTHON) -m venv $(VENVSGL059)
 	$(VENVSGL059)/bin/pip install $(PIP_FLAGS) -r requirements/sglang-0.5.9.txt
 	$(VENVSGL059)/bin/pip install $(PIP_FLAGS) --no-deps -r requirements/sglang-0.5.9-nodeps.txt
 	$(VENVSGL059)/bin/pip install $(PIP_FLAGS) $(UV)
+	$(VENVSGL059)/bin/pip install $(PIP_FLAGS) -r requirements/test.txt
 	$(VENVSGL059)/bin/pip install $(PIP_FLAGS) --no-deps --no-build-isolation -e .
 	touch $@
 
 # Optional: SGLang 0.5.21, the last release with the tc_piecewise prefill
 # runner (not part of `make test`).
-$(VENVSGL0521)/.installed: pyproject.toml requirements/sglang-0.5.21.txt requirements/sglang-0.5.21-nodeps.txt
+$(VENVSGL0521)/.installed: pyproject.toml requirements/sglang-0.5.21.txt requirements/sglang-0.5.21-nodeps.txt requirements/test.txt
 	$(PYTHON) -m venv $(VENVSGL0521)
 	$(VENVSGL0521)/bin/pip install $(PIP_FLAGS) -r requirements/sglang-0.5.21.txt
 	$(VENVSGL0521)/bin/pip install $(PIP_FLAGS) --no-deps -r requirements/sglang-0.5.21-nodeps.txt
 	$(VENVSGL0521)/bin/pip install $(PIP_FLAGS) $(UV)
+	$(VENVSGL0521)/bin/pip install $(PIP_FLAGS) -r requirements/test.txt
 	$(VENVSGL0521)/bin/pip install $(PIP_FLAGS) --no-deps --no-build-isolation -e .
 	touch $@
 

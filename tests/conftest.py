@@ -114,6 +114,25 @@ class Traces:
         return self._seen[key]
 
 
+# Every findings, baseline, diff and matrix document a test leaves under the
+# session's temporary folders or the shared traces is validated against its
+# JSON Schema when the test ends (tests/schema_check.py).
+def pytest_configure(config):
+    import schema_check
+
+    config.addinivalue_line("markers", schema_check.MARKER_HELP)
+
+
+@pytest.fixture(autouse=True)
+def _documents_match_their_schemas(request, tmp_path_factory):
+    import schema_check
+
+    yield
+    problems = schema_check.after_test(request.node, [tmp_path_factory.getbasetemp(), os.environ.get(TRACES_ENV)])
+    if problems:
+        pytest.fail("\n".join(problems), pytrace=False)
+
+
 @pytest.fixture(scope="session")
 def traces(tmp_path_factory) -> Traces:
     folder = os.environ.get(TRACES_ENV)

@@ -218,6 +218,9 @@ def test_wheel_installs_outside_the_checkout_and_traces_the_dense_layer(tmp_path
     tops = {n.split("/", 1)[0] for n in names if not n.split("/", 1)[0].endswith((".dist-info", ".data"))}
     assert tops == {"graphbreak_doctor"}
     assert "graphbreak_doctor/targets/glm5/configs/config.json" in names
+    # The JSON Schemas of the documents the doctor writes (package data).
+    assert {f"graphbreak_doctor/model/schema/{kind}.schema.json"
+            for kind in ("findings", "baseline", "diff", "matrix")} <= set(names)
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120, env=env)
     # The fresh venv gets this environment's dependencies (torch, flashinfer...)
