@@ -216,7 +216,7 @@ USAGE_CASES = [
     (["--baseline", 'bad:{"kind": "graphbreak-doctor baseline", "schema_version": 99}'], "schema version 99"),
     (["--baseline", 'bad:{"kind": "something else"}'], "not a graphbreak-doctor baseline"),
     (["--baseline", "bad:" + _valid_baseline().replace('"entries": []', '"entries": [{"category": 1}]')],
-     "entries[0] needs a string 'category'"),
+     "targets[0].entries[0]: missing field(s) package, qualname, gb_type"),
     (["--baseline", "bad:" + _valid_baseline(device="sm120")], "written for device 'sm120', this check runs on 'cpu'"),
 ]
 

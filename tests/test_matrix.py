@@ -23,7 +23,7 @@ import pytest
 from conftest import FI_NEW, FI_OLD, ROOT, doctor
 from graphbreak_doctor.model import Findings
 from graphbreak_doctor.matrix.envs import Builder, EnvSpec, installed
-from graphbreak_doctor.matrix.result import CRASHED, FAILED, NOT_AVAILABLE, NOT_RUNNABLE, OK, Cell
+from graphbreak_doctor.model.matrix import CRASHED, FAILED, NOT_AVAILABLE, NOT_RUNNABLE, OK, Cell
 from graphbreak_doctor.matrix.run import bisect
 
 SGLANG_WHEELS = [p for p in os.environ.get("GRAPHBREAK_DOCTOR_WHEELS", "").split(os.pathsep) if p]

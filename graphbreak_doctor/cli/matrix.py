@@ -117,7 +117,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def _plan(args: argparse.Namespace):
     from graphbreak_doctor.matrix.envs import installed
-    from graphbreak_doctor.matrix.result import MODEL
+    from graphbreak_doctor.model.matrix import MODEL
     from graphbreak_doctor.matrix.run import Plan
     from graphbreak_doctor.targets.glm5.provider import launch_arguments
 
@@ -180,7 +180,7 @@ def _bisect_range(args: argparse.Namespace, plan) -> tuple[str, str, str]:
 def run(args: argparse.Namespace) -> int:
     from graphbreak_doctor.matrix.envs import Builder, EnvError, default_envs_dir
     from graphbreak_doctor.matrix.executors import ExecutorError, Limits, executor
-    from graphbreak_doctor.matrix.result import NOT_AVAILABLE
+    from graphbreak_doctor.model.matrix import NOT_AVAILABLE
     from graphbreak_doctor.progress import Progress
 
     plan = _plan(args)

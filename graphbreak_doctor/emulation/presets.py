@@ -6,10 +6,9 @@ from typing import Optional
 
 from graphbreak_doctor.emulation.devices import REGISTRY
 from graphbreak_doctor.emulation.preset import DevicePreset
+from graphbreak_doctor.model import DEFAULT_DEVICE
 
 PRESETS: dict[str, DevicePreset] = {p.name: p for p in REGISTRY}
-
-DEFAULT_DEVICE = "sm120"
 
 # trtllm-gen cubin architectures of GPUs no preset here emulates (B300, and
 # Rubin's); FlashInfer's kernel manifests list them beside the presets' own.

@@ -31,7 +31,7 @@ from graphbreak_doctor.model import COMPLETE, FULLGRAPH_MODES, MAP_MODE
 from graphbreak_doctor.jobs.job import MAP, TRACE, Job
 from graphbreak_doctor.matrix.envs import Builder, EnvError, EnvSpec, version_key
 from graphbreak_doctor.matrix.executors import Limits, Work
-from graphbreak_doctor.matrix.result import (
+from graphbreak_doctor.model.matrix import (
     CRASHED,
     FAILED,
     MODEL,

@@ -5,7 +5,8 @@ dataclasses, no torch; nothing here imports another part of the doctor.
 - ``vocabulary``: modes, outcomes, region verdicts, rung results, defaults;
 - ``findings``: one diagnosis (the contract between capture, analysis and
   renderers);
-- ``gate``: what ``check`` decided;
+- ``gate``: what ``check`` decided; ``baseline``: what a project accepted;
+- ``diff``: two diagnoses compared; ``matrix``: a version matrix's cells;
 - ``loader``: the typed JSON loader findings and baselines are read with.
 """
 
@@ -27,7 +28,8 @@ from graphbreak_doctor.model.findings import (
     TargetInfo,
     UnparsedEvent,
 )
-from graphbreak_doctor.model.gate import BaselineEntry, CaseResult, CheckFailure, GateReport, TargetResult
+from graphbreak_doctor.model.baseline import BaselineEntry
+from graphbreak_doctor.model.gate import CaseResult, CheckFailure, GateReport, TargetResult
 from graphbreak_doctor.model.vocabulary import (
     COMPLETE,
     CRASHED,

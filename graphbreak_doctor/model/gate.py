@@ -5,29 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from graphbreak_doctor.model.baseline import BaselineEntry
 from graphbreak_doctor.model.findings import Break, Findings
-
-@dataclass
-class BaselineEntry:
-    """One accepted break key (see graphbreak_doctor.gate.baseline)."""
-
-    category: str
-    package: str
-    qualname: str
-    gb_type: str
-    modes: list[str] = field(default_factory=list)
-    # Distinct breaks with this key and the times Dynamo hit them (hints only).
-    breaks: int = 1
-    count: int = 1
-    hint: str = ""
-
-    def key(self) -> tuple[str, str, str, str]:
-        return (self.category, self.package, self.qualname, self.gb_type)
-
-    def describe(self) -> str:
-        where = f" -- {self.hint}" if self.hint else ""
-        return f"[{self.category}] {self.qualname or '?'} ({self.package}): {self.gb_type}{where}"
-
 
 @dataclass
 class CheckFailure:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from markupsafe import Markup
 
 from graphbreak_doctor import __version__
-from graphbreak_doctor.gate.diff import FindingsDiff
+from graphbreak_doctor.model.diff import FindingsDiff
 from graphbreak_doctor.render.html import inline_static, template_environment
 from graphbreak_doctor.render.renderer import DIFF, Renderer
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from graphbreak_doctor.gate.diff import FindingsDiff
+from graphbreak_doctor.model.diff import FindingsDiff
 from graphbreak_doctor.render.renderer import DIFF, Renderer
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from graphbreak_doctor.model import BaselineEntry
-from graphbreak_doctor.gate.diff import FindingsDiff
+from graphbreak_doctor.model.diff import FindingsDiff
 from graphbreak_doctor.render.renderer import DIFF, Renderer
 from graphbreak_doctor.text import counted as _n
 

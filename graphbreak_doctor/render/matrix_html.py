@@ -8,7 +8,7 @@ from __future__ import annotations
 from markupsafe import Markup
 
 from graphbreak_doctor import __version__
-from graphbreak_doctor.matrix.result import MatrixResult
+from graphbreak_doctor.model.matrix import MatrixResult
 from graphbreak_doctor.render.diff_html import CSP
 from graphbreak_doctor.render.html import inline_static, template_environment
 from graphbreak_doctor.render.matrix_terminal import table, title

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from graphbreak_doctor.matrix.result import MatrixResult
+from graphbreak_doctor.model.matrix import MatrixResult
 from graphbreak_doctor.render.renderer import MATRIX, Renderer
 
 

@@ -5,7 +5,7 @@ diffs between neighbouring versions."""
 
 from __future__ import annotations
 
-from graphbreak_doctor.matrix.result import MODEL, MatrixResult
+from graphbreak_doctor.model.matrix import MODEL, MatrixResult
 from graphbreak_doctor.render.renderer import MATRIX, Renderer
 
 

@@ -9,9 +9,9 @@ from typing import Any, Callable
 # gate's report (graphbreak_doctor.model.GateReport), or a diff.
 FINDINGS = "findings"
 GATE = "gate"
-# A comparison of two findings (graphbreak_doctor.gate.diff.FindingsDiff).
+# A comparison of two findings (graphbreak_doctor.model.diff.FindingsDiff).
 DIFF = "diff"
-# A compatibility matrix (graphbreak_doctor.matrix.result.MatrixResult).
+# A compatibility matrix (graphbreak_doctor.model.matrix.MatrixResult).
 MATRIX = "matrix"
 
 

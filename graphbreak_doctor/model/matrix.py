@@ -1,7 +1,8 @@
 """What a matrix run found: one result per cell (versions x device x layer),
 the diffs between neighbouring versions, and a bisection when one ran.
 
-Plain data with a JSON form; the renderers (render/matrix_*.py) read only this.
+Plain data with a JSON form (graphbreak_doctor.matrix runs the cells); the
+renderers (render/matrix_*.py) read only this.
 """
 
 from __future__ import annotations
@@ -10,13 +11,15 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from graphbreak_doctor.model import Findings
+from graphbreak_doctor.model.findings import Findings
+from graphbreak_doctor.model.vocabulary import CRASHED, TIMED_OUT
 from graphbreak_doctor.text import counted
 
 MATRIX_SCHEMA_VERSION = 1
 KIND = "graphbreak-doctor matrix"
 
-OK, FAILED, CRASHED, TIMED_OUT, NOT_RUNNABLE = "ok", "failed", "crashed", "timed out", "not runnable"
+# A cell's status; CRASHED and TIMED_OUT are a trace's outcomes (vocabulary).
+OK, FAILED, NOT_RUNNABLE = "ok", "failed", "not runnable"
 # The release refuses the cell's launch arguments (--sglang-args): its own message.
 NOT_AVAILABLE = "not available"
 # The layer of a cell that maps SGLang's GLM-5 model forward (--model).
@@ -150,7 +153,7 @@ class NeighbourDiff:
     layer: str
     fixed: str  # the other axis's value, as a label
     summary: str  # one line
-    diff: dict[str, Any]  # gate.diff.FindingsDiff.to_dict()
+    diff: dict[str, Any]  # model.diff.FindingsDiff.to_dict()
 
 
 @dataclass
