@@ -141,8 +141,8 @@ def test_a_new_category_is_one_record_and_one_line(monkeypatch):
     random = Category(name="randomness", why="the traced code draws random numbers outside torch",
                       evidence="`random.random`", rules=(Rule(culprits=("random.",)),),
                       advice="precompute-builtin", ladder=("wrap-custom-op",), priority=15)
-    monkeypatch.setattr(categories, "REGISTRY", categories.REGISTRY + (random,))
-    monkeypatch.setattr(categories, "_BY_NAME", {c.name: c for c in categories.REGISTRY})
+    registered = categories.registry() + (random,)
+    monkeypatch.setattr(categories, "registry", lambda: registered)
     stack = [Frame("/home/u/model.py", 3, "forward", "forward")]
     assert classify.classify("GB0007", "random.random", stack) == "randomness"
     brk = Break(id="x", category="randomness", gb_id="GB0007", gb_type="", explanation="", hints=[],

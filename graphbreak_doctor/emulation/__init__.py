@@ -16,7 +16,7 @@ torch_surface.py).
 """
 
 from graphbreak_doctor.emulation.preset import DevicePreset
-from graphbreak_doctor.emulation.presets import DEFAULT_DEVICE, PRESETS, resolve_device
+from graphbreak_doctor.emulation.presets import DEFAULT_DEVICE, resolve_device
 
 
 def __getattr__(name: str):
@@ -26,6 +26,10 @@ def __getattr__(name: str):
         from graphbreak_doctor.emulation.device import EmulatedDevice
 
         return EmulatedDevice
+    if name == "PRESETS":  # read on first use: a device plugin imports this package
+        from graphbreak_doctor.emulation.presets import presets
+
+        return presets()
     if name == "JitRecord":
         from graphbreak_doctor.emulation.flashinfer.recorder import JitRecord
 

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
-from graphbreak_doctor.emulation.devices import REGISTRY
+from graphbreak_doctor.emulation.devices import registry
 from graphbreak_doctor.emulation.preset import DevicePreset
 from graphbreak_doctor.model import DEFAULT_DEVICE
 
-PRESETS: dict[str, DevicePreset] = {p.name: p for p in REGISTRY}
+
+def presets() -> dict[str, DevicePreset]:
+    """Every device by name (also the module's ``PRESETS``)."""
+    return {p.name: p for p in registry()}
+
+
+def __getattr__(name: str) -> Any:
+    if name == "PRESETS":
+        return presets()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 # trtllm-gen cubin architectures of GPUs no preset here emulates (B300, and
 # Rubin's); FlashInfer's kernel manifests list them beside the presets' own.
@@ -19,16 +28,17 @@ def resolve_device(name: Optional[str] = None) -> DevicePreset:
     """The preset for `--device NAME` (default sm120); ValueError if unknown."""
     if name is None:
         name = DEFAULT_DEVICE
+    known = presets()
     try:
-        return PRESETS[name]
+        return known[name]
     except (KeyError, TypeError):
         raise ValueError(
-            f"unknown device {name!r}; choose one of: {', '.join(PRESETS)}"
+            f"unknown device {name!r}; choose one of: {', '.join(known)}"
         ) from None
 
 
 def emulated_presets() -> tuple[DevicePreset, ...]:
-    return tuple(p for p in REGISTRY if p.emulated)
+    return tuple(p for p in registry() if p.emulated)
 
 
 def preset_for_capability(capability: tuple[int, int]) -> Optional[DevicePreset]:

@@ -6,11 +6,16 @@ ladder applies in-process and proves by re-tracing. Break categories name
 recipes (their ``advice`` and ``ladder``) by these names.
 
 A new recipe is a ``Recipe(...)`` in a family module plus one line in
-``_FAMILIES`` (or a new family module and its line).
+``_FAMILIES`` (or a new family module and its line), or an installed
+package's entry point in ``graphbreak_doctor.recipes`` (graphbreak_doctor/plugins.py).
 """
 
 from __future__ import annotations
 
+import functools
+from typing import Any
+
+from graphbreak_doctor import plugins
 from graphbreak_doctor.recipes import custom_op, disable, hoist, manual, registered_op
 from graphbreak_doctor.recipes.recipe import Advice, FixContext, NotApplicable, Plan, Recipe
 
@@ -22,14 +27,28 @@ _FAMILIES: tuple[tuple[Recipe, ...], ...] = (
     manual.RECIPES,
 )
 
-REGISTRY: dict[str, Recipe] = {r.name: r for family in _FAMILIES for r in family}
+
+
+@functools.cache
+def registry() -> dict[str, Recipe]:
+    """Every recipe by name: the built-in families', then the plugins' (read
+    on first use, once every module has been imported). Also the module's ``REGISTRY``."""
+    found = {r.name: r for family in _FAMILIES for r in family}
+    found.update((r.name, r) for r in plugins.load("recipes", Recipe, set(found)))
+    return found
+
+
+def __getattr__(name: str) -> Any:
+    if name == "REGISTRY":
+        return registry()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def get(name: str) -> Recipe:
     try:
-        return REGISTRY[name]
+        return registry()[name]
     except KeyError:
-        raise KeyError(f"unknown fix recipe {name!r} (known: {', '.join(REGISTRY)})") from None
+        raise KeyError(f"unknown fix recipe {name!r} (known: {', '.join(registry())})") from None
 
 
-__all__ = ["REGISTRY", "Advice", "FixContext", "NotApplicable", "Plan", "Recipe", "get"]
+__all__ = ["REGISTRY", "Advice", "FixContext", "NotApplicable", "Plan", "Recipe", "get", "registry"]

@@ -1,0 +1,144 @@
+"""Plugins: a package outside the repository, installed into a virtual
+environment of its own, adds a traced-code provider, a break category, a
+recipe and a device through its entry points; the doctor finds them there, traces with
+them, and leaves a plugin that fails to load out with one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+
+PLUGIN = '''
+"""A plugin of the doctor's: ``--sleepy`` traces a function that sleeps on its
+traced path, and the ``sleep`` category (advice: ``drop-sleep``) claims that break."""
+
+import time
+
+import torch
+
+from graphbreak_doctor.analysis.categories.category import Category, Rule
+from graphbreak_doctor.emulation.preset import DevicePreset
+from graphbreak_doctor.model import TargetInfo
+from graphbreak_doctor.recipes.recipe import Advice, Recipe
+from graphbreak_doctor.targets import Target
+from graphbreak_doctor.targets.provider import Option, Selection, TargetProvider
+
+
+def sleepy(x):
+    x = x + 1
+    time.sleep(0)
+    return x * 2
+
+
+class SleepyProvider(TargetProvider):
+    name = "sleepy"
+    title = "a function that sleeps"
+    options = (Option("--sleepy", "trace the sleeping function", switch=True, selects=True),)
+
+    def select(self, options):
+        return [Selection(self.name, "sleepy", {}, spec="sleepy")]
+
+    def build(self, selection, device, log):
+        return Target(fn=sleepy, args=(torch.ones(4),), info=TargetInfo(spec="sleepy", provider=self.name,
+                                                                       title="a function that sleeps"))
+
+
+PROVIDER = SleepyProvider()
+CATEGORY = Category(name="sleep", why="a sleep on the traced path", evidence="`time.sleep`",
+                    rules=(Rule(culprits=("time.sleep",)),), advice="drop-sleep", ladder=(), priority=5)
+DEVICE = DevicePreset(name="cpu-too", emulated=False)
+RECIPE = Recipe("drop-sleep", Advice("Drop {call} from {function}", "Waiting has no place in a graph.",
+                                     "# before: time.sleep(...)\\n# after: (nothing)"))
+'''
+
+PYPROJECT = '''
+[build-system]
+requires = ["setuptools"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "gbd-sleepy-plugin"
+version = "0.1"
+
+[tool.setuptools]
+py-modules = ["gbd_sleepy_plugin"]
+
+[project.entry-points."graphbreak_doctor.providers"]
+sleepy = "gbd_sleepy_plugin:PROVIDER"
+
+[project.entry-points."graphbreak_doctor.categories"]
+sleep = "gbd_sleepy_plugin:CATEGORY"
+broken = "gbd_sleepy_plugin:MISSING"
+
+[project.entry-points."graphbreak_doctor.recipes"]
+drop-sleep = "gbd_sleepy_plugin:RECIPE"
+
+[project.entry-points."graphbreak_doctor.devices"]
+cpu-too = "gbd_sleepy_plugin:DEVICE"
+'''
+
+
+@pytest.fixture(scope="module")
+def plugin_venv(tmp_path_factory) -> Path:
+    """A virtual environment that sees this one's packages (torch, the doctor)
+    and has the plugin installed into it, as a user installs one."""
+    work = tmp_path_factory.mktemp("plugin")
+    source = work / "src"
+    source.mkdir()
+    (source / "gbd_sleepy_plugin.py").write_text(textwrap.dedent(PLUGIN))
+    (source / "pyproject.toml").write_text(textwrap.dedent(PYPROJECT))
+    venv = work / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                          check=True, capture_output=True, text=True).stdout.strip()
+    # This environment's packages, after the new one's own.
+    (Path(site) / "outer.pth").write_text(f"import site; site.addsitedir({sysconfig.get_path('purelib')!r})\n")
+    # uv, which the doctor builds its environments with, installs the plugin.
+    subprocess.run([sys.executable, "-m", "uv", "pip", "install", "--python", str(python), "--offline", "--no-index",
+                    "--no-deps", "--no-build-isolation", str(source)], check=True, capture_output=True, cwd=work)
+    return python
+
+
+def _doctor(python: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return subprocess.run([str(python), "-m", "graphbreak_doctor", *args], capture_output=True, text=True,
+                          cwd=cwd, env=env, timeout=600)
+
+
+def test_a_plugin_adds_a_provider_a_category_a_recipe_and_a_device(plugin_venv, tmp_path):
+    out = tmp_path / "sleepy.json"
+    result = _doctor(plugin_venv, "trace", "--sleepy", "--device", "cpu-too", "--mode", "both", "--json", str(out),
+                     cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    findings = json.loads(out.read_text())
+    assert findings["target"]["provider"] == "sleepy" and findings["device"]["name"] == "cpu-too"
+    (brk,) = findings["breaks"]
+    assert brk["category"] == "sleep" and brk["culprit"].endswith("sleep")
+    assert brk["fix"]["recipe"] == "drop-sleep" and brk["fix"]["summary"].startswith("Drop ")
+    # The entry point that names nothing is left out, said in one line (in
+    # the doctor and in each of its workers), and the rest still works.
+    warnings = [line for line in result.stderr.splitlines() if "plugin broken" in line]
+    assert warnings and all(w == warnings[0] for w in warnings), result.stderr
+    assert "failed to load: AttributeError" in warnings[0] and warnings[0].endswith("left out")
+    assert "sleepy" in _doctor(plugin_venv, "trace", "--help", cwd=tmp_path).stdout
+
+
+def test_plugins_can_be_turned_off_and_are_not_seen_elsewhere(plugin_venv, tmp_path):
+    env = {**os.environ, "GRAPHBREAK_DOCTOR_NO_PLUGINS": "1"}
+    env.pop("PYTHONPATH", None)
+    off = subprocess.run([str(plugin_venv), "-m", "graphbreak_doctor", "trace", "--sleepy"], capture_output=True,
+                         text=True, cwd=tmp_path, env=env, timeout=300)
+    assert off.returncode == 2 and "--sleepy" in off.stderr and "plugin" not in off.stderr
+    from graphbreak_doctor.analysis import categories
+
+    assert "sleep" not in categories.CATEGORIES  # this environment has no plugin installed
