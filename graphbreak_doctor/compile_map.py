@@ -20,7 +20,7 @@ import traceback
 from typing import Any, Callable
 
 from graphbreak_doctor.analysis.assemble import mapped, region_breaks, stopped
-from graphbreak_doctor.capture import run as capture
+from graphbreak_doctor.capture import trace as capture
 from graphbreak_doctor.capture.regions import CompileRecorder, Site
 from graphbreak_doctor.diagnose import Build, device_context, environment
 from graphbreak_doctor.model import (DEFAULT_DEVICE, REGION_BREAKS, REGION_CRASHED, REGION_FAILS, REGION_OK, Findings,
@@ -73,7 +73,7 @@ def trace_region(site: Site, progress: Callable[[str], None] = lambda _m: None,
     try:
         with site.context.get(phase, contextlib.nullcontext)():
             # "piecewise": fullgraph, the graph's pieces counted at the split ops.
-            result = capture.run(target, "piecewise" if pieces else mode, decompile=False,
+            result = capture.trace(target, "piecewise" if pieces else mode, decompile=False,
                                  dynamic=site.options.get("dynamic"))
     except TargetError as e:
         # The region's own code raises as its phase ran it, compiled or not:

@@ -17,7 +17,7 @@ import sys
 from typing import Any, Callable
 
 from graphbreak_doctor.analysis.assemble import assemble, join
-from graphbreak_doctor.capture import run as capture
+from graphbreak_doctor.capture import trace as capture
 from graphbreak_doctor.model import DEFAULT_DEVICE, Findings, JitRequest, modes_for
 from graphbreak_doctor.patching import UndoLog
 from graphbreak_doctor.targets import Target, TargetError
@@ -97,7 +97,7 @@ def trace_mode(
                 # The target's own prints go to stderr: stdout carries the summary.
                 with contextlib.redirect_stdout(sys.stderr):
                     progress(f"tracing ({mode})")
-                    result = capture.run(target, mode, on_event=current.append)
+                    result = capture.trace(target, mode, on_event=current.append)
             finally:
                 dev.on_jit = None
             jit = [JitRequest(name=r.name, action=r.action) for r in dev.jit_requests[already:]]

@@ -13,8 +13,9 @@ import re
 import sys
 import sysconfig
 from pathlib import Path
+from typing import Any
 
-from graphbreak_doctor.model import Frame
+from graphbreak_doctor.model import Break, Frame
 
 _SITE_MARKERS = ("site-packages", "dist-packages")
 
@@ -194,3 +195,28 @@ def make_frame(filename: str, line: int, function: str, code: str = "") -> Frame
         qualname=qualname,
         code=code or source_line(filename, line),
     )
+
+
+def node_id(frame: Frame) -> str:
+    return f"{frame.file}::{frame.qualname or frame.function}"
+
+
+def call_graph(breaks: list[Break]) -> Any:
+    """Functions on the breaks' stacks, with call edges and the breaks they lead
+    to (a networkx DiGraph: the root causes and the report's picture read it)."""
+    import networkx as nx  # imported when needed: the command line starts without it
+
+    graph = nx.DiGraph()
+    for b in breaks:
+        previous = None
+        for frame in b.stack:
+            node = node_id(frame)
+            if node not in graph:
+                graph.add_node(node, frame=frame, breaks=set(), changeable=is_changeable(frame))
+            graph.nodes[node]["breaks"].add(b.id)
+            if previous is not None and previous != node:
+                graph.add_edge(previous, node)
+            previous = node
+        if b.stack:
+            graph.nodes[node_id(b.stack[-1])].setdefault("sites", set()).add(b.id)
+    return graph

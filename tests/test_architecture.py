@@ -92,6 +92,37 @@ def test_no_import_cycles_between_parts():
     assert not cycles, "cycles between parts: " + "; ".join(" -> ".join(c + c[:1]) for c in cycles[:5])
 
 
+# The pipeline, first to last (docs/architecture.md): a part imports only
+# parts before it. A new part gets its place here.
+PIPELINE = ("text", "cache", "progress", "patching", "model", "plugins", "frames", "emulation", "targets", "recipes",
+            "capture", "analysis", "diagnose", "compile_map", "fix", "gate", "jobs", "matrix", "ingest", "render",
+            "cli", "testing", "__main__")
+
+
+def test_parts_import_only_parts_before_them():
+    place = {part: i for i, part in enumerate(PIPELINE)}
+    parts = {_part(m).split(".")[-1] for m in _modules() if m != "graphbreak_doctor"}
+    assert parts <= set(PIPELINE), f"parts with no place in PIPELINE: {sorted(parts - set(PIPELINE))}"
+    upward = sorted({(a, b) for a, b in import_graph().edges if "graphbreak_doctor" not in (a, b)
+                     and place[_part(a).split(".")[-1]] < place[_part(b).split(".")[-1]]})
+    assert not upward, "imports of a later part: " + "; ".join(f"{a} -> {b}" for a, b in upward[:10])
+
+
+def test_modules_stay_under_500_lines():
+    long = {m: n for m, p in _modules().items() if (n := len(p.read_text(encoding="utf-8").splitlines())) > 500}
+    assert not long, long
+
+
+def test_the_html_report_reads_only_the_model():
+    """Renderers show what the findings say; the HTML report imports nothing
+    of the pipeline but the model (and the shared helpers)."""
+    allowed = ("model", "render", "frames", "text")
+    graph = import_graph()
+    outside = [d for d in graph.successors("graphbreak_doctor.render.html")
+               if d != "graphbreak_doctor" and _part(d).split(".")[-1] not in allowed]
+    assert not outside, outside
+
+
 def test_every_module_imports_on_its_own():
     """Each module imports in a fresh interpreter by itself, in dependency order
     (what an import cycle or a missing import would break)."""

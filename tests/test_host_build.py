@@ -119,7 +119,7 @@ def test_without_a_compiler_it_says_why_and_writes_nothing(tmp_path, monkeypatch
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     monkeypatch.delenv("CXX", raising=False)
     monkeypatch.setenv("GRAPHBREAK_DOCTOR_CACHE", str(tmp_path / "cache"))
-    library = host_build.build(spec.name, list(spec.sources), [])
+    library = host_build.compile_library(spec.name, list(spec.sources), [])
     assert library.path is None and "no C++ compiler" in library.unavailable
     assert not (tmp_path / "cache").exists()
 

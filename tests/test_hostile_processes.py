@@ -141,7 +141,7 @@ def test_case06_the_next_build_removes_what_a_killed_one_left(tmp_path, scratch,
     assert [p for p in envs.iterdir() if not p.name.startswith(".")], "a half-built environment"
     assert list(scratch.glob("graphbreak-doctor-env-*")), "the killed build's temporary folder"
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
-    matrix_envs.Builder(envs)  # the next run: its builder sweeps first
+    matrix_envs.Environments(envs)  # the next run: its environments sweeps first
     assert not [p for p in envs.iterdir() if not p.name.startswith(".")]
     assert not list(scratch.glob("graphbreak-doctor-env-*"))
 

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from graphbreak_doctor import cli as gbd_cli
-from graphbreak_doctor.analysis.group import call_graph
-from graphbreak_doctor.analysis.registry import doc_url
+from graphbreak_doctor.frames import call_graph
+from graphbreak_doctor.model import doc_url
 from graphbreak_doctor.diagnose import diagnose, target_builder
 from graphbreak_doctor.model import Findings, Rung
 from graphbreak_doctor.render import html, svg

@@ -22,7 +22,7 @@ import pytest
 
 from conftest import FI_NEW, FI_OLD, ROOT, doctor
 from graphbreak_doctor.model import Findings
-from graphbreak_doctor.matrix.envs import Builder, EnvSpec, installed
+from graphbreak_doctor.matrix.envs import Environments, EnvSpec, installed
 from graphbreak_doctor.model.matrix import CRASHED, FAILED, NOT_AVAILABLE, NOT_RUNNABLE, OK, Cell
 from graphbreak_doctor.matrix.run import bisect
 
@@ -86,9 +86,9 @@ def test_html_links_every_cell_to_its_report(reference_run):
 
 
 def test_second_set_up_reuses_the_environments(reference_run, envs_dir):
-    builder = Builder(envs_dir)
+    environments = Environments(envs_dir)
     for version in (FI_OLD, FI_NEW):
-        env = builder.ensure(EnvSpec("", version))
+        env = environments.ensure(EnvSpec("", version))
         assert not env.built
         manifest = json.loads((env.path / "matrix-env.json").read_text())
         assert manifest["torch"] == installed("torch")

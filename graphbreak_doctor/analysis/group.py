@@ -1,7 +1,7 @@
 """Root causes: group breaks under the deepest function they share that someone can change.
 
-The call graph is built with networkx from every break's stack (nodes are
-functions, edges are calls). A break is filed under the deepest changeable
+The call graph (frames.call_graph) is built from every break's stack (nodes
+are functions, edges are calls). A break is filed under the deepest changeable
 function on its stack that it shares with another break -- e.g. FlashInfer's
 ``get_fp4_quantization_module`` explains several breaks: fix one function,
 remove N breaks. A break that shares nothing but the traced function itself
@@ -10,32 +10,8 @@ stands under its own actionable frame.
 
 from __future__ import annotations
 
-import networkx as nx
-
-from graphbreak_doctor.frames import is_changeable, package_of
+from graphbreak_doctor.frames import call_graph, node_id, package_of
 from graphbreak_doctor.model import Break, Frame, RootCause
-
-
-def node_id(frame: Frame) -> str:
-    return f"{frame.file}::{frame.qualname or frame.function}"
-
-
-def call_graph(breaks: list[Break]) -> nx.DiGraph:
-    """Functions on the breaks' stacks, with call edges and the breaks they lead to."""
-    graph = nx.DiGraph()
-    for b in breaks:
-        previous = None
-        for frame in b.stack:
-            node = node_id(frame)
-            if node not in graph:
-                graph.add_node(node, frame=frame, breaks=set(), changeable=is_changeable(frame))
-            graph.nodes[node]["breaks"].add(b.id)
-            if previous is not None and previous != node:
-                graph.add_edge(previous, node)
-            previous = node
-        if b.stack:
-            graph.nodes[node_id(b.stack[-1])].setdefault("sites", set()).add(b.id)
-    return graph
 
 
 def root_causes(breaks: list[Break]) -> list[RootCause]:

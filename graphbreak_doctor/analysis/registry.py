@@ -9,7 +9,6 @@ import importlib.util
 import json
 from pathlib import Path
 
-DOC_URL = "https://meta-pytorch.github.io/compile-graph-break-site/gb/{id}.html"
 
 
 def _dynamo_file(name: str) -> Path | None:
@@ -44,10 +43,6 @@ def _by_type() -> dict[str, str]:
 def gb_id_for(gb_type: str, fallback: str = "") -> str:
     """The registry id of a gb_type ('GB0007'), else the id Dynamo linked to."""
     return _by_type().get(gb_type.strip(), fallback)
-
-
-def doc_url(gb_id: str) -> str:
-    return DOC_URL.format(id=gb_id.lower()) if gb_id else ""
 
 
 @functools.cache

@@ -1,5 +1,5 @@
 """What one mode's capture gives: the raw events, graphs and hazards of one
-trace (capture/run.py), or of a log read back (ingest/). Plain data, no torch:
+trace (capture/trace.py), or of a log read back (ingest/). Plain data, no torch:
 the analysis that turns it into findings runs without torch too."""
 
 from __future__ import annotations

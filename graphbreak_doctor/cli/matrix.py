@@ -178,7 +178,7 @@ def _bisect_range(args: argparse.Namespace, plan) -> tuple[str, str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from graphbreak_doctor.matrix.envs import Builder, EnvError, default_envs_dir
+    from graphbreak_doctor.matrix.envs import Environments, EnvError, default_envs_dir
     from graphbreak_doctor.matrix.executors import ExecutorError, Limits, executor
     from graphbreak_doctor.model.matrix import NOT_AVAILABLE
     from graphbreak_doctor.progress import Progress
@@ -196,10 +196,10 @@ def run(args: argparse.Namespace) -> int:
     options = {"address": args.address, "envs": args.envs, "find_links": tuple(args.find_links)} \
         if args.executor == "ray" else {}
     try:
-        builder = Builder(Path(args.envs) if args.envs else default_envs_dir(), args.find_links)
+        environments = Environments(Path(args.envs) if args.envs else default_envs_dir(), args.find_links)
         with executor(args.executor, **options) as runner:
             progress(f"cells run on {runner.describe() or 'this machine'}")
-            result = _run(args, plan, bisecting, builder, limits, progress, runner)
+            result = _run(args, plan, bisecting, environments, limits, progress, runner)
         result.log = runner.log
     except (EnvError, ExecutorError) as e:
         raise UsageError(str(e)) from e
@@ -217,7 +217,7 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _run(args: argparse.Namespace, plan, bisecting, builder, limits, progress, runner):
+def _run(args: argparse.Namespace, plan, bisecting, environments, limits, progress, runner):
     """The matrix, or the bisection's probes joined into one."""
     from dataclasses import replace
 
@@ -226,7 +226,7 @@ def _run(args: argparse.Namespace, plan, bisecting, builder, limits, progress, r
     if bisecting:
         axis, low, high = bisecting
         package = "sglang" if axis == "sglang" else "flashinfer-python"
-        versions = available_versions(package, low, high, builder.find_links)
+        versions = available_versions(package, low, high, environments.find_links)
         if len(versions) < 2 or versions[0] != low or versions[-1] != high:
             raise UsageError(f"--bisect {axis}: {low} and {high} must both be releases "
                              f"(found {', '.join(versions) or 'none'} in the range)")
@@ -234,7 +234,7 @@ def _run(args: argparse.Namespace, plan, bisecting, builder, limits, progress, r
 
         def probe(chosen: list[str]) -> dict:
             some = replace(plan, devices=plan.devices[:1], **{axis: tuple(chosen)})
-            result = run_cells(some, builder, limits, progress, runner)
+            result = run_cells(some, environments, limits, progress, runner)
             probed.append(result)
             return {v: [c for c in result.cells if getattr(c, axis) == v] for v in chosen}
 
@@ -242,7 +242,7 @@ def _run(args: argparse.Namespace, plan, bisecting, builder, limits, progress, r
         result = _joined(plan, probed, axis)
         result.bisection = found
         return result
-    return run_cells(plan, builder, limits, progress, runner)
+    return run_cells(plan, environments, limits, progress, runner)
 
 
 def _joined(plan, parts: list, axis: str):

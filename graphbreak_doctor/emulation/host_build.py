@@ -166,7 +166,7 @@ def _from_manifest(name: str, manifest: Path) -> HostLibrary:
     return HostLibrary(name, manifest.parent / facts["library"], tuple(facts["exports"]), dict(facts["left_out"]))
 
 
-def build(name: str, sources: list[Path], include_flags: list[str], identity: str = "") -> HostLibrary:
+def compile_library(name: str, sources: list[Path], include_flags: list[str], identity: str = "") -> HostLibrary:
     """Build (or find in the cache) the host library of module `name`;
     `identity` names what the sources come from (their headers are not hashed)."""
     import tvm_ffi

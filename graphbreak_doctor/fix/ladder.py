@@ -22,7 +22,7 @@ import torch
 from graphbreak_doctor import recipes
 from graphbreak_doctor.analysis import categories
 from graphbreak_doctor.analysis.assemble import assemble, stopped_at
-from graphbreak_doctor.capture import run as capture
+from graphbreak_doctor.capture import trace as capture
 from graphbreak_doctor.model import DEFAULT_FIX_STEPS as DEFAULT_STEPS
 from graphbreak_doctor.model import DEFAULT_DEVICE, FULLGRAPH_MODES, Break, Findings, FixOutcome, Rung, RungResult
 from graphbreak_doctor.patching import PatchSet, UndoLog
@@ -88,7 +88,7 @@ class FixSession:
     def _trace(self, mode: str | None = None) -> tuple[capture.ModeResult, Break | None]:
         mode = mode or self.mode
         with contextlib.redirect_stdout(sys.stderr):
-            result = capture.run(self.target, mode, decompile=False)
+            result = capture.trace(self.target, mode, decompile=False)
         if mode == "explain":
             return result, None
         return result, stopped_at(result)

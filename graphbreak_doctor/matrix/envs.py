@@ -14,7 +14,7 @@ environments share their files.
 
 A build holds its environment's lock file (``.<name>.lock``) while it runs;
 an environment without a manifest whose lock nobody holds was left by a
-killed run, and the next Builder removes it (with the killed run's
+killed run, and the next run's Environments removes it (with the killed run's
 ``graphbreak-doctor-env-*`` temporary folder: jobs/lifetime.py). uv runs so
 that it dies with the doctor.
 """
@@ -229,8 +229,9 @@ class Env:
         return [str(n) for n in notes] if isinstance(notes, list) else []
 
 
-class Builder:
-    """Builds (or finds) environments under ``root``; ``find_links``: local
+class Environments:
+    """The environments under ``root``: each created by uv when a cell first
+    needs it, found again afterwards; ``find_links``: local
     wheel folders handed to uv besides the package index."""
 
     def __init__(self, root: Path, find_links: list[str] | None = None) -> None:
@@ -284,7 +285,7 @@ class Builder:
                 return Env(spec, path, built=False, seconds=time.monotonic() - start)
             shutil.rmtree(path, ignore_errors=True)  # a build that did not finish
             try:
-                self._build(spec, path)
+                self._create(spec, path)
             except BaseException:
                 shutil.rmtree(path, ignore_errors=True)
                 raise
@@ -306,7 +307,7 @@ class Builder:
         self._uv("pip", "install", "--quiet", "--python", python, "--constraint", constraints, *links, *args,
                  what=what)
 
-    def _build(self, spec: EnvSpec, path: Path) -> None:
+    def _create(self, spec: EnvSpec, path: Path) -> None:
         start = time.monotonic()
         files = spec.requirement_files()
         self._uv("venv", "--quiet", "--python", sys.executable, str(path), what="creating the environment")

@@ -29,7 +29,7 @@ from itertools import pairwise
 
 from graphbreak_doctor.model import COMPLETE, FULLGRAPH_MODES, MAP_MODE
 from graphbreak_doctor.jobs.job import MAP, TRACE, Job
-from graphbreak_doctor.matrix.envs import Builder, EnvError, EnvSpec, version_key
+from graphbreak_doctor.matrix.envs import Environments, EnvError, EnvSpec, version_key
 from graphbreak_doctor.matrix.executors import Limits, Work
 from graphbreak_doctor.model.matrix import (
     CRASHED,
@@ -137,7 +137,7 @@ def _classify(cell: Cell, outcomes: list) -> Cell:
     return cell
 
 
-def run_cells(plan: Plan, builder: Builder, limits: Limits, progress: Callable[[str], None],
+def run_cells(plan: Plan, environments: Environments, limits: Limits, progress: Callable[[str], None],
               executor=None) -> MatrixResult:
     """Every cell of ``plan``, its jobs run by ``executor`` (executors/;
     default: the local one)."""
@@ -146,7 +146,7 @@ def run_cells(plan: Plan, builder: Builder, limits: Limits, progress: Callable[[
     from graphbreak_doctor.matrix.executors.local import Executor as Local
 
     executor = executor or Local()
-    result = MatrixResult(layer=plan.layer, impl=plan.impl, mode=plan.mode, torch=builder.torch,
+    result = MatrixResult(layer=plan.layer, impl=plan.impl, mode=plan.mode, torch=environments.torch,
                           sglang=list(plan.sglang), flashinfer=list(plan.flashinfer), devices=list(plan.devices),
                           launch=list(plan.launch))
     selections = plan.selections()
@@ -159,7 +159,7 @@ def run_cells(plan: Plan, builder: Builder, limits: Limits, progress: Callable[[
                 cells.append(Cell(spec.sglang, spec.flashinfer, device, selection.options["kind"], status=OK))
                 work += [Work(spec, Job(MAP if m == MAP_MODE else TRACE, selection, device, m)) for m in modes]
     start = time.monotonic()
-    ran = executor.run(work, builder, limits, progress)
+    ran = executor.run(work, environments, limits, progress)
     per_cell = [ran[i * len(modes):(i + 1) * len(modes)] for i in range(len(cells))]
     _tally_environments(result, ran)
     if plan.layer == MODEL:
@@ -170,7 +170,7 @@ def run_cells(plan: Plan, builder: Builder, limits: Limits, progress: Callable[[
                     for found, w in zip(per_cell, first) if found[0].outcome and _prefill_compiled(found[0].outcome)]
         if compiled:
             progress(f"tracing the compiled prefill: {len(compiled)} worker processes")
-        for (found, _w), prefill in zip(compiled, executor.run([w for _f, w in compiled], builder, limits, progress)):
+        for (found, _w), prefill in zip(compiled, executor.run([w for _f, w in compiled], environments, limits, progress)):
             found.append(prefill)
     result.trace_seconds = max(0.0, time.monotonic() - start - result.setup_seconds)
     for cell, found in zip(cells, per_cell):

@@ -27,6 +27,7 @@ from graphbreak_doctor.model.findings import (
     SourceExcerpt,
     TargetInfo,
     UnparsedEvent,
+    doc_url,
 )
 from graphbreak_doctor.model.baseline import BaselineEntry
 from graphbreak_doctor.model.gate import CaseResult, CheckFailure, GateReport, TargetResult
@@ -53,7 +54,7 @@ from graphbreak_doctor.model.vocabulary import (
 __all__ = [
     "BaselineEntry", "Break", "CaseResult", "CheckFailure", "DecompiledCode", "Findings", "Fix", "FixOutcome",
     "Frame", "FullgraphVerdict", "GateReport", "GraphInfo", "Hazard", "JitRequest", "Region", "RootCause", "Rung",
-    "SourceExcerpt", "TargetInfo", "TargetResult", "UnparsedEvent",
+    "SourceExcerpt", "TargetInfo", "TargetResult", "UnparsedEvent", "doc_url",
     "COMPLETE", "CRASHED", "DEFAULT_DEVICE", "DEFAULT_FIX_STEPS", "FULLGRAPH_MODES", "INTERRUPTED", "MAP_MODE",
     "MODE_CHOICES", "REGION_BREAKS", "REGION_CRASHED", "REGION_FAILS", "REGION_OK", "SCHEMA_VERSION", "TIMED_OUT",
     "VERIFIED_RESULTS", "RungResult", "modes_for",

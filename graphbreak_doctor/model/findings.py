@@ -22,6 +22,15 @@ from graphbreak_doctor.model.vocabulary import (
     TIMED_OUT,
 )
 
+# Dynamo's page about a graph break, by its registry id (GB0007).
+DOC_URL = "https://meta-pytorch.github.io/compile-graph-break-site/gb/{id}.html"
+
+
+def doc_url(gb_id: str) -> str:
+    """The documentation page of a break's registry id; "" without one."""
+    return DOC_URL.format(id=gb_id.lower()) if gb_id else ""
+
+
 @dataclass(frozen=True)
 class Frame:
     """One frame of a user stack, as Dynamo reports it."""

@@ -31,10 +31,8 @@ import jinja2
 from markupsafe import Markup, escape
 
 from graphbreak_doctor import __version__
-from graphbreak_doctor.frames import short_path
-from graphbreak_doctor.analysis.group import call_graph, node_id
-from graphbreak_doctor.analysis.registry import doc_url
-from graphbreak_doctor.model import MAP_MODE, Break, Findings, Frame, TargetInfo
+from graphbreak_doctor.frames import call_graph, node_id, short_path
+from graphbreak_doctor.model import MAP_MODE, Break, Findings, Frame, TargetInfo, doc_url
 from graphbreak_doctor.render import compile_map, svg
 from graphbreak_doctor.render.renderer import FINDINGS, Renderer
 from graphbreak_doctor.text import counted as _plural

@@ -24,8 +24,7 @@ from pathlib import Path
 from graphbreak_doctor import __version__
 from graphbreak_doctor.analysis import categories
 from graphbreak_doctor.analysis.categories import CATEGORIES
-from graphbreak_doctor.analysis.registry import doc_url
-from graphbreak_doctor.model import Break, Frame, GateReport
+from graphbreak_doctor.model import Break, Frame, GateReport, doc_url
 from graphbreak_doctor.render.renderer import GATE, Renderer
 
 SARIF_VERSION = "2.1.0"

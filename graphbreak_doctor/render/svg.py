@@ -1,7 +1,7 @@
 """The call-graph picture of the HTML report, laid out in Python.
 
 Input is the networkx graph that root-cause grouping builds from the breaks'
-stacks (``analysis.group.call_graph``): nodes are functions, edges are calls,
+stacks (``frames.call_graph``): nodes are functions, edges are calls,
 ``sites`` marks the functions where Dynamo stopped. No graphviz or other
 binary: edges that close a cycle are set aside, nodes are layered by call
 depth (longest path from a traced entry point, so a callee is below its

@@ -79,7 +79,7 @@ def build_host_library(name: str, sources: list[Path]) -> host_build.HostLibrary
     folder) with the headers and flags its own JIT spec gives, keyed by the
     FlashInfer release as well; not loaded."""
     flashinfer = sys.modules["flashinfer"]
-    return host_build.build(name, sources, _include_flags(name, host_build.cuda_host_headers()),
+    return host_build.compile_library(name, sources, _include_flags(name, host_build.cuda_host_headers()),
                             identity=f"flashinfer {getattr(flashinfer, '__version__', '')}")
 
 

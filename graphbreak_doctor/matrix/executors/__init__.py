@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
     from graphbreak_doctor.jobs.job import Job, Outcome
-    from graphbreak_doctor.matrix.envs import Builder, Env, EnvSpec
+    from graphbreak_doctor.matrix.envs import Environments, Env, EnvSpec
 
 # name -> module holding its Executor (imported when chosen: Ray is optional).
 EXECUTORS = {

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from graphbreak_doctor.matrix.envs import Builder, Env, EnvError
+from graphbreak_doctor.matrix.envs import Environments, Env, EnvError
 from graphbreak_doctor.matrix.executors import Limits, Progress, Ran, Work
 
 
@@ -25,11 +25,11 @@ class Executor:
     def describe(self) -> str:
         return ""  # the matrix says where it ran only when not here
 
-    def run(self, work: list[Work], builder: Builder, limits: Limits, progress: Progress) -> list[Ran]:
-        return run_in_envs(work, builder, limits, progress)
+    def run(self, work: list[Work], environments: Environments, limits: Limits, progress: Progress) -> list[Ran]:
+        return run_in_envs(work, environments, limits, progress)
 
 
-def run_in_envs(work: list[Work], builder: Builder, limits: Limits,
+def run_in_envs(work: list[Work], environments: Environments, limits: Limits,
                 progress: Progress = lambda _m: None) -> list[Ran]:
     """Each item's environment built or found (each once, in order), then the
     jobs of those that could be had, in worker processes of this machine."""
@@ -37,7 +37,7 @@ def run_in_envs(work: list[Work], builder: Builder, limits: Limits,
     for spec in dict.fromkeys(w.spec for w in work):
         progress(f"environment: {spec.label}")
         try:
-            envs[spec] = builder.ensure(spec)
+            envs[spec] = environments.ensure(spec)
         except EnvError as e:
             envs[spec] = f"cannot install {spec.label}: {e}"
     todo = [(i, w) for i, w in enumerate(work) if isinstance(envs[w.spec], Env)]

@@ -107,7 +107,7 @@ class Executor:
             shutil.rmtree(self._folder, ignore_errors=True)
             self._folder = ""
 
-    def run(self, work: list[Work], builder, limits: Limits, progress: Progress) -> list[Ran]:
+    def run(self, work: list[Work], environments, limits: Limits, progress: Progress) -> list[Ran]:
         import ray
 
         task = _task()
@@ -234,14 +234,14 @@ def run_on_node(w: Work, envs: str | None, find_links: tuple[str, ...], limits: 
     node's cache folder (or ``envs``), the job in a worker process there --
     in the driver's current folder ``cwd`` where the node has it, so that the
     findings show file paths as a local run does."""
-    from graphbreak_doctor.matrix.envs import Builder, EnvError, default_envs_dir
+    from graphbreak_doctor.matrix.envs import Environments, EnvError, default_envs_dir
     from graphbreak_doctor.matrix.executors.local import run_in_envs
 
     try:
-        builder = Builder(Path(envs) if envs else default_envs_dir(), list(find_links))
+        environments = Environments(Path(envs) if envs else default_envs_dir(), list(find_links))
     except EnvError as e:
         return Ran(None, unbuilt=f"cannot build environments on {socket.gethostname()}: {e}")
     if os.path.isdir(cwd):
         w = replace(w, job=replace(w.job, cwd=cwd))
-    [ran] = run_in_envs([w], builder, Limits(jobs=1, timeout=limits.timeout, memory=limits.memory))
+    [ran] = run_in_envs([w], environments, Limits(jobs=1, timeout=limits.timeout, memory=limits.memory))
     return ran

@@ -224,7 +224,7 @@ def _check_eager(target: Target) -> None:
         raise TargetError(f"the target raises without torch.compile: {type(e).__name__}: {one_line(str(e))}") from e
 
 
-def run(target: Target, mode: str, *, decompile: bool = True, on_event: Callable[[BreakEvent], None] | None = None,
+def trace(target: Target, mode: str, *, decompile: bool = True, on_event: Callable[[BreakEvent], None] | None = None,
         dynamic: bool | None = None) -> ModeResult:
     """Trace ``target`` once in ``mode`` ('explain', 'fullgraph' or 'piecewise');
     ``dynamic`` is torch.compile's option of that name (a region's own)."""
