@@ -22,7 +22,7 @@ from typing import Any, Callable
 from graphbreak_doctor.analysis.assemble import mapped, region_breaks, stopped
 from graphbreak_doctor.capture import trace as capture
 from graphbreak_doctor.capture.regions import CompileRecorder, Site
-from graphbreak_doctor.diagnose import Build, device_context, environment
+from graphbreak_doctor.diagnose import Build, environment, inside_device
 from graphbreak_doctor.model import (DEFAULT_DEVICE, REGION_BREAKS, REGION_CRASHED, REGION_FAILS, REGION_OK, Findings,
                                      Region, TargetInfo)
 from graphbreak_doctor.frames import make_frame
@@ -140,17 +140,14 @@ def map_regions(build: Build, *, device: str = DEFAULT_DEVICE,
                 progress: Callable[[str], None] = lambda _msg: None) -> Findings:
     """Build the target with torch.compile recorded, run its phases, and trace
     each region they entered; findings with the target and its ``regions``."""
-    with UndoLog() as state:
-        state.keep_torch_state()
-        state.keep_environment()
-        with device_context(device) as dev, UndoLog() as log:
-            try:
-                target, recorder = record_phases(build, log, progress)
-            except PhasesStopped as stopped:
-                stopped.findings.device = dev.describe()
-                raise
-            regions = [trace_region(site, progress, target.split_ops) for site in recorder.sites]
-            return mapped(target.info, environment(), dev.describe(), regions)
+    with inside_device(device) as (dev, log):
+        try:
+            target, recorder = record_phases(build, log, progress)
+        except PhasesStopped as stopped:
+            stopped.findings.device = dev.describe()
+            raise
+        regions = [trace_region(site, progress, target.split_ops) for site in recorder.sites]
+        return mapped(target.info, environment(), dev.describe(), regions)
 
 
 __all__ = ["PhasesStopped", "map_regions", "record_phases", "trace_region"]

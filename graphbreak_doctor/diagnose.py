@@ -72,6 +72,30 @@ def target_builder(spec: str) -> Build:
     return lambda log: PROVIDER.build(selection, "", log)
 
 
+@contextlib.contextmanager
+def inside_device(device: str):
+    """The set-up every diagnosis shares: torch's global settings and the
+    environment saved before the device changes anything, the device entered,
+    and an undo log for what the build changes; yields (device, log) and puts
+    everything back afterwards, however the block ends."""
+    with UndoLog() as state:
+        state.keep_torch_state()
+        state.keep_environment()
+        with device_context(device) as dev, UndoLog() as log:
+            yield dev, log
+
+
+def build_target(build: Build, log: UndoLog, mode: str, progress: Callable[[str], None]) -> Target:
+    """Build the target (inside the device) and put it in the state its code
+    is compiled in for ``mode`` (Target.prepare)."""
+    progress("building the target")
+    target = build(log)
+    if target.prepare is not None:
+        progress(f"preparing the target ({mode})")
+        target.prepare(mode, log)
+    return target
+
+
 def trace_mode(
     build: Build,
     mode: str,
@@ -80,30 +104,23 @@ def trace_mode(
     progress: Callable[[str], None] = lambda _msg: None,
 ) -> Findings:
     """Build the target inside the device and trace it in one mode."""
-    with UndoLog() as state:
-        state.keep_torch_state()
-        state.keep_environment()
-        with device_context(device) as dev, UndoLog() as log:
-            progress("building the target")
-            target = build(log)
-            if target.prepare is not None:
-                progress(f"preparing the target ({mode})")
-                target.prepare(mode, log)
-            # What the build and its warm-up asked for is not a trace-time request.
-            already = len(dev.jit_requests)
-            current: list[capture.BreakEvent] = []
-            dev.on_jit = _jit_hook(current)
-            try:
-                # The target's own prints go to stderr: stdout carries the summary.
-                with contextlib.redirect_stdout(sys.stderr):
-                    progress(f"tracing ({mode})")
-                    result = capture.trace(target, mode, on_event=current.append)
-            finally:
-                dev.on_jit = None
-            jit = [JitRequest(name=r.name, action=r.action) for r in dev.jit_requests[already:]]
-            progress("analysing")
-            return assemble([result], target=target.info, environment=environment(), device=dev.describe(),
-                            jit=jit, excerpts=True)
+    with inside_device(device) as (dev, log):
+        target = build_target(build, log, mode, progress)
+        # What the build and its warm-up asked for is not a trace-time request.
+        already = len(dev.jit_requests)
+        current: list[capture.BreakEvent] = []
+        dev.on_jit = _jit_hook(current)
+        try:
+            # The target's own prints go to stderr: stdout carries the summary.
+            with contextlib.redirect_stdout(sys.stderr):
+                progress(f"tracing ({mode})")
+                result = capture.trace(target, mode, on_event=current.append)
+        finally:
+            dev.on_jit = None
+        jit = [JitRequest(name=r.name, action=r.action) for r in dev.jit_requests[already:]]
+        progress("analysing")
+        return assemble([result], target=target.info, environment=environment(), device=dev.describe(),
+                        jit=jit, excerpts=True)
 
 
 def diagnose(

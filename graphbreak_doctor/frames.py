@@ -125,6 +125,14 @@ def short_path(path: str, *, portable: bool = False) -> str:
     return os.path.basename(path) if portable else path
 
 
+def at(frame: Frame, *, portable: bool = False, function: bool = False) -> str:
+    """How a frame is shown, everywhere: ``path:line`` (the path as short_path
+    gives it; ``portable``: the same on every machine); ``function`` adds
+    ``, in qualname``."""
+    shown = f"{short_path(frame.file, portable=portable)}:{frame.line}"
+    return f"{shown}, in {frame.qualname or frame.function}" if function else shown
+
+
 def frame_key(frame: Frame) -> tuple[str, int, str]:
     """What names a frame on any machine: its file as short_path shows it
     (site-packages and checkout prefixes dropped), line and function."""

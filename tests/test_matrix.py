@@ -106,6 +106,29 @@ def test_a_cell_that_cannot_be_built_says_why_and_the_rest_go_on(tmp_path, envs_
     assert [c["status"] for c in cells] == [NOT_RUNNABLE, FAILED]
 
 
+FP4_WRAPPER = "fixtures.flashinfer_targets:fp4_quantize_wrapper"
+
+
+def test_a_target_of_your_own_across_flashinfer_releases(tmp_path, envs_dir):
+    """Any provider that offers itself to the matrix names what each cell
+    traces: here --target, the user's own function calling FlashInfer."""
+    out = tmp_path / "m.json"
+    proc = doctor("matrix", "--target", FP4_WRAPPER, "--flashinfer", f"{FI_OLD},{FI_NEW}", "--mode", "fullgraph",
+                  "--envs", str(envs_dir), "--no-html", "--json", str(out), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.splitlines()[0] == f"matrix: {FP4_WRAPPER} (factory), mode fullgraph, torch {installed('torch')}"
+    result = json.loads(out.read_text())
+    assert (result["layer"], result["impl"]) == ("target", "factory")
+    old, new = result["cells"]
+    assert (old["flashinfer"], new["flashinfer"]) == (FI_OLD, FI_NEW)
+    assert {old["layer"], new["layer"]} == {FP4_WRAPPER}
+    # Both releases probe nvcc (get_cuda_version) on the wrapper's traced path;
+    # each cell traced with its own environment's FlashInfer.
+    for cell, version in ((old, FI_OLD), (new, FI_NEW)):
+        assert (cell["status"], cell["category"], cell["function"]) == (FAILED, "subprocess", "get_cuda_version")
+        assert cell["findings"]["environment"]["flashinfer"] == version
+
+
 @pytest.mark.parametrize("args, message", [
     (["--layer", "dense", "--flashinfer", "0.6.x"], "not a version"),
     (["--layer", "dense", "--device", "sm999"], "unknown emulated device"),
@@ -128,6 +151,9 @@ def test_a_cell_that_cannot_be_built_says_why_and_the_rest_go_on(tmp_path, envs_
     (["--layer", "dense", "--address", "127.0.0.1:6379"], "--address names a Ray cluster: give --executor ray"),
     (["--layer", "dense", "--executor", "ray", "--jobs", "2"], "--jobs is for --executor local"),
     (["--layer", "dense", "--executor", "slurm"], "invalid choice: 'slurm'"),
+    (["--target", "fixtures.breaks.subprocess_call:target", "--impl", "sglang"], "are for GLM-5's layers"),
+    (["--target", "not a spec"], "pkg.module:factory"),
+    (["--target", "fixtures.breaks.subprocess_call:target", "--layer", "dense"], "not allowed with argument"),
 ])
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, message):
     proc = doctor("matrix", *args, "--envs", str(tmp_path / "envs"), cwd=tmp_path, timeout=60)

@@ -21,7 +21,7 @@ from collections import defaultdict
 
 from graphbreak_doctor import recipes
 from graphbreak_doctor.analysis import categories
-from graphbreak_doctor.frames import INFRASTRUCTURE, frame_key, package_of, short_path
+from graphbreak_doctor.frames import INFRASTRUCTURE, at, frame_key, package_of
 from graphbreak_doctor.model import VERIFIED_RESULTS, Break, Fix, Frame, Rung
 from graphbreak_doctor.recipes.common import library_entry, source_of
 from graphbreak_doctor.recipes.custom_op import signature_patch
@@ -36,7 +36,7 @@ def where(frame: Frame | None) -> str:
     """'file:line, in qualname' of a frame, for a person."""
     if frame is None:
         return ""
-    return f"{short_path(frame.file)}:{frame.line}, in {frame.qualname or frame.function}"
+    return at(frame, function=True)
 
 
 def names_for(brk: Break) -> Names:

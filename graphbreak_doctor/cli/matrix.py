@@ -3,7 +3,9 @@ capture GLM-5's layers -- one isolated environment per version pair, one
 worker process per cell and mode -- and `--bisect` for the first release
 where the verdict changes. With `--model` each cell is the compile map of
 SGLang's GLM-5 model forward under the launch arguments (`--sglang-args`),
-read by each release itself."""
+read by each release itself. Any other provider that offers itself to the
+matrix (``TargetProvider.in_matrix``: ``--target M:F``, a plugin's) names
+the targets each cell traces."""
 
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from graphbreak_doctor.emulation.presets import PRESETS
 from graphbreak_doctor.model import DEFAULT_DEVICE, MAP_MODE, MODE_CHOICES
 from graphbreak_doctor.matrix.executors import EXECUTORS
 from graphbreak_doctor.render import MATRIX, get
+from graphbreak_doctor.targets.registry import providers
 
 NAME = "matrix"
 DEFAULT_TIMEOUT = 900
@@ -71,6 +74,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     what.add_argument("--model", action="store_true",
                       help="per cell, the compile map of SGLang's GLM-5 model forward (as `trace --model --mode "
                            "map`): how the release runs the prefill, and the torch.compile regions entered")
+    from graphbreak_doctor.cli.targets import add_option
+
+    for provider in _matrix_providers():
+        group = p.add_argument_group(f"{provider.title} (each cell traces it; its code must import in the "
+                                     "cells' environments)")
+        for o in provider.options:
+            add_option(what if o.selects else group, o)
     p.add_argument("--impl", choices=("reference", "sglang"),
                    help="sglang: SGLang's own layer (the default with --sglang); reference: the project's "
                         "re-creation, no SGLang needed")
@@ -115,13 +125,41 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _matrix_providers() -> list:
+    return [p for p in providers() if p.in_matrix]
+
+
+def _chosen_selections(args: argparse.Namespace) -> tuple:
+    """The selections of the matrix provider whose selecting option was given; () for GLM-5's own options."""
+    from graphbreak_doctor.cli.targets import values
+
+    chosen = [p for p in _matrix_providers() if p.selected(values(args, p))]
+    if not chosen:
+        return ()
+    provider = chosen[0]
+    if args.impl or args.sglang_args is not None or args.mode == MAP_MODE:
+        raise UsageError(f"{' / '.join(provider.selecting_flags())}: --impl, --sglang-args and --mode map are "
+                         "for GLM-5's layers and model")
+    try:
+        return tuple(provider.select(values(args, provider)))
+    except ValueError as e:
+        raise UsageError(str(e)) from e
+
+
 def _plan(args: argparse.Namespace):
     from graphbreak_doctor.matrix.envs import installed
-    from graphbreak_doctor.model.matrix import MODEL
+    from graphbreak_doctor.model.matrix import MODEL, TARGET
     from graphbreak_doctor.matrix.run import Plan
     from graphbreak_doctor.targets.glm5.provider import launch_arguments
 
     bisect_sglang = bool(args.bisect) and args.bisect[0] == "sglang"
+    chosen = _chosen_selections(args)
+    if chosen:
+        flashinfer = args.flashinfer or (installed("flashinfer-python"),)
+        if not flashinfer[0]:
+            raise UsageError("give --flashinfer V1,... (FlashInfer is not installed here)")
+        return Plan(TARGET, chosen[0].provider, tuple(args.sglang or ()), tuple(flashinfer), tuple(args.device),
+                    args.mode or "both", chosen=chosen)
     if args.model:
         if args.impl == "reference":
             raise UsageError("--model maps SGLang's own model forward: leave out --impl reference")

@@ -50,18 +50,23 @@ def _seconds(text: str) -> float:
     return value
 
 
+def add_option(group: Any, o: Option) -> None:
+    """A provider's option on a parser (or one of its groups)."""
+    if o.switch:
+        group.add_argument(o.flag, dest=o.name, action="store_const", const=True, default=None, help=o.help)
+    elif o.repeat:
+        group.add_argument(o.flag, dest=o.name, metavar=o.metavar, action="append", help=o.help,
+                           type=_argparse_type(o))
+    else:
+        group.add_argument(o.flag, dest=o.name, metavar=o.metavar, choices=o.choices, help=o.help,
+                           type=_argparse_type(o))
+
+
 def add_target_options(p: argparse.ArgumentParser, default_mode: str = "both") -> None:
     for provider in PROVIDERS:
         group = p.add_argument_group(provider.title)
         for o in provider.options:
-            if o.switch:
-                group.add_argument(o.flag, dest=o.name, action="store_const", const=True, default=None, help=o.help)
-            elif o.repeat:
-                group.add_argument(o.flag, dest=o.name, metavar=o.metavar, action="append", help=o.help,
-                                   type=_argparse_type(o))
-            else:
-                group.add_argument(o.flag, dest=o.name, metavar=o.metavar, choices=o.choices, help=o.help,
-                                   type=_argparse_type(o))
+            add_option(group, o)
     p.add_argument("--mode", choices=(*MODE_CHOICES, MAP_MODE), default=default_mode,
                    help="explain: every break; fullgraph: the first hard failure, as SGLang sees it; "
                         "both: explain + fullgraph; piecewise: fullgraph with the attention op as a split point; "
@@ -85,13 +90,13 @@ def add_target_options(p: argparse.ArgumentParser, default_mode: str = "both") -
     p.add_argument("--debug", action="store_true", help="show tracebacks and whole error messages")
 
 
-def _values(args: argparse.Namespace, provider: TargetProvider) -> dict[str, Any]:
+def values(args: argparse.Namespace, provider: TargetProvider) -> dict[str, Any]:
     return {o.name: getattr(args, o.name, None) for o in provider.options}
 
 
 def chosen_provider(args: argparse.Namespace) -> TargetProvider:
     """The provider whose selecting option was given; its options only."""
-    chosen = [p for p in PROVIDERS if p.selected(_values(args, p))]
+    chosen = [p for p in PROVIDERS if p.selected(values(args, p))]
     flags = " or ".join(f for p in PROVIDERS for f in p.selecting_flags())
     if not chosen:
         raise UsageError(f"choose what to trace: {flags}")
@@ -112,7 +117,7 @@ def chosen_provider(args: argparse.Namespace) -> TargetProvider:
 def selections(args: argparse.Namespace) -> list[Selection]:
     provider = chosen_provider(args)
     try:
-        return provider.select(_values(args, provider))
+        return provider.select(values(args, provider))
     except ValueError as e:
         raise UsageError(str(e)) from e
 
@@ -122,9 +127,10 @@ def stem(selection: Selection, args: argparse.Namespace, what: str | None = None
     return f"{selection.name}-{args.device}-{what or args.mode}"
 
 
-def run(args: argparse.Namespace, jobs: list[Job], progress: Progress) -> list[Outcome]:
-    """Every job's outcome, in order, with what its traced code wrote (``log``,
-    kept out of the terminal); a target that is bad input is a UsageError."""
+def run_jobs_as_asked(args: argparse.Namespace, jobs: list[Job], progress: Progress) -> list[Outcome]:
+    """Every job's outcome, in order -- in workers, or in this process with
+    --in-process -- with what its traced code wrote (``log``, kept out of the
+    terminal); a target that is bad input is a UsageError."""
     def run_all(logged: list[Job]) -> list[Outcome]:
         if not args.in_process:
             return run_jobs(logged, timeout=args.timeout, parallel=args.jobs or os.cpu_count() or 1)
@@ -176,7 +182,7 @@ def run_diagnoses(args: argparse.Namespace, selected: list[Selection], progress:
         raise UsageError(f"--mode map: {', '.join(unmapped)} has no compile map (it is a model's: --model)")
     groups = [[Job(MAP, s, args.device, MAP_MODE, debug=args.debug)] * (mapped and bool(s.options.get("compile_map")))
               + [Job(TRACE, s, args.device, m, debug=args.debug) for m in modes] for s in selected]
-    outcomes = iter(run(args, [job for group in groups for job in group], progress))
+    outcomes = iter(run_jobs_as_asked(args, [job for group in groups for job in group], progress))
     per_target = [[next(outcomes) for _ in group] for group in groups]
     return Diagnoses([join([o.as_findings() for o in group], saved_ladder=saved_ladder) for group in per_target],
                      [log_sections(group) for group in per_target])
@@ -184,5 +190,5 @@ def run_diagnoses(args: argparse.Namespace, selected: list[Selection], progress:
 
 def run_fixes(args: argparse.Namespace, selected: list[Selection], progress: Progress) -> Diagnoses:
     jobs = [Job(FIX, s, args.device, args.mode, steps=args.steps, debug=args.debug) for s in selected]
-    outcomes = run(args, jobs, progress)
+    outcomes = run_jobs_as_asked(args, jobs, progress)
     return Diagnoses([o.as_findings() for o in outcomes], [log_sections([o]) for o in outcomes])

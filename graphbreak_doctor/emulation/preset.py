@@ -37,6 +37,7 @@ class DevicePreset:
     sms: int = 0
     smem_optin_kib: int = 0
     smem_per_sm_kib: int = 0
+    threads_per_sm: int = 0  # torch.cuda.get_device_properties().max_threads_per_multi_processor
     l2_mib: int = 0
     memory_gb: int = 0
     cuda: Optional[str] = None  # torch.version.cuda and `nvcc --version`

@@ -76,7 +76,7 @@ def device_properties(preset: DevicePreset) -> Any:
         "multi_processor_count": preset.sms,
         "is_integrated": 0,
         "is_multi_gpu_board": 0,
-        "max_threads_per_multi_processor": 1536 if preset.major >= 12 else 2048,
+        "max_threads_per_multi_processor": preset.threads_per_sm,
         "max_threads_per_block": 1024,
         "warp_size": 32,
         "regs_per_multiprocessor": 65536,

@@ -239,22 +239,15 @@ def fix(build: Callable[[UndoLog], Target], *, mode: str = "fullgraph", device: 
     The findings' ``fullgraph`` verdict and ``breaks`` describe the target as
     it is (the unpatched first trace, plus every break met on the ladder);
     ``ladder`` holds the rungs and ``fix`` the outcome."""
-    from graphbreak_doctor.diagnose import device_context, environment
+    from graphbreak_doctor.diagnose import build_target, environment, inside_device
 
-    with UndoLog() as state:
-        # Saved before the device changes anything: restored after it is gone.
-        state.keep_torch_state()
-        state.keep_environment()
-        with device_context(device) as dev, UndoLog() as log:
-            progress("building the target")
-            target = build(log)
-            if target.prepare is not None:
-                target.prepare(mode, log)
-            with FixSession(target, mode=mode, max_steps=max_steps, progress=progress) as session:
-                outcome = session.climb()
-            progress("analysing")
-            fixed = FixOutcome(ok=outcome.ok, stopped=outcome.stopped, recipes=outcome.recipes,
-                               steps=len(outcome.rungs), max_steps=max_steps,
-                               outputs_equal_eager=outcome.outputs_equal)
-            return assemble(outcome.traces, target=target.info, environment=environment(), device=dev.describe(),
-                            ladder=(outcome.rungs, fixed), excerpts=True)
+    with inside_device(device) as (dev, log):
+        target = build_target(build, log, mode, progress)
+        with FixSession(target, mode=mode, max_steps=max_steps, progress=progress) as session:
+            outcome = session.climb()
+        # Every patch is undone here: the analysis sees the libraries as they are.
+        progress("analysing")
+        fixed = FixOutcome(ok=outcome.ok, stopped=outcome.stopped, recipes=outcome.recipes,
+                           steps=len(outcome.rungs), max_steps=max_steps, outputs_equal_eager=outcome.outputs_equal)
+        return assemble(outcome.traces, target=target.info, environment=environment(), device=dev.describe(),
+                        ladder=(outcome.rungs, fixed), excerpts=True)

@@ -16,7 +16,7 @@ import json
 import os
 from pathlib import Path
 
-from graphbreak_doctor.frames import short_path
+from graphbreak_doctor.frames import at
 from graphbreak_doctor.model import Break, Findings
 # The data model lives in graphbreak_doctor.model.baseline; the gate's callers
 # reach it through here.
@@ -29,15 +29,11 @@ __all__ = ["BASELINE_SCHEMA_VERSION", "KEY_FIELDS", "KIND", "REGION_ORDER", "Bas
 
 
 
-def _short(path: str) -> str:
-    """Hints read the same on every machine (they are never matched)."""
-    return short_path(path, portable=True)
-
-
 def hint_of(b: Break) -> str:
+    """Where the break is, the same on every machine (a hint: never matched)."""
     act = b.actionable_frame
-    where = f"{_short(act.file)}:{act.line}" if act else ""
-    site = f"stops at {_short(b.site.file)}:{b.site.line}"
+    where = at(act, portable=True) if act else ""
+    site = f"stops at {at(b.site, portable=True)}"
     return f"{where}, {site}" if where and (act.file, act.line) != (b.site.file, b.site.line) else where or site
 
 

@@ -51,13 +51,15 @@ AXES = ("sglang", "flashinfer")
 
 @dataclass(frozen=True)
 class Plan:
-    layer: str  # dense, moe or all
-    impl: str  # reference or sglang
+    layer: str  # dense, moe or all; MODEL; TARGET (another provider's selections: chosen)
+    impl: str  # reference or sglang; with TARGET, the provider's name
     sglang: tuple[str, ...]  # () with impl reference
     flashinfer: tuple[str, ...]
     devices: tuple[str, ...]
     mode: str  # a trace mode; MAP_MODE with layer MODEL
     launch: tuple[str, ...] = ()  # SGLang's launch arguments (--sglang-args), as the user split them
+    # Another provider's selections (layer TARGET): what each cell traces.
+    chosen: tuple = ()
 
     def specs(self) -> list[EnvSpec]:
         return [EnvSpec(s, f) for s in (self.sglang or ("",)) for f in self.flashinfer]
@@ -68,6 +70,8 @@ class Plan:
     def selections(self) -> list:
         from graphbreak_doctor.targets.glm5.provider import PROVIDER
 
+        if self.chosen:
+            return list(self.chosen)
         if self.layer == MODEL:
             return PROVIDER.layer_selections(MODEL, "sglang", scope=MODEL, launch=self.launch)
         return PROVIDER.layer_selections(self.layer, self.impl, launch=self.launch)
@@ -144,6 +148,7 @@ def run_cells(plan: Plan, environments: Environments, limits: Limits, progress: 
     from graphbreak_doctor.model import modes_for
     from graphbreak_doctor.jobs.output import log_sections
     from graphbreak_doctor.matrix.executors.local import Executor as Local
+    from graphbreak_doctor.targets.registry import provider
 
     executor = executor or Local()
     result = MatrixResult(layer=plan.layer, impl=plan.impl, mode=plan.mode, torch=environments.torch,
@@ -156,7 +161,8 @@ def run_cells(plan: Plan, environments: Environments, limits: Limits, progress: 
     for spec in plan.specs():
         for device in plan.devices:
             for selection in selections:
-                cells.append(Cell(spec.sglang, spec.flashinfer, device, selection.options["kind"], status=OK))
+                label = provider(selection.provider).cell_label(selection)
+                cells.append(Cell(spec.sglang, spec.flashinfer, device, label, status=OK))
                 work += [Work(spec, Job(MAP if m == MAP_MODE else TRACE, selection, device, m)) for m in modes]
     start = time.monotonic()
     ran = executor.run(work, environments, limits, progress)
@@ -394,7 +400,7 @@ def bisect(versions: list[str], probe: Callable[[list[str]], dict[str, list[Cell
     b = Bisection(axis, versions[0], versions[-1], candidates=len(versions))
     seen: dict[int, list[Cell]] = {}
 
-    def run(*indices: int) -> None:
+    def probe_once(*indices: int) -> None:
         todo = [i for i in indices if i not in seen]
         if not todo:
             return
@@ -404,10 +410,10 @@ def bisect(versions: list[str], probe: Callable[[list[str]], dict[str, list[Cell
             b.probes.append((versions[i], _verdict(seen[i])))
 
     def decided(i: int) -> bool:
-        run(i)
+        probe_once(i)
         return all(c.decided for c in seen[i])
 
-    run(0, len(versions) - 1)
+    probe_once(0, len(versions) - 1)
     for end in (0, len(versions) - 1):
         if not decided(end):
             cell = next(c for c in seen[end] if not c.decided)
@@ -423,7 +429,7 @@ def bisect(versions: list[str], probe: Callable[[list[str]], dict[str, list[Cell
         probe_at = None
         for n, i in enumerate(order):
             if n and i not in seen:  # the middle gave no verdict: its neighbours, several at once
-                run(*[j for j in order[n:] if j not in seen][:max(1, width)])
+                probe_once(*[j for j in order[n:] if j not in seen][:max(1, width)])
             if decided(i):
                 probe_at = i
                 break

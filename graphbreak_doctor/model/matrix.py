@@ -24,6 +24,8 @@ OK, FAILED, NOT_RUNNABLE = "ok", "failed", "not runnable"
 NOT_AVAILABLE = "not available"
 # The layer of a cell that maps SGLang's GLM-5 model forward (--model).
 MODEL = "model"
+# A matrix of another provider's targets (--target M:F): each cell's layer is its target.
+TARGET = "target"
 
 
 @dataclass
@@ -31,7 +33,7 @@ class Cell:
     sglang: str  # "" when the cell runs the reference layer without SGLang
     flashinfer: str
     device: str
-    layer: str  # dense, moe, or MODEL (the compile map of the model forward)
+    layer: str  # dense, moe, MODEL (the compile map of the model forward), or a TARGET matrix's target
     status: str  # OK, FAILED, CRASHED, TIMED_OUT, NOT_RUNNABLE or NOT_AVAILABLE
     reason: str = ""  # one line: the first failure, why it did not run, or SGLang's refusal
     category: str = ""  # FAILED: the category of the break fullgraph stopped at

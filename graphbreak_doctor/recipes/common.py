@@ -13,7 +13,7 @@ import types
 from typing import Any
 
 from graphbreak_doctor.model import Break, Frame
-from graphbreak_doctor.frames import INFRASTRUCTURE, package_of, short_path
+from graphbreak_doctor.frames import INFRASTRUCTURE, at, package_of, short_path
 from graphbreak_doctor.patching import PatchSet
 from graphbreak_doctor.recipes import adapters
 from graphbreak_doctor.recipes.recipe import FixContext, NotApplicable
@@ -191,4 +191,4 @@ def has_fake_tensor(value: Any) -> bool:
 
 
 def break_site(brk: Break) -> str:
-    return f"{short_path(brk.site.file)}:{brk.site.line}"
+    return at(brk.site)

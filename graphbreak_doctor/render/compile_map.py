@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from graphbreak_doctor.model import Findings, Region
-from graphbreak_doctor.frames import short_path
+from graphbreak_doctor.frames import at
 from graphbreak_doctor.text import counted
 
 
@@ -47,7 +47,7 @@ def rows(findings: Findings) -> list[Row]:
         elif r.verdict == "ok" and r.traced and not r.graphs:
             # Dynamo makes no graph of a frame that runs no tensor operation.
             verdict += " (nothing to capture: the traced call ran no tensor operation)"
-        out.append(Row(r.function, f"{short_path(r.site.file)}:{r.site.line}", phases, options_text(r), shapes,
+        out.append(Row(r.function, at(r.site), phases, options_text(r), shapes,
                        verdict, str(r.graphs) if r.traced else "-", str(len(r.breaks)) if r.traced else "-",
                        recompile_lines(r), pieces_text(r)))
     return out

@@ -8,14 +8,14 @@ the same.
 from __future__ import annotations
 
 from graphbreak_doctor.model import COMPLETE, Break, GateReport, TargetResult
-from graphbreak_doctor.frames import short_path as _short
+from graphbreak_doctor.frames import at
 from graphbreak_doctor.render.renderer import GATE, Renderer
 
 
 def location(b: Break) -> str:
     """Where to look: the actionable frame (the code someone can change), else the site."""
     frame = b.actionable_frame or b.site
-    return f"{_short(frame.file)}:{frame.line}"
+    return at(frame)
 
 
 def describe_break(b: Break, indent: str = "  ") -> list[str]:
@@ -26,7 +26,7 @@ def describe_break(b: Break, indent: str = "  ") -> list[str]:
         f"{indent}    {b.gb_type}{': ' + b.culprit if b.culprit else ''}",
     ]
     if act and (act.file, act.line) != (b.site.file, b.site.line):
-        lines.append(f"{indent}    Dynamo stopped at {_short(b.site.file)}:{b.site.line}")
+        lines.append(f"{indent}    Dynamo stopped at {at(b.site)}")
     if b.caused_by:
         lines.append(f"{indent}    follows from break {b.caused_by}")
     lines.append(f"{indent}    fix: {b.fix.summary}")

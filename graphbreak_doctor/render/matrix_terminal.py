@@ -5,7 +5,7 @@ diffs between neighbouring versions."""
 
 from __future__ import annotations
 
-from graphbreak_doctor.model.matrix import MODEL, MatrixResult
+from graphbreak_doctor.model.matrix import MODEL, TARGET, MatrixResult
 from graphbreak_doctor.render.renderer import MATRIX, Renderer
 
 
@@ -26,6 +26,9 @@ def title(m: MatrixResult) -> str:
     launch = f"launch arguments: {' '.join(m.launch)}" if m.launch else "default launch arguments"
     if m.layer == MODEL:
         return f"GLM-5 model forward, SGLang's compile map ({launch}), torch {m.torch}"
+    if m.layer == TARGET:
+        targets = ", ".join(dict.fromkeys(c.layer for c in m.cells))
+        return f"{targets} ({m.impl}), mode {m.mode}, torch {m.torch}"
     impl = "SGLang's own layer" if m.impl == "sglang" else "the reference layer (FlashInfer called directly)"
     return f"GLM-5 {m.layer} layer, {impl}, mode {m.mode}" + (f", {launch}" if m.launch else "") + f", torch {m.torch}"
 

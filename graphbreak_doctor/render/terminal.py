@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from graphbreak_doctor.model import COMPLETE, MAP_MODE, Findings, Fix
 from graphbreak_doctor.render import compile_map
-from graphbreak_doctor.frames import short_path as _short
+from graphbreak_doctor.frames import at as frame_at
 from graphbreak_doctor.render.renderer import FINDINGS, Renderer
 from graphbreak_doctor.text import counted as _n
 
@@ -47,7 +47,7 @@ def render(findings: Findings) -> str:
                      f"the breaks below are incomplete (first: {findings.unparsed_events[0].reason})")
     fg = findings.fullgraph
     if fg.crashed:
-        at = f" -- at {_short(fg.site.file)}:{fg.site.line} ({fg.site.qualname or fg.site.function})" if fg.site else ""
+        at = f" -- at {frame_at(fg.site)} ({fg.site.qualname or fg.site.function})" if fg.site else ""
         lines.append(f"{findings.outcome.upper() if findings.outcome != COMPLETE else 'CRASHED'}: "
                      f"{findings.incomplete()}{at}")
     if fg.ran:
@@ -55,7 +55,7 @@ def render(findings: Findings) -> str:
         if fg.ok:
             lines.append("fullgraph: OK -- the whole target is captured as one graph")
         elif first is not None:
-            lines.append(f"fullgraph: FAILED -- {first.gb_type} [{first.category}] at {_short(first.site.file)}:{first.site.line}")
+            lines.append(f"fullgraph: FAILED -- {first.gb_type} [{first.category}] at {frame_at(first.site)}")
         elif not fg.crashed:
             lines.append(f"fullgraph: FAILED -- {fg.error}")
     hits = sum(b.count for b in findings.breaks)
@@ -81,14 +81,14 @@ def render(findings: Findings) -> str:
                      f"{_n(len(findings.breaks), 'break')} ({facts})")
     for b in findings.breaks:
         act = b.actionable_frame
-        via = f" <- {_short(act.file)}:{act.line} {act.qualname} ({b.package})" if act and act != b.site else ""
+        via = f" <- {frame_at(act)} {act.qualname} ({b.package})" if act and act != b.site else ""
         modes = "+".join(b.modes)
-        lines.append(f"  [{b.category}] {_short(b.site.file)}:{b.site.line}{via}  x{b.count} {modes}  ({b.id})")
+        lines.append(f"  [{b.category}] {frame_at(b.site)}{via}  x{b.count} {modes}  ({b.id})")
         lines.append(f"      {b.gb_type}{': ' + b.culprit if b.culprit else ''}")
         cause = findings.break_by_id(b.caused_by) if b.caused_by else None
         if b.caused_by:
             lines.append(f"      follows from {b.caused_by}" + (
-                f": {cause.gb_type} at {_short(cause.site.file)}:{cause.site.line}" if cause else ""))
+                f": {cause.gb_type} at {frame_at(cause.site)}" if cause else ""))
         lines.extend(_fix_lines(b.fix))
         for j in b.jit:
             lines.append(f"      JIT: this call {j.action}s {j.name} at trace time")
@@ -99,7 +99,7 @@ def render(findings: Findings) -> str:
     for h in findings.hazards:
         kinds.setdefault(h.kind, []).append(h)
     for kind, hazards in kinds.items():
-        sites = [f"{_short(h.site.file)}:{h.site.line}" for h in hazards if h.site]
+        sites = [frame_at(h.site) for h in hazards if h.site]
         shown = ", ".join(sites[:4]) + (f", +{len(sites) - 4} more" if len(sites) > 4 else "")
         first = hazards[0].message.splitlines()[0]
         if kind == "lru_cache":

@@ -109,6 +109,7 @@ def call_factory(spec: str, factory: Callable[[], Any]) -> Target:
 class FactoryProvider(TargetProvider):
     name = "factory"
     title = "a target of your own"
+    in_matrix = True
     options = (
         Option("--target", "a factory pkg.module:factory returning (fn, args[, kwargs]); repeat it to "
                "trace several targets, each in workers of its own", metavar="M:F", selects=True, repeat=True),

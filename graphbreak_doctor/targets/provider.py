@@ -62,6 +62,9 @@ class TargetProvider:
     # Help-group title and the usage hint naming the selecting options.
     title: str = ""
     options: tuple[Option, ...] = ()
+    # `matrix` offers the provider's options: each selection is traced in
+    # every cell's environment (its code must import there).
+    in_matrix: bool = False
 
     def select(self, options: Mapping[str, Any]) -> list[Selection]:
         """The targets these options ask for; ValueError (one line) if they are wrong."""
@@ -72,6 +75,10 @@ class TargetProvider:
         changes it needs for the whole diagnosis go through ``log``. Raises
         TargetError (one line) for bad input."""
         raise NotImplementedError
+
+    def cell_label(self, selection: Selection) -> str:
+        """What a matrix cell of ``selection`` is called (its row)."""
+        return selection.spec or selection.name
 
     def selecting_flags(self) -> tuple[str, ...]:
         return tuple(o.flag for o in self.options if o.selects)

@@ -12,6 +12,7 @@ PRESET = DevicePreset(
     sms=148,
     smem_optin_kib=227,
     smem_per_sm_kib=228,
+    threads_per_sm=2048,
     l2_mib=126,
     memory_gb=180,
     cuda="12.9",

@@ -12,6 +12,7 @@ PRESET = DevicePreset(
     sms=132,
     smem_optin_kib=227,
     smem_per_sm_kib=228,
+    threads_per_sm=2048,
     l2_mib=50,
     memory_gb=80,
     cuda="12.9",

@@ -12,6 +12,7 @@ PRESET = DevicePreset(
     sms=188,
     smem_optin_kib=99,
     smem_per_sm_kib=100,
+    threads_per_sm=1536,
     l2_mib=128,
     memory_gb=96,
     cuda="12.9",

@@ -131,6 +131,10 @@ class Glm5Provider(TargetProvider):
                                      tokens=options.get("tokens"), tp=options.get("tp"), cold=bool(options.get("cold")),
                                      scope=scope, phase=options.get("forward") or "extend", launch=launch)
 
+    def cell_label(self, selection: Selection) -> str:
+        """A GLM-5 cell is its layer (dense, moe) or the model."""
+        return selection.options["kind"]
+
     def layer_selections(self, layer: str, impl: str, *, config: str | None = None, tokens: int | None = None,
                          tp: int | None = None, cold: bool = False, scope: str = "block",
                          phase: str = "extend", launch: tuple[str, ...] = ()) -> list[Selection]:
