@@ -38,6 +38,7 @@ from graphbreak_doctor.model.matrix import (
     NOT_AVAILABLE,
     NOT_RUNNABLE,
     OK,
+    TARGET,
     TIMED_OUT,
     Bisection,
     Cell,
@@ -359,7 +360,8 @@ def neighbour_diffs(result: MatrixResult) -> list[NeighbourDiff]:
                             continue
                         d = diff(a.findings, b.findings, f"{axis} {older}", f"{axis} {newer}")
                         fixed = (f"flashinfer {other}" if axis == "sglang" else
-                                 (f"sglang {other}" if other else "reference"))
+                                 (f"sglang {other}" if other else
+                                  "without SGLang" if result.layer == TARGET else "reference"))
                         summary = _map_summary(a, b) if layer == MODEL else _summary(a, b, d)
                         out.append(NeighbourDiff(axis, older, newer, device, layer, fixed,
                                                  f"{older} -> {newer}: {summary}", d.to_dict()))
