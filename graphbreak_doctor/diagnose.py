@@ -37,6 +37,12 @@ def environment() -> dict[str, str]:
             env[dist.split("-")[0]] = importlib.metadata.version(dist)
         except importlib.metadata.PackageNotFoundError:
             env[dist.split("-")[0]] = ""
+    # A patch written by ``fix --write-patch``, loaded in this process
+    # (PYTHONPATH=DIR): what it changed is part of what was traced.
+    written = getattr(sys.modules.get("graphbreak_doctor_patch"), "STATE", None)
+    if isinstance(written, dict):
+        env["patch"] = (f"refused: {written.get('refused')}" if written.get("refused")
+                        else "patched " + (", ".join(written.get("applied") or ()) or "nothing yet"))
     return env
 
 

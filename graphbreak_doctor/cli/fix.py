@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
+from graphbreak_doctor.cli import patch
 from graphbreak_doctor.cli.common import (
+    EXIT_GATE,
     UsageError,
     add_subcommand,
     int_at_least,
@@ -22,6 +25,7 @@ from graphbreak_doctor.model import DEFAULT_FIX_STEPS as DEFAULT_STEPS
 from graphbreak_doctor.model import FULLGRAPH_MODES
 from graphbreak_doctor.progress import Progress
 from graphbreak_doctor.render import FINDINGS, get
+from graphbreak_doctor.text import escape_controls
 
 NAME = "fix"
 HELP = ("trace, apply the suggested fix for the first hard failure in-process, re-trace, "
@@ -33,6 +37,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_target_options(p, default_mode="fullgraph")
     p.add_argument("--steps", type=int_at_least(1), default=DEFAULT_STEPS,
                    help=f"stop after this many rungs (default {DEFAULT_STEPS})")
+    patch.add_options(p)
     add_output_options(p, FINDINGS, default_on=("html",), what="fix")
     p.set_defaults(func=run)
 
@@ -41,13 +46,22 @@ def run(args: argparse.Namespace) -> int:
     if args.mode not in FULLGRAPH_MODES:
         raise UsageError(f"fix climbs fullgraph failures: --mode fullgraph or piecewise, not {args.mode}")
     selected = selections(args)
+    patch.check_options(args, selected)
     stems = [stem(s, args, "fix") for s in selected]
     outputs = OutputSet.plan(args, (FINDINGS,), stems)
+    progress = Progress()
     # Every ladder first, then the files: a bad second target writes nothing.
-    done = run_fixes(args, selected, Progress())
+    done = run_fixes(args, selected, progress)
+    not_held = ""
+    if args.write_patch and done.findings[0].fix is not None:
+        not_held = patch.write_and_check(args, selected[0], done.findings[0], stems[0], progress)
     ladder = get("ladder")
     for findings in done.findings:
         show(ladder.render(findings))
     outputs.write(dict(zip(stems, done.findings)))
     keep_logs(outputs, stems, done.logs)
-    return run_exit_code(done.findings)
+    code = run_exit_code(done.findings)
+    if not_held:
+        sys.stderr.write(escape_controls(f"graphbreak-doctor: {not_held}") + "\n")
+        return code or EXIT_GATE
+    return code

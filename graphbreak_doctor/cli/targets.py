@@ -189,6 +189,7 @@ def run_diagnoses(args: argparse.Namespace, selected: list[Selection], progress:
 
 
 def run_fixes(args: argparse.Namespace, selected: list[Selection], progress: Progress) -> Diagnoses:
-    jobs = [Job(FIX, s, args.device, args.mode, steps=args.steps, debug=args.debug) for s in selected]
+    jobs = [Job(FIX, s, args.device, args.mode, steps=args.steps, debug=args.debug,
+                sizes=tuple(getattr(args, "sizes", None) or ())) for s in selected]
     outcomes = run_jobs_as_asked(args, jobs, progress)
     return Diagnoses([o.as_findings() for o in outcomes], [log_sections([o]) for o in outcomes])

@@ -23,8 +23,18 @@ from graphbreak_doctor import recipes
 from graphbreak_doctor.analysis import categories
 from graphbreak_doctor.analysis.assemble import assemble, stopped_at
 from graphbreak_doctor.capture import trace as capture
+from graphbreak_doctor.fix import emit
 from graphbreak_doctor.model import DEFAULT_FIX_STEPS as DEFAULT_STEPS
-from graphbreak_doctor.model import DEFAULT_DEVICE, FULLGRAPH_MODES, Break, Findings, FixOutcome, Rung, RungResult
+from graphbreak_doctor.model import (
+    DEFAULT_DEVICE,
+    FULLGRAPH_MODES,
+    Break,
+    Findings,
+    FixOutcome,
+    PatchChange,
+    Rung,
+    RungResult,
+)
 from graphbreak_doctor.patching import PatchSet, UndoLog
 from graphbreak_doctor.recipes.common import break_site, has_fake_tensor
 from graphbreak_doctor.targets import Target, TargetError
@@ -40,6 +50,8 @@ class LadderOutcome:
     traces: list[capture.ModeResult] = field(default_factory=list)
     # Real tensors only: do the fixed, compiled outputs equal eager outputs?
     outputs_equal: bool | None = None
+    # Each rung's change as data (None: a change the doctor cannot write), by step.
+    changes: dict[int, recipes.Change | None] = field(default_factory=dict)
 
     @property
     def recipes(self) -> list[str]:
@@ -69,7 +81,8 @@ class FixSession:
     """
 
     def __init__(self, target: Target, *, mode: str = "fullgraph", max_steps: int = DEFAULT_STEPS,
-                 progress: Callable[[str], None] = lambda _m: None) -> None:
+                 progress: Callable[[str], None] = lambda _m: None, sizes: list[int] | None = None,
+                 at_size: Callable[[int], Target] | None = None) -> None:
         if mode not in FULLGRAPH_MODES:
             raise ValueError(f"the fix ladder climbs fullgraph failures; mode must be fullgraph or piecewise, got {mode!r}")
         self.target = target
@@ -77,13 +90,28 @@ class FixSession:
         self.max_steps = max_steps
         self.progress = progress
         self.kept: list[PatchSet] = []
-        self.ctx = recipes.FixContext(warm_up=self._warm_up, trace=self._trace)
+        # Break id -> why its recipe was chosen over the first that fit.
+        self.preferred: dict[str, str] = {}
+        self._at_size = at_size
+        self._sized: dict[int, Target] = {}
+        self.ctx = recipes.FixContext(warm_up=self._warm_up, trace=self._trace, sizes=list(sizes or ()),
+                                      warm_up_at=self._warm_up_at if at_size is not None else None)
 
     # -------------------------------------------------------------- plumbing
 
     def _warm_up(self) -> None:
         with contextlib.redirect_stdout(sys.stderr):
             self.target.fn(*self.target.args, **self.target.kwargs)
+
+    def _warm_up_at(self, size: int) -> None:
+        """The target once, eagerly, at one of the server's sizes (built at
+        that size on first use, in this device)."""
+        if size not in self._sized:
+            self.progress(f"building the target at size {size} (a warm-up at one of the server's sizes)")
+            self._sized[size] = self._at_size(size)
+        sized = self._sized[size]
+        with contextlib.redirect_stdout(sys.stderr):
+            sized.fn(*sized.args, **sized.kwargs)
 
     def _trace(self, mode: str | None = None) -> tuple[capture.ModeResult, Break | None]:
         mode = mode or self.mode
@@ -94,17 +122,37 @@ class FixSession:
         return result, stopped_at(result)
 
     def _choose(self, brk: Break, tried: set) -> tuple[recipes.Recipe | None, recipes.Plan | None, list[str]]:
-        reasons = []
-        for name in categories.get(brk.category).ladder:
-            recipe = recipes.get(name)
-            if (brk.id, name) in tried or recipe.plan is None:
+        """The first recipe of the break's ladder that fits -- unless its change
+        does not hold at every size the server uses and a later one's does
+        (an opaque op with a fake over a warm-up keyed on the size)."""
+        reasons: list[str] = []
+        names = list(categories.get(brk.category).ladder)
+        for i, name in enumerate(names):
+            found = self._plan(brk, name, tried, reasons)
+            if found is None:
                 continue
-            try:
-                return recipe, recipe.plan(brk, self.ctx), reasons
-            except recipes.NotApplicable as e:
-                tried.add((brk.id, name))
-                reasons.append(f"{name}: {e}")
+            recipe, plan = found
+            if plan.change is not None and plan.change.every_size is False:
+                for later in names[i + 1:]:
+                    if recipes.get(later).demonstration:
+                        continue
+                    other = self._plan(brk, later, tried, reasons)
+                    if other is not None and other[1].change is not None and other[1].change.every_size:
+                        self.preferred[brk.id] = f"preferred over {name} ({plan.change.holds})"
+                        return other[0], other[1], reasons
+            return recipe, plan, reasons
         return None, None, reasons
+
+    def _plan(self, brk: Break, name: str, tried: set, reasons: list[str]) -> tuple[recipes.Recipe, recipes.Plan] | None:
+        recipe = recipes.get(name)
+        if (brk.id, name) in tried or recipe.plan is None:
+            return None
+        try:
+            return recipe, recipe.plan(brk, self.ctx)
+        except recipes.NotApplicable as e:
+            tried.add((brk.id, name))
+            reasons.append(f"{name}: {e}")
+            return None
 
     # ---------------------------------------------------------------- ladder
 
@@ -146,10 +194,13 @@ class FixSession:
                     continue
                 step = len(out.rungs) + 1
                 self.progress(f"rung {step}: {plan.recipe} for the [{brk.category}] break; re-tracing")
+                if brk.id in self.preferred:
+                    applied += f"; {self.preferred.pop(brk.id)}"
                 rung = Rung(step=step, break_id=brk.id, category=brk.category, gb_type=brk.gb_type, site=break_site(brk),
                             recipe=plan.recipe, patch=plan.patch, where=plan.where, result="", detail=applied,
                             culprit=plan.culprit, frame=brk.site)
                 out.rungs.append(rung)
+                out.changes[step] = plan.change
                 try:
                     new, new_brk = self._trace()
                 except TargetError as e:  # the patched target no longer runs eagerly
@@ -232,9 +283,38 @@ class FixSession:
         self.undo()
 
 
+def written_changes(outcome: LadderOutcome) -> list[PatchChange]:
+    """The changes the ladder kept, as source a written patch appends to each
+    function's module (fix/emit.py); a change that cannot be written says why."""
+    out = []
+    for rung in outcome.rungs:
+        if rung.result == RungResult.REJECTED:
+            continue
+        change = outcome.changes.get(rung.step)
+        entry = PatchChange(step=rung.step, recipe=rung.recipe)
+        if change is None:
+            entry.why_not = f"{rung.recipe} is a change only a person can make here"
+            out.append(entry)
+            continue
+        entry.kind, entry.module, entry.function, entry.file, entry.holds = (
+            change.kind, change.module, change.function, change.file, change.holds)
+        try:
+            entry.block = emit.block(change, rung.step, rung.recipe, f"the [{rung.category}] {rung.gb_type} at {rung.site}")
+        except emit.NotWritable as e:
+            entry.why_not = str(e)
+        out.append(entry)
+    return out
+
+
 def fix(build: Callable[[UndoLog], Target], *, mode: str = "fullgraph", device: str = DEFAULT_DEVICE,
-        max_steps: int = DEFAULT_STEPS, progress: Callable[[str], None] = lambda _m: None) -> Findings:
+        max_steps: int = DEFAULT_STEPS, progress: Callable[[str], None] = lambda _m: None,
+        sizes_of: Callable[[Any], list[int]] | None = None,
+        at_size: Callable[[int], Callable[[UndoLog], Target] | None] | None = None) -> Findings:
     """Climb the fix ladder for the target ``build()`` returns (called inside the device).
+
+    ``sizes_of(target.info)``: the sizes the server compiles the target at;
+    ``at_size(n)``: how to build the target at size n (None: it has no size).
+    Warm-ups then cover those sizes (recipes/hoist.py).
 
     The findings' ``fullgraph`` verdict and ``breaks`` describe the target as
     it is (the unpatched first trace, plus every break met on the ladder);
@@ -243,11 +323,21 @@ def fix(build: Callable[[UndoLog], Target], *, mode: str = "fullgraph", device: 
 
     with inside_device(device) as (dev, log):
         target = build_target(build, log, mode, progress)
-        with FixSession(target, mode=mode, max_steps=max_steps, progress=progress) as session:
+        sizes = sizes_of(target.info) if sizes_of is not None else []
+
+        def sized(n: int) -> Target:
+            builder = at_size(n) if at_size is not None else None
+            if builder is None:
+                raise recipes.NotApplicable(f"the target cannot be built at size {n}")
+            return build_target(builder, log, mode, lambda _m: None)
+
+        with FixSession(target, mode=mode, max_steps=max_steps, progress=progress, sizes=sizes,
+                        at_size=sized if sizes and at_size is not None else None) as session:
             outcome = session.climb()
         # Every patch is undone here: the analysis sees the libraries as they are.
         progress("analysing")
         fixed = FixOutcome(ok=outcome.ok, stopped=outcome.stopped, recipes=outcome.recipes,
-                           steps=len(outcome.rungs), max_steps=max_steps, outputs_equal_eager=outcome.outputs_equal)
+                           steps=len(outcome.rungs), max_steps=max_steps, outputs_equal_eager=outcome.outputs_equal,
+                           changes=written_changes(outcome))
         return assemble(outcome.traces, target=target.info, environment=environment(), device=dev.describe(),
                         ladder=(outcome.rungs, fixed), excerpts=True)

@@ -22,6 +22,9 @@ class Job:
     device: str
     mode: str
     steps: int = 0  # FIX: the ladder's step limit
+    # FIX: the sizes the server compiles the target at (--sizes); () = what
+    # the target's provider reads from the built target.
+    sizes: tuple[int, ...] = ()
     debug: bool = False
     # The interpreter of another environment (a matrix cell's); "" = this one.
     python: str = ""
@@ -31,13 +34,16 @@ class Job:
     # The worker's current folder (what file paths in the findings are shown
     # relative to); "" = this process's.
     cwd: str = ""
+    # A folder the worker's PYTHONPATH starts with (a written patch, whose
+    # sitecustomize.py loads it as a server would); "" = none.
+    path: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Job:
-        return cls(**{**data, "selection": Selection(**data["selection"])})
+        return cls(**{**data, "selection": Selection(**data["selection"]), "sizes": tuple(data.get("sizes") or ())})
 
     def describe(self) -> str:
         return f"{self.selection.spec or self.selection.name} ({self.mode}, {self.device})"

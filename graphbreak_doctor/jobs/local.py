@@ -19,6 +19,25 @@ def describe_exit(e: BaseException) -> str:
     return f"the target raised {type(e).__name__}" + (f": {text}" if text else "")
 
 
+def sized_builds(job: Job) -> dict:
+    """For the fix ladder: the sizes the server compiles the target at (the
+    job's, else its provider's reading of the built target) and how to build
+    it at each."""
+    from graphbreak_doctor.diagnose import selection_builder
+    from graphbreak_doctor.targets.registry import provider
+
+    chosen = provider(job.selection.provider)
+
+    def at_size(n: int):
+        sized = chosen.at_size(job.selection, n)
+        return selection_builder(sized, job.device) if sized is not None else None
+
+    def sizes_of(info) -> list[int]:
+        return list(job.sizes) or chosen.server_sizes(job.selection, info)[0]
+
+    return {"sizes_of": sizes_of, "at_size": at_size}
+
+
 def run_in_process(job: Job, progress: Callable[[str], None] = lambda _m: None, *,
                    interrupts_are_ours: bool = True) -> Outcome:
     """Run ``job`` here. A bad target is a usage outcome; anything the target
@@ -36,7 +55,8 @@ def run_in_process(job: Job, progress: Callable[[str], None] = lambda _m: None, 
         if job.kind == FIX:
             from graphbreak_doctor.fix.ladder import fix
 
-            findings = fix(build, mode=job.mode, device=job.device, max_steps=job.steps, progress=progress)
+            findings = fix(build, mode=job.mode, device=job.device, max_steps=job.steps, progress=progress,
+                           **sized_builds(job))
         elif job.kind == MAP:
             from graphbreak_doctor.compile_map import PhasesStopped, map_regions
 

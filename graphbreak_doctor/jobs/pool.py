@@ -128,7 +128,8 @@ def _start(job: Job, index: int, run_dir: Path, timeout: float, memory: int,
     # The worker imports this very graphbreak_doctor (a checkout or an install),
     # whatever the current folder is.
     home = str(Path(graphbreak_doctor.__file__).resolve().parents[1])
-    env["PYTHONPATH"] = os.pathsep.join([home, *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))])
+    env["PYTHONPATH"] = os.pathsep.join([*filter(None, [job.path, home]),
+                                         *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))])
     process = subprocess.Popen(
         [job.python or sys.executable, "-m", "graphbreak_doctor.jobs.worker", str(folder / "job.json"),
          str(folder / "result.json")],

@@ -16,6 +16,9 @@ from graphbreak_doctor.model.findings import (
     Findings,
     Fix,
     FixOutcome,
+    PatchChange,
+    PatchCheck,
+    WrittenPatch,
     Frame,
     FullgraphVerdict,
     GraphInfo,
@@ -52,7 +55,7 @@ from graphbreak_doctor.model.vocabulary import (
 )
 
 __all__ = [
-    "BaselineEntry", "Break", "CaseResult", "CheckFailure", "DecompiledCode", "Findings", "Fix", "FixOutcome",
+    "BaselineEntry", "Break", "CaseResult", "CheckFailure", "DecompiledCode", "Findings", "Fix", "FixOutcome", "PatchChange", "PatchCheck", "WrittenPatch",
     "Frame", "FullgraphVerdict", "GateReport", "GraphInfo", "Hazard", "JitRequest", "Region", "RootCause", "Rung",
     "SourceExcerpt", "TargetInfo", "TargetResult", "UnparsedEvent", "doc_url",
     "COMPLETE", "CRASHED", "DEFAULT_DEVICE", "DEFAULT_FIX_STEPS", "FULLGRAPH_MODES", "INTERRUPTED", "MAP_MODE",

@@ -298,6 +298,49 @@ class Region:
 
 
 @dataclass
+class PatchChange:
+    """A change the ladder kept, as a written patch makes it (graphbreak_doctor.fix.emit)."""
+
+    step: int = 0
+    recipe: str = ""
+    kind: str = ""  # memo, custom_op or registered_op
+    module: str = ""  # the module whose global ``function`` is replaced
+    function: str = ""
+    file: str = ""
+    # The source appended to the module; "" when the change cannot be written
+    # (``why_not`` says why).
+    block: str = ""
+    holds: str = ""  # for which inputs it holds, in words
+    why_not: str = ""
+
+
+@dataclass
+class PatchCheck:
+    """One fresh-process trace with the written patch loaded."""
+
+    size: int | None = None  # None: the target at its own size
+    ok: bool = False
+    outcome: str = ""  # "fullgraph ok", or how it failed
+
+
+@dataclass
+class WrittenPatch:
+    """What ``fix --write-patch DIR`` wrote, and how its fresh-process check went."""
+
+    folder: str = ""
+    diff: str = ""  # the diff's file name in the folder
+    diff_text: str = ""
+    # Distribution -> version the patch was proven on (it refuses others).
+    versions: dict[str, str] = field(default_factory=dict)
+    sizes: list[int] = field(default_factory=list)  # the sizes the server uses
+    sizes_from: str = ""  # where they come from, in words
+    checks: list[PatchCheck] = field(default_factory=list)
+    # Every check traced fullgraph OK (never true without a check).
+    verified: bool = False
+    summary: str = ""  # "verified: fresh process, sizes 4, 256, 2048: fullgraph ok"
+
+
+@dataclass
 class FixOutcome:
     """Where the fix ladder ended (see graphbreak_doctor.fix)."""
 
@@ -309,6 +352,10 @@ class FixOutcome:
     max_steps: int = 0
     # Real tensors only: do the fixed, compiled outputs equal eager outputs?
     outputs_equal_eager: bool | None = None
+    # The kept changes as a written patch makes them, in order.
+    changes: list[PatchChange] = field(default_factory=list)
+    # What --write-patch wrote (None: not asked).
+    patch: WrittenPatch | None = None
 
 
 @dataclass

@@ -17,7 +17,7 @@ from typing import Any
 
 from graphbreak_doctor import plugins
 from graphbreak_doctor.recipes import custom_op, disable, hoist, manual, registered_op
-from graphbreak_doctor.recipes.recipe import Advice, FixContext, NotApplicable, Plan, Recipe
+from graphbreak_doctor.recipes.recipe import Advice, Change, FixContext, NotApplicable, Plan, Recipe
 
 _FAMILIES: tuple[tuple[Recipe, ...], ...] = (
     (registered_op.RECIPE,),
@@ -51,4 +51,4 @@ def get(name: str) -> Recipe:
         raise KeyError(f"unknown fix recipe {name!r} (known: {', '.join(registry())})") from None
 
 
-__all__ = ["REGISTRY", "Advice", "FixContext", "NotApplicable", "Plan", "Recipe", "get", "registry"]
+__all__ = ["REGISTRY", "Advice", "Change", "FixContext", "NotApplicable", "Plan", "Recipe", "get", "registry"]

@@ -121,30 +121,46 @@ class Forward:
 
 
 def forwarding_adapter(fwd: Forward, sig: inspect.Signature, label: str) -> Callable | None:
+    lines = forwarding_lines(sig, fwd.passed, set(fwd.accepted), getattr(fwd.original, "__name__", "adapter"))
+    if lines is None:
+        return None
+    params = list(sig.parameters.values())
+    defaults = {p.name: p.default for p in params if p.default is not _EMPTY}
+    accepted = {p.name: tuple(fwd.accepted.get(p.name, ())) + ((defaults[p.name],) if p.name in defaults else ())
+                for p in params if p.name not in fwd.passed}
+    namespace = {"_d": defaults, "_acc": accepted, "_original": fwd.original, "_target": fwd.target}
+    return _define(lines, namespace, _identifier(getattr(fwd.original, "__name__", "adapter")), label, fwd.original)
+
+
+def forwarding_lines(sig: inspect.Signature, passed: list[str], accepted: set[str], name: str, *,
+                     eager_original: bool = False) -> list[str] | None:
+    """The source of a forwarding adapter named ``name`` with ``sig``'s
+    parameters; it reads ``_d`` (the defaults), ``_acc`` (the values each
+    parameter not in ``passed`` may hold), ``_original`` and ``_target``.
+    ``eager_original``: outside torch.compile it calls the original (the
+    function a registered op's own implementation calls by name). None when
+    the signature cannot be forwarded."""
     params = list(sig.parameters.values())
     if any(p.kind in _VAR for p in params):
         return None
-    defaults = {p.name: p.default for p in params if p.default is not _EMPTY}
     checks = []
     for p in params:
-        if p.name in fwd.passed:
+        if p.name in passed:
             continue
-        if p.default is _EMPTY and p.name not in fwd.accepted:
+        if p.default is _EMPTY and p.name not in accepted:
             return None  # a required argument the target cannot take
         checks.append(f"({p.name} is _d[{p.name!r}] or {p.name} in _acc[{p.name!r}])")
-    accepted = {p.name: tuple(fwd.accepted.get(p.name, ())) + ((defaults[p.name],) if p.name in defaults else ())
-                for p in params if p.name not in fwd.passed}
-    header = _parameter_list(params)
     forward_original = _call_list(params)
-    forward_target = ", ".join(f"{n}={n}" for n in fwd.passed)
-    name = _identifier(getattr(fwd.original, "__name__", "adapter"))
-    lines = [f"def {name}({header}):"]
+    forward_target = ", ".join(f"{n}={n}" for n in passed)
+    name = _identifier(name)
+    lines = [f"def {name}({_parameter_list(params)}):"]
+    if eager_original:
+        checks.insert(0, "_is_compiling()")
     if checks:
         lines.append(f"    if not ({' and '.join(checks)}):")
         lines.append(f"        return _original({forward_original})")
     lines.append(f"    return _target({forward_target})")
-    namespace = {"_d": defaults, "_acc": accepted, "_original": fwd.original, "_target": fwd.target}
-    return _define(lines, namespace, name, label, fwd.original)
+    return lines
 
 
 def memo_adapter(original: Callable, table: dict, label: str) -> Callable:

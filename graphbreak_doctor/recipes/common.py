@@ -132,18 +132,27 @@ def qualified(module: types.ModuleType, name: str) -> str:
     return f"{module.__name__}.{name}"
 
 
-def warm_calls(ctx: FixContext, obj: Any) -> list[tuple[tuple, dict, Any]]:
-    """Run the target once, eagerly, recording every call of ``obj`` made
-    through a module global."""
+def warm_calls(ctx: FixContext, obj: Any, size: int | None = None) -> list[tuple[tuple, dict, Any]]:
+    """Run the target once, eagerly (at ``size``, a server size, when given),
+    recording every call of ``obj`` made through a module global."""
     calls: list = []
     with PatchSet("warm-up") as ps:
         if not ps.rebind(obj, adapters.recorder(obj, calls)):
             return []
         try:
-            ctx.warm_up()
+            if size is None or ctx.warm_up_at is None:
+                ctx.warm_up()
+            else:
+                ctx.warm_up_at(size)
         except Exception as e:
-            raise NotApplicable(f"a warm-up (eager) run of the target fails here: {type(e).__name__}: {e}") from e
+            at = f" at size {size}" if size is not None else ""
+            raise NotApplicable(f"a warm-up (eager) run of the target{at} fails here: {type(e).__name__}: {e}") from e
     return calls
+
+
+def calls_at_sizes(ctx: FixContext, obj: Any, sizes: list[int]) -> list[tuple[tuple, dict, Any]]:
+    """The calls of ``obj`` in eager runs at each of ``sizes``."""
+    return [call for n in sizes for call in warm_calls(ctx, obj, n)]
 
 
 def call_text(name: str, sig: inspect.Signature | None, args: tuple, kwargs: dict) -> str:

@@ -16,6 +16,7 @@ from graphbreak_doctor.patching import OP_NAMESPACE, PatchSet
 from graphbreak_doctor.recipes import adapters
 from graphbreak_doctor.recipes.common import (
     bound,
+    calls_at_sizes,
     disabled_callee,
     has_fake_tensor,
     library_entry,
@@ -25,7 +26,7 @@ from graphbreak_doctor.recipes.common import (
     warm_calls,
     where_of,
 )
-from graphbreak_doctor.recipes.recipe import Advice, FixContext, NotApplicable, Plan, Recipe
+from graphbreak_doctor.recipes.recipe import Advice, Change, FixContext, NotApplicable, Plan, Recipe
 
 if TYPE_CHECKING:  # annotations only: torch and the catalogue load when a fix is made
     import torch
@@ -73,6 +74,7 @@ def plan(brk: Break, ctx: FixContext, *, recipe: str = "wrap-custom-op") -> Plan
             continue  # stays at its default
         schema_args.append(f"{t} {p.name}")
         passed.append(p.name)
+    table = None
     if known is not None:
         returns, fake, how = known.returns, _catalogue_fake(known, passed), f"catalogue fake ({known.source})"
         check = _cross_check(known, calls, sig)
@@ -80,10 +82,13 @@ def plan(brk: Break, ctx: FixContext, *, recipe: str = "wrap-custom-op") -> Plan
     else:
         if not calls:
             raise NotApplicable(f"{culprit} is not in the catalogue and a warm-up run never called it")
+        # The fake answers the shapes it saw: those at each of the server's sizes too.
+        calls = calls + calls_at_sizes(ctx, replace, sorted(set(ctx.sizes)))
         returns = adapters.return_schema(calls[0][2])
         if returns is None or any(adapters.return_schema(r) != returns for _, _, r in calls):
             raise NotApplicable(f"{culprit} returns something other than tensors")
-        fake, how = _inferred_fake(calls, sig, passed), f"fake inferred from {len(calls)} warm-up call(s) under {'fake' if has_fake_tensor(calls) else 'real'} tensors"
+        table = _shape_table(calls, sig, passed)
+        fake, how = _inferred_fake(table, passed), f"fake inferred from {len(calls)} warm-up call(s) under {'fake' if has_fake_tensor(calls) else 'real'} tensors"
     op_name = re.sub(r"\W", "_", f"{package}_{fn_name}")
     schema = f"({', '.join(schema_args)}) -> {returns}"
     impl = _impl(inner, passed)
@@ -105,7 +110,18 @@ def plan(brk: Break, ctx: FixContext, *, recipe: str = "wrap-custom-op") -> Plan
         ps.call_on_undo(lambda: ctx.wrapped.discard(culprit))
         return f"torch.ops.{OP_NAMESPACE}.{op_name}{schema}, {how}; rebound {', '.join(names)}"
 
-    return Plan(recipe, culprit, where_of(caller), patch, apply)
+    sizes = f"at each of the server's {len(set(ctx.sizes))} sizes and " if ctx.sizes else ""
+    holds = ("every input: the catalogue's fake computes the output shapes" if known is not None else
+             f"the input shapes of the warm-up calls ({sizes}at the target's own size) only: the fake inferred "
+             "from them answers no other shape")
+    every_size = True if known is not None else (True if ctx.sizes else None)
+    # A global of the module (not an attribute of one it imports) can be
+    # replaced when that module is imported.
+    change = None if vars(module).get(fn_name) is not replace else Change(
+        "custom_op", module.__name__, fn_name, getattr(module, "__file__", "") or "", replace, op=op_name, schema=schema,
+        passed=passed, accepted=accepted, fake=known.fake if known is not None else None, table=table, holds=holds,
+        every_size=every_size)
+    return Plan(recipe, culprit, where_of(caller), patch, apply, change=change)
 
 
 
@@ -249,13 +265,17 @@ def _make(meta: Any, device: torch.device) -> Any:
 
 
 
-def _inferred_fake(calls: list, sig: inspect.Signature, passed: list[str]) -> Callable:
-    import torch
-
+def _shape_table(calls: list, sig: inspect.Signature, passed: list[str]) -> dict:
+    """What an inferred fake answers: output metadata by the op's inputs' shapes."""
     table = {}
     for args, kwargs, result in calls:
         values = bound(sig, args, kwargs)
         table[_signature_key({k: values.get(k) for k in passed})] = _meta(result)
+    return table
+
+
+def _inferred_fake(table: dict, passed: list[str]) -> Callable:
+    import torch
 
     def fake(*args: Any) -> Any:
         meta = table.get(_signature_key(dict(zip(passed, args))))

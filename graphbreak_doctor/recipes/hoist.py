@@ -8,13 +8,23 @@ from __future__ import annotations
 import functools
 import inspect
 import types
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from graphbreak_doctor.model import Break, Frame
 from graphbreak_doctor.frames import INFRASTRUCTURE, package_of, short_path
 from graphbreak_doctor.patching import PatchSet
+from graphbreak_doctor.targets.provider import pick_sizes
 from graphbreak_doctor.recipes import adapters
-from graphbreak_doctor.recipes.common import call_text, def_lines, has_tensor, qualified, resolve, warm_calls
+from graphbreak_doctor.recipes.common import (
+    call_text,
+    calls_at_sizes,
+    def_lines,
+    has_tensor,
+    qualified,
+    resolve,
+    warm_calls,
+)
 from graphbreak_doctor.recipes.examples import (
     before_after,
     call_expression,
@@ -23,7 +33,10 @@ from graphbreak_doctor.recipes.examples import (
     short_name,
     with_parts,
 )
-from graphbreak_doctor.recipes.recipe import Advice, FixContext, Names, NotApplicable, Plan, Recipe
+from graphbreak_doctor.recipes.recipe import Advice, Change, FixContext, Names, NotApplicable, Plan, Recipe
+
+
+_CUDA_VERSION_IMPORTS = "import torch\nfrom packaging.version import Version"
 
 
 def _cuda_version() -> Any:
@@ -33,8 +46,21 @@ def _cuda_version() -> Any:
     return Version(torch.version.cuda) if torch.version.cuda else None
 
 
-PRECOMPUTED: dict[tuple[str, str], tuple[str, Callable[[], Any]]] = {
-    ("flashinfer", "get_cuda_version"): ("Version(torch.version.cuda)", _cuda_version),
+@dataclass(frozen=True)
+class Precomputed:
+    """What a tensor-free function without arguments answers, known without
+    running it: ``expression`` (after ``imports``) where ``available`` holds
+    (else the warm-up runs the function), and ``compute``, the same here."""
+
+    expression: str
+    compute: Callable[[], Any]
+    imports: str
+    available: str
+
+
+PRECOMPUTED: dict[tuple[str, str], Precomputed] = {
+    ("flashinfer", "get_cuda_version"): Precomputed("Version(torch.version.cuda)", _cuda_version,
+                                                    _CUDA_VERSION_IMPORTS, "torch.version.cuda"),
 }
 
 
@@ -61,22 +87,41 @@ def plan(brk: Break, ctx: FixContext, *, recipe: str) -> Plan:
             break  # outer frames are closer to the tensors still
         try:
             table = {(a, tuple(k.items())): r for a, k, r in calls}
+            table, every_size, sized = _across_sizes(ctx, obj, table)
         except TypeError:
             reasons.append(f"{frame.function}: its arguments are not hashable")
             continue
-        return _hoist_plan(recipe, brk, module, frame, obj, table)
+        return _hoist_plan(recipe, brk, module, frame, obj, table, every_size, sized)
     raise NotApplicable("; ".join(reasons) or "no module-level function between the traced code and the break")
 
 
 
-def _hoist_plan(recipe: str, brk: Break, module: types.ModuleType, frame: Frame, obj: Any, table: dict) -> Plan:
+def _across_sizes(ctx: FixContext, obj: Any, table: dict) -> tuple[dict, bool | None, str]:
+    """The warm-up table for every size the server uses: the calls at its
+    smallest, a middle and its largest size; the same calls as at the
+    target's own size: they do not depend on the size. Else the calls at each
+    of the server's sizes. (table, holds at every size, in words)."""
+    if not ctx.sizes:
+        return table, None, ""
+    picked = pick_sizes(ctx.sizes)
+    seen = {(a, tuple(k.items())): r for a, k, r in calls_at_sizes(ctx, obj, picked)}
+    if set(seen) <= set(table):
+        return table, True, f"the same calls at sizes {', '.join(map(str, picked))}: they do not depend on the size"
+    everywhere = {(a, tuple(k.items())): r for a, k, r in calls_at_sizes(ctx, obj, sorted(set(ctx.sizes)))}
+    return ({**table, **everywhere}, False,
+            f"its calls change with the size: warmed at each of the server's {len(set(ctx.sizes))} sizes, "
+            "and any other size runs the original code")
+
+
+def _hoist_plan(recipe: str, brk: Break, module: types.ModuleType, frame: Frame, obj: Any, table: dict,
+                every_size: bool | None = None, sized: str = "") -> Plan:
     name = frame.function
     package = package_of(frame.file)
     precomputed = PRECOMPUTED.get((package, name))
     value_note = ""
     if precomputed and list(table) == [((), ())]:
-        expr, compute = precomputed
-        value = compute()
+        expr = precomputed.expression
+        value = precomputed.compute()
         if value is not None:
             probe = table[((), ())]
             value_note = f"; {expr} = {value!r}, the probe answered {probe!r}" + ("" if value == probe else " (they differ!)")
@@ -94,7 +139,7 @@ def _hoist_plan(recipe: str, brk: Break, module: types.ModuleType, frame: Frame,
         call = call_text(name, sig, args, dict(kwargs))
         warm.append(f"+_WARM[{_bound_key(sig, args, dict(kwargs))}] = {call}")
     if precomputed and value_note:
-        warm = [f"+_WARM[()] = {precomputed[0]}   # instead of running the probe"]
+        warm = [f"+_WARM[()] = {precomputed.expression}   # instead of running the probe"]
     lines += ["# at start-up / warm-up, outside the compiled region:"] + warm
     patch = "\n".join(lines) + "\n"
 
@@ -103,7 +148,12 @@ def _hoist_plan(recipe: str, brk: Break, module: types.ModuleType, frame: Frame,
         shown = ", ".join(call_text(name, sig, a, dict(k)) for a, k in table)
         return f"{name} answers from a warm-up ({shown}){value_note}; rebound {', '.join(names)}"
 
-    return Plan(recipe, qualified(module, name), f"{short_path(frame.file)}:{name}", patch, apply)
+    shown = ", ".join(call_text(name, sig, a, dict(k)) for a, k in table)
+    change = Change("memo", module.__name__, name, frame.file, obj, keys=list(table),
+                    precomputed=precomputed if precomputed and list(table) == [((), ())] else None,
+                    holds=f"the calls {shown}, answered from the warm-up (any other call runs {name} as before)"
+                          + (f"; {sized}" if sized else ""), every_size=every_size)
+    return Plan(recipe, qualified(module, name), f"{short_path(frame.file)}:{name}", patch, apply, change=change)
 
 
 

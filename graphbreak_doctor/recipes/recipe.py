@@ -76,6 +76,40 @@ class NotApplicable(Exception):
 
 
 @dataclass
+class Change:
+    """A change the ladder makes, as data a standalone patch can make again
+    (graphbreak_doctor.fix.emit writes it as source): the module global
+    ``module.function`` is replaced at the end of ``module``'s import.
+
+    ``kind``: ``memo`` (the function answers the calls in ``keys`` from a
+    warm-up made before capture; ``precomputed``: how to know the answer to
+    a call without arguments without making it, hoist.Precomputed),
+    ``custom_op`` (the function becomes the opaque op ``op`` with ``schema``;
+    its fake is the catalogue's ``fake`` or the shapes in ``table``) or
+    ``registered_op`` (under torch.compile, calls go to the library's own op
+    ``op``, "package.name"). ``passed``: the parameters the op takes; every
+    other one keeps its default or a value in ``accepted``."""
+
+    kind: str
+    module: str
+    function: str
+    file: str
+    original: Any = None
+    keys: list = field(default_factory=list)
+    precomputed: Any = None
+    op: str = ""
+    schema: str = ""
+    passed: list[str] = field(default_factory=list)
+    accepted: dict = field(default_factory=dict)
+    fake: Callable | None = None
+    table: dict | None = None
+    # For which inputs the change holds, in words; and whether it holds at
+    # every size the server uses (None: not known, no sizes were given).
+    holds: str = ""
+    every_size: bool | None = None
+
+
+@dataclass
 class Plan:
     """One recipe fitted to one break: the change a person would make, and
     ``apply``, which makes the equivalent change in this process."""
@@ -88,6 +122,9 @@ class Plan:
     # Demonstrations only: explains, after the re-trace, why the change is
     # rejected (called with the re-trace's result and its first break).
     judge: Callable[[Any, Break | None], str] | None = None
+    # The same change as data, for a written patch; None: the doctor cannot
+    # write it as a patch (a demonstration, a change only a person can make).
+    change: Change | None = None
 
 
 @dataclass
@@ -97,6 +134,10 @@ class FixContext:
     warm_up: Callable[[], None]  # runs the target once, eagerly
     # Traces the (patched) target in a mode: (mode result, its first break).
     trace: Callable[[str], tuple[Any, Break | None]]
+    # The sizes the server compiles the target at ([]: unknown), and running
+    # the target once, eagerly, at one of them (built at that size on first use).
+    sizes: list[int] = field(default_factory=list)
+    warm_up_at: Callable[[int], None] | None = None
     trap_done: str = ""  # detail of the demonstrated trap, once tried
     wrapped: set[str] = field(default_factory=set)  # "module.function" already made custom ops
 

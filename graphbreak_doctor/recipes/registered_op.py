@@ -13,7 +13,7 @@ from graphbreak_doctor.frames import package_of, short_path
 from graphbreak_doctor.patching import PatchSet
 from graphbreak_doctor.recipes import adapters
 from graphbreak_doctor.recipes.common import library_entry, qualified, source_of, where_of
-from graphbreak_doctor.recipes.recipe import Advice, FixContext, NotApplicable, Plan, Recipe
+from graphbreak_doctor.recipes.recipe import Advice, Change, FixContext, NotApplicable, Plan, Recipe
 
 
 def registered_op_for(stack: list[Frame]) -> tuple[str, str] | None:
@@ -81,7 +81,10 @@ def plan(brk: Break, ctx: FixContext) -> Plan:
             raise NotApplicable(f"no module global refers to {package}.{op_name}")
         return f"{package}.{op_name} -> torch.ops.{package}.{op_name} in {', '.join(names)}"
 
-    return Plan("use-registered-op", qualified(module, op_name), where_of(caller), patch, apply)
+    change = Change("registered_op", module.__name__, op_name, getattr(module, "__file__", "") or "", wrapper,
+                    op=f"{package}.{op_name}", passed=passed, accepted=dict(accepted),
+                    holds=f"every input: torch.ops.{package}.{op_name} has the library's own fake", every_size=True)
+    return Plan("use-registered-op", qualified(module, op_name), where_of(caller), patch, apply, change=change)
 
 
 

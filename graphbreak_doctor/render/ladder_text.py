@@ -38,7 +38,24 @@ def render(findings: Findings) -> str:
         if kept:
             lines.append(f"changes that helped on the way: {', '.join(kept)}")
     lines.append("(every change was made in this process only and undone afterwards; nothing on disk was modified)")
+    if outcome.patch is not None:
+        lines += written_patch(outcome)
     return "\n".join(lines) + "\n"
+
+
+def written_patch(outcome: FixOutcome) -> list[str]:
+    """What --write-patch wrote, and whether it held in a fresh process."""
+    p = outcome.patch
+    lines = [f"patch written to {p.folder}: {p.diff}, graphbreak_doctor_patch/, sitecustomize.py, README.txt",
+             f"  proven on {', '.join(f'{d} {v}' for d, v in sorted(p.versions.items())) or 'the files as they are'}",
+             f"  {p.summary}"]
+    if p.sizes:
+        lines.append(f"  the server's sizes ({len(p.sizes)}, {p.sizes_from}): {', '.join(map(str, p.sizes))}")
+    for c in outcome.changes:
+        lines.append(f"  change {c.step} ({c.recipe}): " + (f"{c.module}.{c.function}; holds for {c.holds}"
+                                                             if c.block else f"not written: {c.why_not}"))
+    lines.append(f"  load it: PYTHONPATH={p.folder} <the server's command>")
+    return lines
 
 
 RENDERER = Renderer("ladder", FINDINGS, render, help="the fix ladder as terminal text")

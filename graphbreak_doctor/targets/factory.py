@@ -10,6 +10,8 @@ The current directory is importable while the factory loads, as with
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import importlib
 import os
 import re
@@ -124,7 +126,16 @@ class FactoryProvider(TargetProvider):
 
     def build(self, selection: Selection, device: str, log: UndoLog) -> Target:
         spec = selection.options["spec"]
-        return call_factory(spec, load_factory(spec, log))
+        factory = load_factory(spec, log)
+        size = selection.options.get("size")
+        if size is not None:  # --sizes: the factory takes the size by name
+            return call_factory(f"{spec} (size={size})", functools.partial(factory, size=size))
+        return call_factory(spec, factory)
+
+    def at_size(self, selection: Selection, size: int) -> Selection | None:
+        """The factory called with ``size=N`` (``fix --sizes``)."""
+        return dataclasses.replace(selection, name=f"{selection.name}-size-{size}",
+                                   options={**selection.options, "size": size})
 
 
 PROVIDER = FactoryProvider()

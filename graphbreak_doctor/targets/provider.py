@@ -18,6 +18,15 @@ from graphbreak_doctor.patching import UndoLog
 from graphbreak_doctor.targets import Target
 
 
+def pick_sizes(sizes: list[int]) -> list[int]:
+    """The smallest, a middle and the largest of a server's sizes (each once)."""
+    if not sizes:
+        return []
+    ordered = sorted(set(sizes))
+    chosen = [ordered[0], ordered[len(ordered) // 2], ordered[-1]]
+    return list(dict.fromkeys(chosen))
+
+
 @dataclass(frozen=True)
 class Option:
     flag: str
@@ -75,6 +84,17 @@ class TargetProvider:
         changes it needs for the whole diagnosis go through ``log``. Raises
         TargetError (one line) for bad input."""
         raise NotImplementedError
+
+    def at_size(self, selection: Selection, size: int) -> Selection | None:
+        """The same target at another size (tokens in the batch, a factory's
+        ``size``); None: this provider's targets have no size to change."""
+        return None
+
+    def server_sizes(self, selection: Selection, info: Any) -> tuple[list[int], str]:
+        """The sizes a server compiles this target at, read from what its build
+        recorded (``info``, a TargetInfo), and where they come from in words;
+        ([], "") when none are known."""
+        return [], ""
 
     def cell_label(self, selection: Selection) -> str:
         """What a matrix cell of ``selection`` is called (its row)."""

@@ -9,6 +9,8 @@ when SGLang is installed.
 
 from __future__ import annotations
 
+import dataclasses
+
 import shlex
 from typing import Any, Mapping
 
@@ -130,6 +132,29 @@ class Glm5Provider(TargetProvider):
         return self.layer_selections("model" if model else layer, impl, config=config,
                                      tokens=options.get("tokens"), tp=options.get("tp"), cold=bool(options.get("cold")),
                                      scope=scope, phase=options.get("forward") or "extend", launch=launch)
+
+    def at_size(self, selection: Selection, size: int) -> Selection | None:
+        """The same layer or model with ``size`` tokens in its batch."""
+        return dataclasses.replace(selection, name=f"{selection.name}-tokens-{size}",
+                                   options={**selection.options, "tokens": size})
+
+    def server_sizes(self, selection: Selection, info: Any) -> tuple[list[int], str]:
+        """What SGLang's resolved launch arguments compile at: the piecewise
+        runner's capture token list where it compiles the prefill, else the
+        CUDA-graph batch sizes up to torch.compile's limit where
+        --enable-torch-compile is on."""
+        resolved = ((info.facts or {}).get("launch") or {}).get("resolved") or {}
+        if resolved.get("enable_piecewise_cuda_graph") or "tc_piecewise" in str(resolved.get("cuda_graph_backend_prefill", "")):
+            sizes = [int(n) for n in resolved.get("piecewise_cuda_graph_tokens") or ()]
+            if sizes:
+                return sizes, "SGLang's piecewise capture tokens (piecewise_cuda_graph_tokens of the resolved launch arguments)"
+        if resolved.get("enable_torch_compile"):
+            limit = int(resolved.get("torch_compile_max_bs") or 0)
+            sizes = [int(n) for n in resolved.get("cuda_graph_bs") or () if not limit or int(n) <= limit]
+            if sizes:
+                return sizes, ("SGLang's CUDA-graph batch sizes up to torch_compile_max_bs "
+                               "(--enable-torch-compile, resolved launch arguments)")
+        return [], ""
 
     def cell_label(self, selection: Selection) -> str:
         """A GLM-5 cell is its layer (dense, moe) or the model."""

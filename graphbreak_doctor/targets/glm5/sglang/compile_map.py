@@ -15,6 +15,7 @@ import torch
 
 from graphbreak_doctor.patching import UndoLog
 from graphbreak_doctor.targets import PhaseNotRun, Target, TargetError
+from graphbreak_doctor.targets.provider import pick_sizes
 from graphbreak_doctor.targets.glm5.sglang import PHASES, decode_compile, forward, prefill_compile, runtime
 from graphbreak_doctor.targets.glm5.sglang import launch as sglang_launch
 from graphbreak_doctor.targets.glm5.sglang.construction import load_model
@@ -103,7 +104,7 @@ def _compile_prefill(rt: runtime.Runtime, model: torch.nn.Module, state: forward
         return str(e)
     prefill_compile.install(model.model, config, log)
     sizes = prefill_compile.capture_sizes(config)
-    driven = list(reversed(decode_compile.pick(sizes))) or [state.batch.input_ids.shape[0]]
+    driven = list(reversed(pick_sizes(sizes))) or [state.batch.input_ids.shape[0]]
     line = (f"compiled by SGLang's install_torch_compiled (fullgraph=True, SGLang's piecewise backend, "
             f"compiler {getattr(config, 'compiler', '?')}); driven at {', '.join(map(str, driven))} tokens"
             + (f" (the largest, a middle and the smallest of its {len(sizes)} capture sizes)" if sizes else ""))
@@ -152,7 +153,7 @@ def _compile_decode(rt: runtime.Runtime, model: torch.nn.Module, layers: int,
     except TargetError as e:  # a release whose runner reads more than the doctor gives it: the map goes on
         done.notes.append(f"the decode forward's compile sizes could not be read: {e}")
         return done
-    done.traced_bs = decode_compile.pick(done.compile_bs)
+    done.traced_bs = pick_sizes(done.compile_bs)
     if not done.traced_bs:  # describe() says so
         return done
     with decode_compile.server_settings() as limit:

@@ -76,15 +76,6 @@ def enabled(rt: runtime.Runtime) -> bool:
     return bool(rt.launch.get("resolved", {}).get("enable_torch_compile"))
 
 
-def pick(sizes: list[int]) -> list[int]:
-    """The smallest, a middle and the largest size (each once)."""
-    if not sizes:
-        return []
-    ordered = sorted(set(sizes))
-    chosen = [ordered[0], ordered[len(ordered) // 2], ordered[-1]]
-    return list(dict.fromkeys(chosen))
-
-
 def compile_sizes(rt: runtime.Runtime) -> list[int]:
     """SGLang's own compile batch sizes for this launch."""
     _, sizes = runtime.require(*BATCH_SIZES)
@@ -122,4 +113,4 @@ def compiled_forward(model: torch.nn.Module, batch_size: int) -> Any:
     return runtime.call(patch_model, model, enable_compile=True, num_tokens=batch_size, tp_group=tp_group())
 
 
-__all__ = ["DecodeCompile", "compile_sizes", "compiled_forward", "enabled", "pick", "server_settings"]
+__all__ = ["DecodeCompile", "compile_sizes", "compiled_forward", "enabled", "server_settings"]

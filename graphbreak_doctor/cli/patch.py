@@ -1,0 +1,111 @@
+"""``fix --write-patch DIR``: write the kept changes (fix/write.py), then
+prove them as a server loads them: a fresh worker per size, started with
+``PYTHONPATH=DIR`` (its sitecustomize.py loads the patch before anything is
+imported), tracing the unpatched target in fullgraph mode with no ladder in
+the process -- at the smallest, a middle and the largest of the sizes the
+server uses (``--sizes``, else what the target's provider reads from the
+server's resolved launch arguments; the target's own size when none are
+known)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from graphbreak_doctor.cli.common import UsageError
+from graphbreak_doctor.fix import write
+from graphbreak_doctor.frames import at
+from graphbreak_doctor.jobs import Job, run_jobs
+from graphbreak_doctor.jobs.job import TRACE
+from graphbreak_doctor.model import Findings, PatchCheck, WrittenPatch
+from graphbreak_doctor.progress import Progress
+from graphbreak_doctor.targets.provider import Selection, pick_sizes
+from graphbreak_doctor.targets.registry import provider
+from graphbreak_doctor.text import one_line
+
+
+def sizes_list(text: str) -> tuple[int, ...]:
+    """argparse type: ``--sizes 1,64,512`` (integers >= 1)."""
+    try:
+        sizes = tuple(int(t) for t in text.split(",") if t.strip())
+    except ValueError:
+        sizes = ()
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers >= 1, got {text!r}")
+    return sizes
+
+
+def add_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--write-patch", metavar="DIR", type=Path,
+                   help="write the changes the ladder kept to DIR (a unified diff against the installed files, a "
+                        "standalone package, sitecustomize.py, README.txt) and check it in fresh processes loaded "
+                        "with PYTHONPATH=DIR; never writes into site-packages")
+    p.add_argument("--sizes", metavar="N,N,...", type=sizes_list,
+                   help="--write-patch: the sizes the server compiles at (a --target factory takes size=N; "
+                        "default: what the server's launch arguments say, for SGLang's layers and model)")
+
+
+def check_options(args: argparse.Namespace, selected: list[Selection]) -> None:
+    """Before the ladder runs."""
+    if args.sizes and not args.write_patch:
+        raise UsageError("--sizes applies to --write-patch (the sizes its fresh-process check traces)")
+    if not args.write_patch:
+        return
+    if len(selected) != 1:
+        raise UsageError(f"--write-patch writes one target's patch; {len(selected)} targets are selected")
+    if args.sizes and provider(selected[0].provider).at_size(selected[0], args.sizes[0]) is None:
+        raise UsageError(f"--sizes: {selected[0].spec or selected[0].name} has no size to change")
+    try:
+        write.check_folder(args.write_patch)
+    except write.PatchError as e:
+        raise UsageError(str(e)) from e
+
+
+def write_and_check(args: argparse.Namespace, selection: Selection, findings: Findings, name: str,
+                    progress: Progress) -> str:
+    """Write the patch, check it, and record both in ``findings.fix.patch``;
+    "" when it holds, else one line saying why not."""
+    try:
+        written = write.write(args.write_patch, name, findings)
+    except write.PatchError as e:
+        return f"--write-patch: nothing written: {e}"
+    except OSError as e:
+        return f"--write-patch: nothing written to {args.write_patch}: {e.strerror or e}"
+    chosen = provider(selection.provider)
+    if args.sizes:
+        written.sizes, written.sizes_from = sorted(set(args.sizes)), "--sizes"
+    else:
+        written.sizes, written.sizes_from = chosen.server_sizes(selection, findings.target)
+    checked = [(n, chosen.at_size(selection, n)) for n in pick_sizes(written.sizes)]
+    jobs = [(n, s) for n, s in checked if s is not None] or [(None, selection)]
+    progress(f"checking the patch in {len(jobs)} fresh process(es)")
+    outcomes = run_jobs([Job(TRACE, s, args.device, "fullgraph", debug=args.debug, path=str(args.write_patch.resolve()))
+                         for _n, s in jobs], timeout=args.timeout, parallel=args.jobs or os.cpu_count() or 1)
+    written.checks = [_check(n, o.as_findings()) for (n, _s), o in zip(jobs, outcomes)]
+    written.verified = bool(written.checks) and all(c.ok for c in written.checks)
+    written.summary = _summary(written)
+    findings.fix.patch = written
+    write.update_readme(findings, written)
+    return "" if written.verified else f"--write-patch: the patch does not hold in a fresh process: {written.summary}"
+
+
+def _check(size: int | None, traced: Findings) -> PatchCheck:
+    verdict = traced.fullgraph
+    if verdict.ok:
+        return PatchCheck(size=size, ok=True, outcome="fullgraph ok")
+    what = "crashed" if verdict.crashed else "fullgraph FAILED"
+    brk = next((b for b in traced.breaks if b.id == verdict.break_id), None)
+    where = f" [{brk.category}] at {at(brk.site)}" if brk and brk.site else ""
+    return PatchCheck(size=size, ok=False, outcome=f"{what}{where}: {one_line(verdict.error or traced.outcome, 200)}")
+
+
+def _summary(written: WrittenPatch) -> str:
+    sized = [c for c in written.checks if c.size is not None]
+    where = (f"size{'s' if len(sized) > 1 else ''} {', '.join(str(c.size) for c in sized)}" if sized
+             else "the target's own size")
+    if written.verified:
+        return f"verified: fresh process, {where}: fullgraph ok"
+    failed = [c for c in written.checks if not c.ok]
+    return f"NOT verified: fresh process, {where}: " + "; ".join(
+        f"{'size ' + str(c.size) if c.size is not None else 'own size'}: {c.outcome}" for c in failed)
