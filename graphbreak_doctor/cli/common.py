@@ -18,7 +18,8 @@ EXIT_SIGNAL_BASE = 128
 EXIT_CODES_HELP = """exit codes:
   0    it ran (trace, report, fix); the gate passed (check): every target was
        traced to the end and every check held
-  1    the gate failed (check)
+  1    the gate failed (check); the written patch did not hold in a fresh
+       process, or nothing could be written (fix --write-patch)
   2    usage or input error: bad target, option or file (one line on stderr)
   3    crashed: the target crashed under Dynamo (not a graph break), or exited,
        aborted, segfaulted or was killed; a break report could not be parsed

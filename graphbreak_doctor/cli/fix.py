@@ -54,7 +54,8 @@ def run(args: argparse.Namespace) -> int:
     done = run_fixes(args, selected, progress)
     not_held = ""
     if args.write_patch and done.findings[0].fix is not None:
-        not_held = patch.write_and_check(args, selected[0], done.findings[0], stems[0], progress)
+        not_held, checked = patch.write_and_check(args, selected[0], done.findings[0], stems[0], progress)
+        done.logs[0] += checked
     ladder = get("ladder")
     for findings in done.findings:
         show(ladder.render(findings))

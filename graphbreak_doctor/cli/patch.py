@@ -18,6 +18,7 @@ from graphbreak_doctor.fix import write
 from graphbreak_doctor.frames import at
 from graphbreak_doctor.jobs import Job, run_jobs
 from graphbreak_doctor.jobs.job import TRACE
+from graphbreak_doctor.jobs.output import log_sections, with_logs
 from graphbreak_doctor.model import Findings, PatchCheck, WrittenPatch
 from graphbreak_doctor.progress import Progress
 from graphbreak_doctor.targets.provider import Selection, pick_sizes
@@ -63,15 +64,16 @@ def check_options(args: argparse.Namespace, selected: list[Selection]) -> None:
 
 
 def write_and_check(args: argparse.Namespace, selection: Selection, findings: Findings, name: str,
-                    progress: Progress) -> str:
-    """Write the patch, check it, and record both in ``findings.fix.patch``;
-    "" when it holds, else one line saying why not."""
+                    progress: Progress) -> tuple[str, str]:
+    """Write the patch, check it, and record both in ``findings.fix.patch``.
+    (one line saying why it does not hold, "" when it does; what the checked
+    targets' code wrote)."""
     try:
         written = write.write(args.write_patch, name, findings)
     except write.PatchError as e:
-        return f"--write-patch: nothing written: {e}"
+        return f"--write-patch: nothing written: {e}", ""
     except OSError as e:
-        return f"--write-patch: nothing written to {args.write_patch}: {e.strerror or e}"
+        return f"--write-patch: nothing written to {args.write_patch}: {e.strerror or e}", ""
     chosen = provider(selection.provider)
     if args.sizes:
         written.sizes, written.sizes_from = sorted(set(args.sizes)), "--sizes"
@@ -80,32 +82,43 @@ def write_and_check(args: argparse.Namespace, selection: Selection, findings: Fi
     checked = [(n, chosen.at_size(selection, n)) for n in pick_sizes(written.sizes)]
     jobs = [(n, s) for n, s in checked if s is not None] or [(None, selection)]
     progress(f"checking the patch in {len(jobs)} fresh process(es)")
-    outcomes = run_jobs([Job(TRACE, s, args.device, "fullgraph", debug=args.debug, path=str(args.write_patch.resolve()))
-                         for _n, s in jobs], timeout=args.timeout, parallel=args.jobs or os.cpu_count() or 1)
-    written.checks = [_check(n, o.as_findings()) for (n, _s), o in zip(jobs, outcomes)]
+    checks = [Job(TRACE, s, args.device, "fullgraph", debug=args.debug, path=str(args.write_patch.resolve()))
+              for _n, s in jobs]
+    outcomes = with_logs(checks, lambda logged: run_jobs(logged, timeout=args.timeout,
+                                                         parallel=args.jobs or os.cpu_count() or 1))
+    written.checks = [_check(n, o.as_findings(), findings) for (n, _s), o in zip(jobs, outcomes)]
     written.verified = bool(written.checks) and all(c.ok for c in written.checks)
-    written.summary = _summary(written)
+    written.summary = _summary(written, findings)
     findings.fix.patch = written
     write.update_readme(findings, written)
-    return "" if written.verified else f"--write-patch: the patch does not hold in a fresh process: {written.summary}"
+    said = "" if written.verified else f"--write-patch: the patch does not hold in a fresh process: {written.summary}"
+    return said, log_sections(outcomes)
 
 
-def _check(size: int | None, traced: Findings) -> PatchCheck:
+def _check(size: int | None, traced: Findings, fixed: Findings) -> PatchCheck:
+    """Does the fresh trace end as the ladder's last one did?"""
     verdict = traced.fullgraph
     if verdict.ok:
-        return PatchCheck(size=size, ok=True, outcome="fullgraph ok")
-    what = "crashed" if verdict.crashed else "fullgraph FAILED"
+        ok = bool(fixed.fix and fixed.fix.ok)
+        return PatchCheck(size=size, ok=ok, outcome="fullgraph ok" + ("" if ok else " (the ladder's last trace failed)"))
     brk = next((b for b in traced.breaks if b.id == verdict.break_id), None)
     where = f" [{brk.category}] at {at(brk.site)}" if brk and brk.site else ""
-    return PatchCheck(size=size, ok=False, outcome=f"{what}{where}: {one_line(verdict.error or traced.outcome, 200)}")
+    what = "crashed" if verdict.crashed else "fullgraph stops"
+    outcome = f"{what}{where}: {one_line(verdict.error or traced.outcome, 160)}"
+    expected = fixed.fix.stopped_break if fixed.fix else ""
+    if expected and verdict.break_id == expected and not verdict.crashed:
+        return PatchCheck(size=size, ok=True, outcome=f"{outcome} -- where the ladder stopped: every change held")
+    return PatchCheck(size=size, ok=False, outcome=outcome)
 
 
-def _summary(written: WrittenPatch) -> str:
+def _summary(written: WrittenPatch, fixed: Findings) -> str:
     sized = [c for c in written.checks if c.size is not None]
     where = (f"size{'s' if len(sized) > 1 else ''} {', '.join(str(c.size) for c in sized)}" if sized
              else "the target's own size")
     if written.verified:
-        return f"verified: fresh process, {where}: fullgraph ok"
+        if fixed.fix and fixed.fix.ok:
+            return f"verified: fresh process, {where}: fullgraph ok"
+        return f"verified: fresh process, {where}: every change held; fullgraph stops where the ladder stopped"
     failed = [c for c in written.checks if not c.ok]
     return f"NOT verified: fresh process, {where}: " + "; ".join(
         f"{'size ' + str(c.size) if c.size is not None else 'own size'}: {c.outcome}" for c in failed)

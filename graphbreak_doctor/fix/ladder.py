@@ -50,6 +50,8 @@ class LadderOutcome:
     traces: list[capture.ModeResult] = field(default_factory=list)
     # Real tensors only: do the fixed, compiled outputs equal eager outputs?
     outputs_equal: bool | None = None
+    # The break the ladder stopped at ("" when fullgraph succeeded or the re-trace crashed).
+    stopped_break: str = ""
     # Each rung's change as data (None: a change the doctor cannot write), by step.
     changes: dict[int, recipes.Change | None] = field(default_factory=dict)
 
@@ -241,6 +243,8 @@ class FixSession:
                 if patches not in self.kept:
                     patches.undo()
                 raise
+        if not out.ok and brk is not None and not result.crashed:
+            out.stopped_break = brk.id
         if out.ok and real:
             out.outputs_equal = self._check_outputs(expected)
             if out.rungs:
@@ -325,19 +329,22 @@ def fix(build: Callable[[UndoLog], Target], *, mode: str = "fullgraph", device: 
         target = build_target(build, log, mode, progress)
         sizes = sizes_of(target.info) if sizes_of is not None else []
 
+        builders = {n: at_size(n) for n in sizes} if at_size is not None else {}
+
         def sized(n: int) -> Target:
-            builder = at_size(n) if at_size is not None else None
+            builder = builders.get(n)
             if builder is None:
-                raise recipes.NotApplicable(f"the target cannot be built at size {n}")
+                raise recipes.NotApplicable(f"the target cannot be built at size {n} here")
             return build_target(builder, log, mode, lambda _m: None)
 
+        rebuilds = bool(builders) and all(b is not None for b in builders.values())
         with FixSession(target, mode=mode, max_steps=max_steps, progress=progress, sizes=sizes,
-                        at_size=sized if sizes and at_size is not None else None) as session:
+                        at_size=sized if rebuilds else None) as session:
             outcome = session.climb()
         # Every patch is undone here: the analysis sees the libraries as they are.
         progress("analysing")
         fixed = FixOutcome(ok=outcome.ok, stopped=outcome.stopped, recipes=outcome.recipes,
                            steps=len(outcome.rungs), max_steps=max_steps, outputs_equal_eager=outcome.outputs_equal,
-                           changes=written_changes(outcome))
+                           changes=written_changes(outcome), stopped_break=outcome.stopped_break)
         return assemble(outcome.traces, target=target.info, environment=environment(), device=dev.describe(),
                         ladder=(outcome.rungs, fixed), excerpts=True)

@@ -29,6 +29,8 @@ def sized_builds(job: Job) -> dict:
     chosen = provider(job.selection.provider)
 
     def at_size(n: int):
+        if not chosen.builds_again_in_process(job.selection):
+            return None
         sized = chosen.at_size(job.selection, n)
         return selection_builder(sized, job.device) if sized is not None else None
 

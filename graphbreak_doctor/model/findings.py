@@ -319,8 +319,10 @@ class PatchCheck:
     """One fresh-process trace with the written patch loaded."""
 
     size: int | None = None  # None: the target at its own size
+    # The trace ended as the ladder's last one did: fullgraph OK, or the
+    # break the ladder stopped at (so every change held).
     ok: bool = False
-    outcome: str = ""  # "fullgraph ok", or how it failed
+    outcome: str = ""  # "fullgraph ok", or where fullgraph stopped
 
 
 @dataclass
@@ -335,7 +337,7 @@ class WrittenPatch:
     sizes: list[int] = field(default_factory=list)  # the sizes the server uses
     sizes_from: str = ""  # where they come from, in words
     checks: list[PatchCheck] = field(default_factory=list)
-    # Every check traced fullgraph OK (never true without a check).
+    # Every check ended as the ladder's last trace did (never true without a check).
     verified: bool = False
     summary: str = ""  # "verified: fresh process, sizes 4, 256, 2048: fullgraph ok"
 
@@ -352,6 +354,9 @@ class FixOutcome:
     max_steps: int = 0
     # Real tensors only: do the fixed, compiled outputs equal eager outputs?
     outputs_equal_eager: bool | None = None
+    # The id of the break the ladder stopped at ("" when fullgraph succeeded
+    # or the last re-trace crashed).
+    stopped_break: str = ""
     # The kept changes as a written patch makes them, in order.
     changes: list[PatchChange] = field(default_factory=list)
     # What --write-patch wrote (None: not asked).

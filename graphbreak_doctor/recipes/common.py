@@ -151,7 +151,10 @@ def warm_calls(ctx: FixContext, obj: Any, size: int | None = None) -> list[tuple
 
 
 def calls_at_sizes(ctx: FixContext, obj: Any, sizes: list[int]) -> list[tuple[tuple, dict, Any]]:
-    """The calls of ``obj`` in eager runs at each of ``sizes``."""
+    """The calls of ``obj`` in eager runs at each of ``sizes``; NotApplicable
+    when the target cannot be run at other sizes in this process."""
+    if sizes and ctx.warm_up_at is None:
+        raise NotApplicable("the target cannot be built again at other sizes in this process")
     return [call for n in sizes for call in warm_calls(ctx, obj, n)]
 
 

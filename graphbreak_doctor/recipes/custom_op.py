@@ -74,7 +74,7 @@ def plan(brk: Break, ctx: FixContext, *, recipe: str = "wrap-custom-op") -> Plan
             continue  # stays at its default
         schema_args.append(f"{t} {p.name}")
         passed.append(p.name)
-    table = None
+    table, sized = None, False
     if known is not None:
         returns, fake, how = known.returns, _catalogue_fake(known, passed), f"catalogue fake ({known.source})"
         check = _cross_check(known, calls, sig)
@@ -83,7 +83,11 @@ def plan(brk: Break, ctx: FixContext, *, recipe: str = "wrap-custom-op") -> Plan
         if not calls:
             raise NotApplicable(f"{culprit} is not in the catalogue and a warm-up run never called it")
         # The fake answers the shapes it saw: those at each of the server's sizes too.
-        calls = calls + calls_at_sizes(ctx, replace, sorted(set(ctx.sizes)))
+        try:
+            calls = calls + calls_at_sizes(ctx, replace, sorted(set(ctx.sizes)))
+            sized = bool(ctx.sizes)
+        except NotApplicable:  # the target cannot run at those sizes here: the fake knows its own size
+            sized = False
         returns = adapters.return_schema(calls[0][2])
         if returns is None or any(adapters.return_schema(r) != returns for _, _, r in calls):
             raise NotApplicable(f"{culprit} returns something other than tensors")
@@ -110,11 +114,12 @@ def plan(brk: Break, ctx: FixContext, *, recipe: str = "wrap-custom-op") -> Plan
         ps.call_on_undo(lambda: ctx.wrapped.discard(culprit))
         return f"torch.ops.{OP_NAMESPACE}.{op_name}{schema}, {how}; rebound {', '.join(names)}"
 
-    sizes = f"at each of the server's {len(set(ctx.sizes))} sizes and " if ctx.sizes else ""
+    sized = known is None and sized
+    sizes = f"at each of the server's {len(set(ctx.sizes))} sizes and " if sized else ""
     holds = ("every input: the catalogue's fake computes the output shapes" if known is not None else
              f"the input shapes of the warm-up calls ({sizes}at the target's own size) only: the fake inferred "
              "from them answers no other shape")
-    every_size = True if known is not None else (True if ctx.sizes else None)
+    every_size = True if known is not None or sized else (False if ctx.sizes else None)
     # A global of the module (not an attribute of one it imports) can be
     # replaced when that module is imported.
     change = None if vars(module).get(fn_name) is not replace else Change(

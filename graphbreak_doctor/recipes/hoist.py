@@ -104,10 +104,13 @@ def _across_sizes(ctx: FixContext, obj: Any, table: dict) -> tuple[dict, bool | 
     if not ctx.sizes:
         return table, None, ""
     picked = pick_sizes(ctx.sizes)
-    seen = {(a, tuple(k.items())): r for a, k, r in calls_at_sizes(ctx, obj, picked)}
-    if set(seen) <= set(table):
-        return table, True, f"the same calls at sizes {', '.join(map(str, picked))}: they do not depend on the size"
-    everywhere = {(a, tuple(k.items())): r for a, k, r in calls_at_sizes(ctx, obj, sorted(set(ctx.sizes)))}
+    try:
+        seen = {(a, tuple(k.items())): r for a, k, r in calls_at_sizes(ctx, obj, picked)}
+        if set(seen) <= set(table):
+            return table, True, f"the same calls at sizes {', '.join(map(str, picked))}: they do not depend on the size"
+        everywhere = {(a, tuple(k.items())): r for a, k, r in calls_at_sizes(ctx, obj, sorted(set(ctx.sizes)))}
+    except NotApplicable as e:  # the target cannot run at those sizes here: say so, keep what was seen
+        return table, None, f"recorded at the target's own size only ({e})"
     return ({**table, **everywhere}, False,
             f"its calls change with the size: warmed at each of the server's {len(set(ctx.sizes))} sizes, "
             "and any other size runs the original code")

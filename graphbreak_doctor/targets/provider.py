@@ -90,6 +90,12 @@ class TargetProvider:
         ``size``); None: this provider's targets have no size to change."""
         return None
 
+    def builds_again_in_process(self, selection: Selection) -> bool:
+        """Whether a second build of the target (at another size) may happen
+        in the process that built it first, without changing the first (the
+        fix ladder's warm-ups at the server's sizes)."""
+        return True
+
     def server_sizes(self, selection: Selection, info: Any) -> tuple[list[int], str]:
         """The sizes a server compiles this target at, read from what its build
         recorded (``info``, a TargetInfo), and where they come from in words;

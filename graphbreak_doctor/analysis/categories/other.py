@@ -8,6 +8,9 @@ CATEGORY = Category(
     evidence="anything else, shown with Dynamo's raw reason",
     rules=(),
     advice="read-raw-reason",
-    ladder=("use-registered-op", "compiler-disable", "wrap-custom-op"),
+    # A break no rule knows, inside a module-level function that neither takes
+    # nor returns tensors (a platform probe whose import fails), is one a
+    # warm-up before capture removes, as for the known categories.
+    ladder=("use-registered-op", "hoist-call", "compiler-disable", "wrap-custom-op"),
     priority=1000,
 )

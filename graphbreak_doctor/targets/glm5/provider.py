@@ -138,22 +138,37 @@ class Glm5Provider(TargetProvider):
         return dataclasses.replace(selection, name=f"{selection.name}-tokens-{size}",
                                    options={**selection.options, "tokens": size})
 
+    def builds_again_in_process(self, selection: Selection) -> bool:
+        """SGLang's decoder layer and model load through its model loader,
+        into one set of process-wide state (forward context, MoE flags): a
+        second load in the same process is refused by SGLang or changes the
+        first; blocks and the reference layers build again safely."""
+        return selection.options.get("scope", "block") == "block"
+
     def server_sizes(self, selection: Selection, info: Any) -> tuple[list[int], str]:
-        """What SGLang's resolved launch arguments compile at: the piecewise
-        runner's capture token list where it compiles the prefill, else the
-        CUDA-graph batch sizes up to torch.compile's limit where
-        --enable-torch-compile is on."""
-        resolved = ((info.facts or {}).get("launch") or {}).get("resolved") or {}
-        if resolved.get("enable_piecewise_cuda_graph") or "tc_piecewise" in str(resolved.get("cuda_graph_backend_prefill", "")):
-            sizes = [int(n) for n in resolved.get("piecewise_cuda_graph_tokens") or ()]
+        """What SGLang's resolved launch arguments compile the traced phase
+        at: the prefill's capture sizes (its piecewise or tc_piecewise
+        runner's token list) where the launch compiles the prefill forward,
+        the CUDA-graph batch sizes up to torch.compile's limit where it
+        compiles the decode forward (--enable-torch-compile)."""
+        launch = (info.facts or {}).get("launch") or {}
+        resolved = launch.get("resolved") or {}
+        phases = launch.get("phases") or {}
+        graphs = resolved.get("cuda_graph_config") or {}
+        phase = selection.options.get("phase") or "extend"
+        if phase == "extend" and "torch.compile" in str(phases.get("extend", "")):
+            prefill = graphs.get("prefill") or {}
+            sizes = prefill.get("bs") or resolved.get("piecewise_cuda_graph_tokens") or []
             if sizes:
-                return sizes, "SGLang's piecewise capture tokens (piecewise_cuda_graph_tokens of the resolved launch arguments)"
+                return ([int(n) for n in sizes], "SGLang's prefill capture sizes (the resolved launch arguments' "
+                        + ("cuda_graph_config.prefill.bs" if prefill.get("bs") else "piecewise_cuda_graph_tokens") + ")")
         if resolved.get("enable_torch_compile"):
             limit = int(resolved.get("torch_compile_max_bs") or 0)
-            sizes = [int(n) for n in resolved.get("cuda_graph_bs") or () if not limit or int(n) <= limit]
+            decode = (graphs.get("decode") or {}).get("bs") or resolved.get("cuda_graph_bs") or []
+            sizes = [int(n) for n in decode if not limit or int(n) <= limit]
             if sizes:
                 return sizes, ("SGLang's CUDA-graph batch sizes up to torch_compile_max_bs "
-                               "(--enable-torch-compile, resolved launch arguments)")
+                               "(--enable-torch-compile, the resolved launch arguments)")
         return [], ""
 
     def cell_label(self, selection: Selection) -> str:

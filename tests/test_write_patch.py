@@ -1,0 +1,205 @@
+"""`fix --write-patch DIR`: the ladder's changes written as a diff and a
+standalone package, checked in fresh processes loaded with PYTHONPATH=DIR,
+on the real FlashInfer of each test environment (emulated sm120)."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, other_flashinfer_python, run_cli
+from graphbreak_doctor.model import Findings
+from graphbreak_doctor.model.loader import build
+
+FLASHINFER = importlib.metadata.version("flashinfer-python")
+FP4_WRAPPER = "fixtures.flashinfer_targets:fp4_quantize_wrapper"
+SIZES = (16, 48, 128, 512)
+
+pytestmark = pytest.mark.flashinfer_version
+
+
+@dataclass
+class Written:
+    proc: subprocess.CompletedProcess
+    folder: Path
+    findings: Findings
+
+
+def _findings(path: Path) -> Findings:
+    return build(Findings, json.loads(path.read_text(encoding="utf-8")))
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory) -> Written:
+    """One `fix --write-patch` of FlashInfer's FP4 wrapper at four server sizes."""
+    tmp = tmp_path_factory.mktemp("write-patch")
+    folder, out = tmp / "patch", tmp / "fix.json"
+    proc = run_cli("fix", "--target", FP4_WRAPPER, "--device", "sm120", "--sizes", ",".join(map(str, SIZES)),
+                   "--write-patch", str(folder), "--json", str(out), "--no-html")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return Written(proc, folder, _findings(out))
+
+
+def _python(code: str, folder: Path, python: str = sys.executable, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """A fresh interpreter with only the patch folder on PYTHONPATH (not this checkout)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(folder)
+    return subprocess.run([python, "-c", code], cwd=cwd or folder.parent, env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_the_patch_holds_in_fresh_processes_at_the_servers_sizes(written):
+    fix = written.findings.fix
+    patch = fix.patch
+    assert fix.ok and patch is not None
+    assert patch.verified, patch.summary
+    assert [c.size for c in patch.checks] == [16, 128, 512]  # the smallest, a middle and the largest
+    assert all(c.ok and c.outcome == "fullgraph ok" for c in patch.checks)
+    assert patch.summary == "verified: fresh process, sizes 16, 128, 512: fullgraph ok"
+    assert patch.sizes == list(SIZES) and patch.sizes_from == "--sizes"
+    assert patch.versions == {"flashinfer-python": FLASHINFER}
+    readme = (written.folder / "README.txt").read_text(encoding="utf-8")
+    assert "Checked: verified: fresh process, sizes 16, 128, 512: fullgraph ok" in readme
+    assert f"Proven on: flashinfer-python {FLASHINFER}" in readme
+    assert "patch -p1 -R" in readme  # how to take it out
+    assert "verified: fresh process, sizes 16, 128, 512: fullgraph ok" in written.proc.stdout
+
+
+def test_without_the_patch_the_original_failure_stays(written):
+    """The ladder's first trace is the target as it is: FlashInfer's JIT
+    probe (subprocess on 0.6.3 and 0.7.4 alike) stops fullgraph."""
+    findings = written.findings
+    assert findings.fullgraph.ok is False
+    first = next(b for b in findings.breaks if b.id == findings.fullgraph.break_id)
+    assert first.category == "subprocess"
+
+
+def test_each_kept_change_is_written_and_says_for_which_sizes_it_holds(written):
+    fix = written.findings.fix
+    kept = [r for r in written.findings.ladder if r.result != "rejected"]
+    assert [c.step for c in fix.changes] == [r.step for r in kept]
+    assert all(c.block and not c.why_not for c in fix.changes)
+    by_recipe = {c.recipe: c for c in fix.changes}
+    if FLASHINFER.startswith("0.6."):
+        assert set(by_recipe) == {"hoist-subprocess", "hoist-filesystem", "wrap-custom-op"}
+        hoist = by_recipe["hoist-filesystem"]
+        assert hoist.function == "get_fp4_quantization_module"
+        assert "the same calls at sizes 16, 128, 512: they do not depend on the size" in hoist.holds
+    else:
+        assert set(by_recipe) == {"use-registered-op"}
+        assert by_recipe["use-registered-op"].kind == "registered_op"
+
+
+def test_the_diff_applies_to_a_clean_copy_and_gives_fullgraph(written, tmp_path):
+    """The diff's form of the same changes: `patch -p1` on a copy of the
+    installed package (files linked, the patched ones copied), imported in
+    place of the installed one, traces fullgraph OK without the package."""
+    import importlib.util
+
+    diff = written.folder / written.findings.fix.patch.diff
+    installed = Path(importlib.util.find_spec("flashinfer").origin).parent
+    root = tmp_path / "site"
+    shutil.copytree(installed, root / "flashinfer", copy_function=os.symlink)
+    for line in diff.read_text(encoding="utf-8").splitlines():
+        if line.startswith("+++ b/"):
+            target = root / line[len("+++ b/"):]
+            target.unlink()
+            shutil.copyfile(installed.parent / line[len("+++ b/"):], target)
+    dry = subprocess.run(["patch", "-p1", "--dry-run", "-i", str(diff)], cwd=root, capture_output=True, text=True)
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    subprocess.run(["patch", "-p1", "-i", str(diff)], cwd=root, check=True, capture_output=True)
+    out = tmp_path / "trace.json"
+    proc = run_cli("trace", "--target", FP4_WRAPPER, "--device", "sm120", "--mode", "fullgraph", "--json", str(out),
+                   "--no-html", env={"PYTHONPATH": os.pathsep.join([str(root), str(ROOT)])})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert _findings(out).fullgraph.ok is True
+
+
+def test_the_package_is_standalone_and_idempotent(written):
+    code = (
+        "import sys, graphbreak_doctor_patch as p\n"
+        "import flashinfer\n"
+        "p.install(); p.install()\n"
+        "assert 'graphbreak_doctor' not in sys.modules, 'the package imported the doctor'\n"
+        "print(sorted(set(p.STATE['applied'])), len(p.STATE['applied']))\n"
+    )
+    proc = _python(code, written.folder)
+    assert proc.returncode == 0, proc.stderr
+    modules = sorted({c.module for c in written.findings.fix.changes})
+    assert proc.stdout.strip() == f"{modules} {len(modules)}"
+    assert proc.stderr == ""
+
+
+def test_sitecustomize_loads_it_in_every_python_process(written):
+    """A server's spawned processes inherit PYTHONPATH: each one loads the patch."""
+    code = ("import multiprocessing as mp\n"
+            "def child(q):\n"
+            "    import sys; q.put('graphbreak_doctor_patch' in sys.modules)\n"
+            "if __name__ == '__main__':\n"
+            "    ctx = mp.get_context('spawn'); q = ctx.Queue(); p = ctx.Process(target=child, args=(q,))\n"
+            "    p.start(); print(q.get()); p.join()\n")
+    script = written.folder.parent / "spawn_check.py"
+    script.write_text(code, encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run([sys.executable, str(script)], env={**env, "PYTHONPATH": str(written.folder)},
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "True"
+
+
+def test_another_flashinfer_version_gets_one_line_and_goes_on_unpatched(written):
+    other = other_flashinfer_python()
+    if other is None:
+        pytest.skip("the other FlashInfer test environment is not built")
+    code = ("import flashinfer, graphbreak_doctor_patch as p\n"
+            "import flashinfer.jit.cpp_ext as c\n"
+            "print(p.STATE['applied'], hasattr(c, '__graphbreak_doctor_patch__'))\n")
+    proc = _python(code, written.folder, python=str(other))
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    other_version = subprocess.run([str(other), "-c", "import importlib.metadata as m; "
+                                    "print(m.version('flashinfer-python'))"], capture_output=True, text=True).stdout.strip()
+    assert lines[0].startswith("graphbreak_doctor_patch: proven on flashinfer-python ")
+    assert FLASHINFER in lines[0] and other_version in lines[0] and "unpatched" in lines[0]
+    assert proc.stdout.strip() == "[] False"
+
+
+def test_a_module_file_that_changed_is_left_alone(written, tmp_path):
+    copy = tmp_path / "patch"
+    shutil.copytree(written.folder, copy)
+    manifest = copy / "graphbreak_doctor_patch" / "manifest.json"
+    data = json.loads(manifest.read_text(encoding="utf-8"))
+    changed = next(iter(data["modules"]))
+    data["modules"][changed]["sha256"] = "0" * 64
+    manifest.write_text(json.dumps(data), encoding="utf-8")
+    proc = _python(f"import {changed}, graphbreak_doctor_patch as p; print({changed!r} in p.STATE['applied'])", copy)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "False"
+    assert f"graphbreak_doctor_patch: {changed} not patched: " in proc.stderr
+    assert "is not the file the patch was proven on" in proc.stderr
+
+
+def test_write_patch_refuses_site_packages_and_foreign_folders(tmp_path):
+    import site
+
+    inside = Path(site.getsitepackages()[0]) / "graphbreak-doctor-patch-test"
+    proc = run_cli("fix", "--target", FP4_WRAPPER, "--device", "sm120", "--write-patch", str(inside), "--no-html")
+    assert proc.returncode == 2 and not inside.exists()
+    assert "where packages are imported from" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine", encoding="utf-8")
+    proc = run_cli("fix", "--target", FP4_WRAPPER, "--device", "sm120", "--write-patch", str(foreign), "--no-html")
+    assert proc.returncode == 2 and "holds no earlier patch" in proc.stderr
+    assert sorted(p.name for p in foreign.iterdir()) == ["notes.txt"]
+    proc = run_cli("fix", "--target", FP4_WRAPPER, "--device", "sm120", "--sizes", "4,8", "--no-html")
+    assert proc.returncode == 2 and "--sizes applies to --write-patch" in proc.stderr
