@@ -43,9 +43,23 @@ def written(tmp_path_factory) -> Written:
     tmp = tmp_path_factory.mktemp("write-patch")
     folder, out = tmp / "patch", tmp / "fix.json"
     proc = run_cli("fix", "--target", FP4_WRAPPER, "--device", "sm120", "--sizes", ",".join(map(str, SIZES)),
-                   "--write-patch", str(folder), "--json", str(out), "--no-html")
+                   "--write-patch", str(folder), "--json", str(out), "--html", str(tmp / "fix.html"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     return Written(proc, folder, _findings(out))
+
+
+def test_the_report_offers_the_written_patch(written):
+    """The HTML report's fix ladder opens with the patch: where it is, how it
+    held, how to load it, and the diff, folded."""
+    import html
+
+    page = (written.folder.parent / "fix.html").read_text(encoding="utf-8")
+    section = page[page.index('id="written-patch"'):page.index('<ol class="ladder">')]
+    assert written.findings.fix.patch.summary in html.unescape(section)
+    assert f"PYTHONPATH={written.folder}" in section
+    assert "<details><summary>The diff" in section
+    assert html.escape(written.findings.fix.patch.diff_text.splitlines()[0]) in section
+    assert 'href="#written-patch"' in page
 
 
 def _python(code: str, folder: Path, python: str = sys.executable, cwd: Path | None = None) -> subprocess.CompletedProcess:
@@ -203,3 +217,83 @@ def test_write_patch_refuses_site_packages_and_foreign_folders(tmp_path):
     assert sorted(p.name for p in foreign.iterdir()) == ["notes.txt"]
     proc = run_cli("fix", "--target", FP4_WRAPPER, "--device", "sm120", "--sizes", "4,8", "--no-html")
     assert proc.returncode == 2 and "--sizes applies to --write-patch" in proc.stderr
+
+
+# ------------------------------------------- code the project has not seen
+
+TILELIB = '''"""A library whose helper picks a tile per row count, probing the file
+system each time (as a JIT cache lookup does)."""
+import os
+
+
+def _pick_tile(rows):
+    os.stat(os.path.dirname(os.path.abspath(__file__)))
+    return 32 if rows <= 32 else 128
+
+
+def scale(x):
+    return x * (1.0 / _pick_tile(x.shape[0]))
+'''
+
+SIZED_TARGET = '''import torch
+
+import tilelib
+
+
+def target(size: int = 48):
+    def fn(x):
+        return tilelib.scale(x) + 1
+    return fn, (torch.randn(size, 64),)
+'''
+
+UNSEEN_FLASHINFER = '''import torch
+
+
+def rmsnorm(size: int = 64):
+    import flashinfer
+
+    def fn(x, w):
+        return flashinfer.norm.rmsnorm(x, w, eps=1e-6)
+    return fn, (torch.empty(size, 512, dtype=torch.bfloat16, device="cuda"),
+                torch.empty(512, dtype=torch.bfloat16, device="cuda"))
+'''
+
+
+def _fix_here(tmp_path: Path, files: dict[str, str], *args: str) -> tuple[subprocess.CompletedProcess, Findings, Path]:
+    for name, text in files.items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    folder, out = tmp_path / "patch", tmp_path / "fix.json"
+    proc = run_cli("fix", *args, "--write-patch", str(folder), "--json", str(out), "--no-html", cwd=tmp_path)
+    assert out.exists(), proc.stderr[-3000:]
+    return proc, _findings(out), folder
+
+
+def test_a_warm_up_keyed_on_the_size_gives_way_to_an_op_that_holds_at_every_size(tmp_path):
+    """`_pick_tile(rows)` answers per size: a warm-up at one size would fall
+    through at the others. The ladder sees the calls change across the
+    server's sizes and takes the custom op (its fake learned every size)."""
+    proc, findings, folder = _fix_here(tmp_path, {"tilelib.py": TILELIB, "sized_target.py": SIZED_TARGET},
+                                       "--target", "sized_target:target", "--device", "cpu", "--sizes", "16,48,128")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (rung,) = findings.ladder
+    assert (rung.category, rung.recipe, rung.result) == ("filesystem", "wrap-custom-op", "fullgraph ok")
+    assert "preferred over hoist-filesystem (the calls _pick_tile(48), _pick_tile(16), _pick_tile(128)," in rung.detail
+    assert "its calls change with the size" in rung.detail
+    assert "compiled outputs equal eager outputs" in rung.detail
+    (change,) = findings.fix.changes
+    assert change.kind == "custom_op" and "at each of the server's 3 sizes" in change.holds
+    assert findings.fix.patch.summary == "verified: fresh process, sizes 16, 48, 128: fullgraph ok"
+    readme = (folder / "README.txt").read_text(encoding="utf-8")
+    assert "wrap-custom-op: tilelib.scale" in readme and "holds for: the input shapes" in readme
+
+
+def test_unseen_flashinfer_code_fresh_process_equals_the_ladder(tmp_path):
+    """FlashInfer's RMSNorm: no fixture, no catalogue entry. Its inferred fake
+    and JIT-module hoists hold in fresh processes exactly as in the ladder."""
+    proc, findings, _folder = _fix_here(tmp_path, {"unseen_targets.py": UNSEEN_FLASHINFER},
+                                        "--target", "unseen_targets:rmsnorm", "--device", "sm120", "--sizes", "8,64,512")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert findings.fix.ok
+    assert findings.fix.patch.verified
+    assert [c.outcome for c in findings.fix.patch.checks] == ["fullgraph ok"] * 3
+    assert any(c.kind == "custom_op" and c.function == "rmsnorm" for c in findings.fix.changes)

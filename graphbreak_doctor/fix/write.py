@@ -31,6 +31,7 @@ from pathlib import Path
 
 from graphbreak_doctor.model import Findings, PatchChange, WrittenPatch
 from graphbreak_doctor.fix import patch_runtime
+from graphbreak_doctor.fix.emit import NAMESPACE
 
 PACKAGE = "graphbreak_doctor_patch"
 MANIFEST = "manifest.json"
@@ -175,6 +176,18 @@ def _replace(staging: Path, folder: Path) -> None:
         shutil.rmtree(old)
 
 
+def _does(change: PatchChange) -> str:
+    name = change.function
+    return {
+        "memo": f"{name} answers the calls seen in the warm-ups from a table filled before capture (at the start of "
+                "each torch.compile, in the process that compiles); any other call runs it as before",
+        "custom_op": f"{name} becomes one opaque op, torch.ops.{NAMESPACE}.{change.module.split('.')[0]}_{name}, with a fake that gives "
+                     "the output shapes: Dynamo keeps the call as one node and never traces inside",
+        "registered_op": f"under torch.compile, {name} calls the op the library registers for it (with the library's "
+                         "own fake); outside it, the original",
+    }.get(change.kind, change.kind)
+
+
 def readme(findings: Findings, written: WrittenPatch, kept: list[PatchChange], left: list[str]) -> str:
     folder = written.folder
     rungs = {r.step: r for r in findings.ladder}
@@ -197,6 +210,7 @@ def readme(findings: Findings, written: WrittenPatch, kept: list[PatchChange], l
         rung = rungs.get(c.step)
         removes = f"[{rung.category}] {rung.gb_type} at {rung.site}" if rung else "?"
         lines += [f"  {c.step}. {c.recipe}: {c.module}.{c.function}",
+                  f"     does: {_does(c)}",
                   f"     removes: {removes}",
                   f"     holds for: {c.holds}"]
     if left:
