@@ -300,8 +300,8 @@ def written_changes(outcome: LadderOutcome) -> list[PatchChange]:
             entry.why_not = f"{rung.recipe} is a change only a person can make here"
             out.append(entry)
             continue
-        entry.kind, entry.module, entry.function, entry.file, entry.holds = (
-            change.kind, change.module, change.function, change.file, change.holds)
+        entry.kind, entry.module, entry.function, entry.file, entry.holds, entry.every_size = (
+            change.kind, change.module, change.function, change.file, change.holds, change.every_size)
         try:
             entry.block = emit.block(change, rung.step, rung.recipe, f"the [{rung.category}] {rung.gb_type} at {rung.site}")
         except emit.NotWritable as e:

@@ -311,6 +311,8 @@ class PatchChange:
     # (``why_not`` says why).
     block: str = ""
     holds: str = ""  # for which inputs it holds, in words
+    # Whether it holds at every size the server uses (None: no sizes known).
+    every_size: bool | None = None
     why_not: str = ""
 
 
