@@ -14,7 +14,6 @@ import os
 from pathlib import Path
 
 from graphbreak_doctor.cli.common import UsageError
-from graphbreak_doctor.fix import write
 from graphbreak_doctor.frames import at
 from graphbreak_doctor.jobs import Job, run_jobs
 from graphbreak_doctor.jobs.job import TRACE
@@ -55,6 +54,8 @@ def check_options(args: argparse.Namespace, selected: list[Selection]) -> None:
         return
     if len(selected) != 1:
         raise UsageError(f"--write-patch writes one target's patch; {len(selected)} targets are selected")
+    from graphbreak_doctor.fix import write  # torch: only when a patch is asked for
+
     if args.sizes and provider(selected[0].provider).at_size(selected[0], args.sizes[0]) is None:
         raise UsageError(f"--sizes: {selected[0].spec or selected[0].name} has no size to change")
     try:
@@ -68,6 +69,7 @@ def write_and_check(args: argparse.Namespace, selection: Selection, findings: Fi
     """Write the patch, check it, and record both in ``findings.fix.patch``.
     (one line saying why it does not hold, "" when it does; what the checked
     targets' code wrote)."""
+    from graphbreak_doctor.fix import write
     try:
         written = write.write(args.write_patch, name, findings)
     except write.PatchError as e:
