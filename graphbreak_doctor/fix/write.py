@@ -176,13 +176,18 @@ def _replace(staging: Path, folder: Path) -> None:
         shutil.rmtree(old)
 
 
+def _where(size: int | None) -> str:
+    return f"size {size}" if size is not None else "the target's own size"
+
+
 def _does(change: PatchChange) -> str:
     name = change.function
     return {
         "memo": f"{name} answers the calls seen in the warm-ups from a table filled before capture (at the start of "
                 "each torch.compile, in the process that compiles); any other call runs it as before",
-        "custom_op": f"{name} becomes one opaque op, torch.ops.{NAMESPACE}.{change.module.split('.')[0]}_{name}, with a fake that gives "
-                     "the output shapes: Dynamo keeps the call as one node and never traces inside",
+        "custom_op": f"{name} becomes one opaque op, torch.ops.{NAMESPACE}.{change.module.split('.')[0]}_{name}, "
+                     "with a fake that gives the output shapes: Dynamo keeps the call as one node and never traces "
+                     "inside",
         "registered_op": f"under torch.compile, {name} calls the op the library registers for it (with the library's "
                          "own fake); outside it, the original",
     }.get(change.kind, change.kind)
@@ -199,7 +204,7 @@ def readme(findings: Findings, written: WrittenPatch, kept: list[PatchChange], l
         "The package refuses, with one line on stderr, to patch any other version.",
         "",
         f"Checked: {written.summary or 'not checked in a fresh process'}",
-        *([f"  size {c.size if c.size is not None else '(the target own)'}: {c.outcome}" for c in written.checks]),
+        *(f"  {_where(c.size)}: {c.outcome}" for c in written.checks),
         "",
         "Sizes the server uses: " + (f"{', '.join(map(str, written.sizes))} ({written.sizes_from})"
                                      if written.sizes else "none known; checked at the target's own size"),
