@@ -145,20 +145,14 @@ def _registered_op(change: Change) -> list[str]:
 
 
 def _custom_op(change: Change) -> list[str]:
-    lines = _wrapped(change) + ["import inspect", "import torch", ""]
+    from graphbreak_doctor.recipes import custom_op  # the ladder's own helpers, pasted
+
+    lines = _wrapped(change) + ["import inspect", "from typing import Any", "", "import torch", ""]
     lines += _catalogue_fake(change.fake) if change.fake is not None else _table_fake(change.table or {})
     lines += [
         "",
-        "def _unalias(out, inputs):   # a custom op's outputs may not alias its inputs",
-        "    if isinstance(out, tuple):",
-        "        return tuple(_unalias(o, inputs) for o in out)",
-        "    if isinstance(out, torch.Tensor):",
-        "        ptr = out.untyped_storage().data_ptr()",
-        "        if any(i.untyped_storage().data_ptr() == ptr for i in inputs):",
-        "            return out.clone()",
-        "    return out",
-        "",
-        "def _impl(*args):",
+        *_pasted(custom_op._unalias),
+        "def _impl(*args):   # a custom op's outputs may not alias its inputs",
         "    inputs = [a for a in args if isinstance(a, torch.Tensor)]",
         "    return _unalias(_inner(**dict(zip(_passed, args))), inputs)",
         "",
@@ -172,15 +166,19 @@ def _custom_op(change: Change) -> list[str]:
     return lines + _forwarding(change, eager_original=False)
 
 
+def _pasted(*fns: Any) -> list[str]:
+    """Functions' own source lines, each followed by a blank line."""
+    return [line for fn in fns for line in _source(fn).splitlines() + [""]]
+
+
 def _catalogue_fake(fake: Any) -> list[str]:
     """The catalogue's fake and the helpers it calls, pasted as they are."""
-    sources = [_source(f) for f in _with_helpers(fake)]
     return [
         "def _fakes():",
         "    from typing import Any",
         "    import torch",
         "",
-        *[textwrap.indent(line, "    ") if line else "" for src in sources for line in src.splitlines()],
+        *[textwrap.indent(line, "    ") if line else "" for line in _pasted(*_with_helpers(fake))],
         f"    return {fake.__name__}",
         "",
         "_fake_fn = _fakes()",
@@ -213,34 +211,16 @@ def _source(fn: Any) -> str:
 
 
 def _table_fake(table: dict) -> list[str]:
-    """An inferred fake: output metadata by the inputs' shapes, as literals."""
-    def meta(m: Any) -> Any:
-        if m[0] == "tuple":
-            return ("tuple", tuple(meta(x) for x in m[1]))
-        _, shape, stride, dtype = m
-        return ("tensor", shape, stride, str(dtype).removeprefix("torch."))
+    """An inferred fake: output metadata by the inputs' shapes, as literals,
+    read with the ladder's own key and maker (recipes/custom_op.py)."""
+    from graphbreak_doctor.recipes import custom_op
 
-    shapes = {key: meta(m) for key, m in table.items()}
     return [
-        f"_shapes = {_literal(shapes, 'the warm-up shapes')}",
+        f"_shapes = {_literal(table, 'the warm-up shapes')}",
         "",
-        "def _key(values):",
-        "    key = []",
-        "    for name, v in sorted(values.items()):",
-        "        if isinstance(v, torch.Tensor):",
-        "            key.append((name, tuple(int(s) for s in v.shape), str(v.dtype)))",
-        "        else:",
-        "            key.append((name, repr(v)))",
-        "    return tuple(key)",
-        "",
-        "def _make(meta, device):",
-        "    if meta[0] == 'tuple':",
-        "        return tuple(_make(m, device) for m in meta[1])",
-        "    _, shape, stride, dtype = meta",
-        "    return torch.empty_strided(shape, stride, dtype=getattr(torch, dtype), device=device)",
-        "",
+        *_pasted(custom_op._signature_key, custom_op._make),
         "def _fake(*args):",
-        "    meta = _shapes.get(_key(dict(zip(_passed, args))))",
+        "    meta = _shapes.get(_signature_key(dict(zip(_passed, args))))",
         "    if meta is None:",
         "        raise RuntimeError('graphbreak_doctor_patch: no warm-up call had these input shapes; '",
         "                           'the fake inferred from them cannot answer')",

@@ -92,8 +92,6 @@ class FixSession:
         self.max_steps = max_steps
         self.progress = progress
         self.kept: list[PatchSet] = []
-        # Break id -> why its recipe was chosen over the first that fit.
-        self.preferred: dict[str, str] = {}
         self._at_size = at_size
         self._sized: dict[int, Target] = {}
         self.ctx = recipes.FixContext(warm_up=self._warm_up, trace=self._trace, sizes=list(sizes or ()),
@@ -101,9 +99,13 @@ class FixSession:
 
     # -------------------------------------------------------------- plumbing
 
-    def _warm_up(self) -> None:
+    @staticmethod
+    def _run(target: Target) -> None:
         with contextlib.redirect_stdout(sys.stderr):
-            self.target.fn(*self.target.args, **self.target.kwargs)
+            target.fn(*target.args, **target.kwargs)
+
+    def _warm_up(self) -> None:
+        self._run(self.target)
 
     def _warm_up_at(self, size: int) -> None:
         """The target once, eagerly, at one of the server's sizes (built at
@@ -111,9 +113,7 @@ class FixSession:
         if size not in self._sized:
             self.progress(f"building the target at size {size} (a warm-up at one of the server's sizes)")
             self._sized[size] = self._at_size(size)
-        sized = self._sized[size]
-        with contextlib.redirect_stdout(sys.stderr):
-            sized.fn(*sized.args, **sized.kwargs)
+        self._run(self._sized[size])
 
     def _trace(self, mode: str | None = None) -> tuple[capture.ModeResult, Break | None]:
         mode = mode or self.mode
@@ -123,10 +123,11 @@ class FixSession:
             return result, None
         return result, stopped_at(result)
 
-    def _choose(self, brk: Break, tried: set) -> tuple[recipes.Recipe | None, recipes.Plan | None, list[str]]:
+    def _choose(self, brk: Break, tried: set) -> tuple[recipes.Recipe | None, recipes.Plan | None, list[str], str]:
         """The first recipe of the break's ladder that fits -- unless its change
         does not hold at every size the server uses and a later one's does
-        (an opaque op with a fake over a warm-up keyed on the size)."""
+        (an opaque op with a fake over a warm-up keyed on the size). Returns
+        (recipe, plan, why others did not fit, why it was preferred or "")."""
         reasons: list[str] = []
         names = list(categories.get(brk.category).ladder)
         for i, name in enumerate(names):
@@ -140,10 +141,9 @@ class FixSession:
                         continue
                     other = self._plan(brk, later, tried, reasons)
                     if other is not None and other[1].change is not None and other[1].change.every_size:
-                        self.preferred[brk.id] = f"preferred over {name} ({plan.change.holds})"
-                        return other[0], other[1], reasons
-            return recipe, plan, reasons
-        return None, None, reasons
+                        return other[0], other[1], reasons, f"preferred over {name} ({plan.change.holds})"
+            return recipe, plan, reasons, ""
+        return None, None, reasons, ""
 
     def _plan(self, brk: Break, name: str, tried: set, reasons: list[str]) -> tuple[recipes.Recipe, recipes.Plan] | None:
         recipe = recipes.get(name)
@@ -179,7 +179,7 @@ class FixSession:
             if len(out.rungs) >= self.max_steps:
                 out.stopped = f"step limit ({self.max_steps}) reached at the [{brk.category}] break"
                 break
-            recipe, plan, reasons = self._choose(brk, tried)
+            recipe, plan, reasons, preferred = self._choose(brk, tried)
             if recipe is None or plan is None:
                 why = "; ".join(reasons) if reasons else f"no recipe for the {brk.category} category"
                 out.stopped = f"no recipe applies to the [{brk.category}] break at {break_site(brk)}: {why}"
@@ -196,8 +196,8 @@ class FixSession:
                     continue
                 step = len(out.rungs) + 1
                 self.progress(f"rung {step}: {plan.recipe} for the [{brk.category}] break; re-tracing")
-                if brk.id in self.preferred:
-                    applied += f"; {self.preferred.pop(brk.id)}"
+                if preferred:
+                    applied += f"; {preferred}"
                 rung = Rung(step=step, break_id=brk.id, category=brk.category, gb_type=brk.gb_type, site=break_site(brk),
                             recipe=plan.recipe, patch=plan.patch, where=plan.where, result="", detail=applied,
                             culprit=plan.culprit, frame=brk.site)
@@ -330,14 +330,11 @@ def fix(build: Callable[[UndoLog], Target], *, mode: str = "fullgraph", device: 
         sizes = sizes_of(target.info) if sizes_of is not None else []
 
         builders = {n: at_size(n) for n in sizes} if at_size is not None else {}
+        rebuilds = bool(builders) and all(b is not None for b in builders.values())
 
         def sized(n: int) -> Target:
-            builder = builders.get(n)
-            if builder is None:
-                raise recipes.NotApplicable(f"the target cannot be built at size {n} here")
-            return build_target(builder, log, mode, lambda _m: None)
+            return build_target(builders[n], log, mode, lambda _m: None)
 
-        rebuilds = bool(builders) and all(b is not None for b in builders.values())
         with FixSession(target, mode=mode, max_steps=max_steps, progress=progress, sizes=sizes,
                         at_size=sized if rebuilds else None) as session:
             outcome = session.climb()

@@ -114,7 +114,6 @@ def plan(brk: Break, ctx: FixContext, *, recipe: str = "wrap-custom-op") -> Plan
         ps.call_on_undo(lambda: ctx.wrapped.discard(culprit))
         return f"torch.ops.{OP_NAMESPACE}.{op_name}{schema}, {how}; rebound {', '.join(names)}"
 
-    sized = known is None and sized
     sizes = f"at each of the server's {len(set(ctx.sizes))} sizes and " if sized else ""
     holds = ("every input: the catalogue's fake computes the output shapes" if known is not None else
              f"the input shapes of the warm-up calls ({sizes}at the target's own size) only: the fake inferred "
@@ -256,7 +255,9 @@ def _signature_key(values: dict) -> tuple:
 def _meta(out: Any) -> Any:
     if isinstance(out, tuple):
         return ("tuple", tuple(_meta(o) for o in out))
-    return ("tensor", tuple(int(s) for s in out.shape), tuple(int(s) for s in out.stride()), out.dtype)
+    # The dtype by name: the table is plain literals (a written patch holds it as text).
+    return ("tensor", tuple(int(s) for s in out.shape), tuple(int(s) for s in out.stride()),
+            str(out.dtype).removeprefix("torch."))
 
 
 
@@ -266,7 +267,7 @@ def _make(meta: Any, device: torch.device) -> Any:
     if meta[0] == "tuple":
         return tuple(_make(m, device) for m in meta[1])
     _, shape, stride, dtype = meta
-    return torch.empty_strided(shape, stride, dtype=dtype, device=device)
+    return torch.empty_strided(shape, stride, dtype=getattr(torch, dtype), device=device)
 
 
 

@@ -120,9 +120,10 @@ def _hoist_plan(recipe: str, brk: Break, module: types.ModuleType, frame: Frame,
                 every_size: bool | None = None, sized: str = "") -> Plan:
     name = frame.function
     package = package_of(frame.file)
-    precomputed = PRECOMPUTED.get((package, name))
+    # Known without running it: only for a function called without arguments.
+    precomputed = PRECOMPUTED.get((package, name)) if list(table) == [((), ())] else None
     value_note = ""
-    if precomputed and list(table) == [((), ())]:
+    if precomputed:
         expr = precomputed.expression
         value = precomputed.compute()
         if value is not None:
@@ -146,14 +147,13 @@ def _hoist_plan(recipe: str, brk: Break, module: types.ModuleType, frame: Frame,
     lines += ["# at start-up / warm-up, outside the compiled region:"] + warm
     patch = "\n".join(lines) + "\n"
 
+    shown = ", ".join(call_text(name, sig, a, dict(k)) for a, k in table)
+
     def apply(ps: PatchSet) -> str:
         names = ps.rebind(obj, adapters.memo_adapter(obj, table, f"warm-up of {name}"))
-        shown = ", ".join(call_text(name, sig, a, dict(k)) for a, k in table)
         return f"{name} answers from a warm-up ({shown}){value_note}; rebound {', '.join(names)}"
 
-    shown = ", ".join(call_text(name, sig, a, dict(k)) for a, k in table)
-    change = Change("memo", module.__name__, name, frame.file, obj, keys=list(table),
-                    precomputed=precomputed if precomputed and list(table) == [((), ())] else None,
+    change = Change("memo", module.__name__, name, frame.file, obj, keys=list(table), precomputed=precomputed,
                     holds=f"the calls {shown}, answered from the warm-up (any other call runs {name} as before)"
                           + (f"; {sized}" if sized else ""), every_size=every_size)
     return Plan(recipe, qualified(module, name), f"{short_path(frame.file)}:{name}", patch, apply, change=change)
