@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+import enum
+
 
 def counted(count: int, noun: str, plural: str | None = None) -> str:
     """'1 break', '3 breaks'."""
@@ -36,3 +40,57 @@ def one_line(text: str, limit: int = 400) -> str:
     if len(shown) > limit:
         shown, more = shown[:limit], True
     return shown + (" ..." if more else "")
+
+
+def one_line_values(obj):
+    """A copy of ``obj`` -- a dataclass (findings, a gate report, a diff, a
+    matrix), or lists, tuples, sets and dicts of them -- in which every string
+    is one line: control characters, newlines included, shown as escapes
+    (``escape_controls``). What a terminal renderer reads (render/renderer.py),
+    so a value from a file made elsewhere is printed as one line whatever it
+    holds: it can neither end the line it is on nor start one of its own (a
+    forged ``::error::`` workflow command, a fake verdict). Strings that are
+    already printable, and so every comparison a renderer makes on them, are
+    unchanged; enum members are kept as they are."""
+    return _one_line(obj, {})
+
+
+# Free-form values (a target's facts) may nest deeper than any renderer
+# shows; below this depth they are cut, not walked into a RecursionError.
+_MAX_DEPTH = 64
+
+
+def _one_line(obj, seen: dict, depth: int = 0):
+    if isinstance(obj, str):
+        return obj if isinstance(obj, enum.Enum) else escape_controls(obj)
+    if obj is None or isinstance(obj, (bool, int, float, bytes, enum.Enum)):
+        return obj
+    if depth > _MAX_DEPTH:
+        return "... (nested too deeply to show)"
+    key = id(obj)
+    if key in seen:
+        return seen[key]
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        new = copy.copy(obj)
+        seen[key] = new
+        for f in dataclasses.fields(obj):
+            if hasattr(obj, f.name):
+                object.__setattr__(new, f.name, _one_line(getattr(obj, f.name), seen, depth + 1))
+        return new
+    if isinstance(obj, dict):
+        new_dict: dict = {}
+        seen[key] = new_dict
+        for k, v in obj.items():
+            new_dict[_one_line(k, seen, depth + 1)] = _one_line(v, seen, depth + 1)
+        return new_dict
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        items = [_one_line(v, seen, depth + 1) for v in obj]
+        if isinstance(obj, list):
+            new_seq = items
+        elif hasattr(obj, "_fields"):  # a named tuple
+            new_seq = type(obj)(*items)
+        else:
+            new_seq = type(obj)(items)
+        seen[key] = new_seq
+        return new_seq
+    return obj

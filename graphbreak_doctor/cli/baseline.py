@@ -20,7 +20,7 @@ from graphbreak_doctor.cli.outputs import check_output, write_file
 from graphbreak_doctor.cli.targets import add_target_options, run_diagnoses, selections
 from graphbreak_doctor.gate import baseline as baselines
 from graphbreak_doctor.progress import Progress
-from graphbreak_doctor.text import one_line
+from graphbreak_doctor.text import escape_controls, one_line
 
 NAME = "baseline"
 
@@ -69,7 +69,7 @@ def run_write(args: argparse.Namespace) -> int:
     incomplete = [f for f in results if f.incomplete()]
     if incomplete:
         for f in incomplete:
-            show(f"graphbreak-doctor: {f.target.spec}: {one_line(f.incomplete())}; no baseline written\n",
+            show(f"graphbreak-doctor: {escape_controls(f.target.spec)}: {one_line(f.incomplete())}; no baseline written\n",
                  sys.stderr)
         return run_exit_code(incomplete) or EXIT_CRASH
     written = [baselines.target_baseline(f, "+".join(f.modes) if args.from_path else args.mode) for f in results]
@@ -82,7 +82,7 @@ def run_write(args: argparse.Namespace) -> int:
     except OSError as e:
         raise UsageError(f"cannot write {args.output}: {e.strerror or e}") from e
     for t in written:
-        cats = sorted({e.category for e in t.entries})
-        show(f"baseline {args.output}: {t.target} ({device}, {t.mode}): {len(t.entries)} accepted "
-             f"break key(s){': ' + ', '.join(cats) if cats else ''}\n")
+        cats = ", ".join(sorted({e.category for e in t.entries}))
+        show(f"baseline {args.output}: {escape_controls(t.target)} ({escape_controls(device)}, {t.mode}): "
+             f"{len(t.entries)} accepted break key(s){': ' + escape_controls(cats) if cats else ''}\n")
     return EXIT_OK

@@ -123,7 +123,12 @@ def run(args: argparse.Namespace) -> int:
 
     stem = f"ingest-{input_stem(args.paths)}"
     outputs = OutputSet.plan(args, (FINDINGS,), [stem])
+    from graphbreak_doctor.ingest.source import input_kind, json_document
+
     try:
+        for path in args.paths:  # one JSON document gone wrong is an error, not a log (json_document)
+            if input_kind(path) == "file":
+                json_document(path)
         findings = ingest(args.paths, args.format)
     except IngestError as e:
         raise UsageError(str(e)) from e

@@ -12,25 +12,36 @@ The check (:func:`check_output`, the one every command and ``baseline write
 block device or socket; a folder that cannot be written (a file is created
 there and removed, so ``/proc/x.json`` is refused before the trace, not
 after it). A regular file is written to a temporary file beside it and
-renamed into place. An output that exists and is not a regular file -- a
-character device such as ``/dev/null`` or a terminal, a FIFO, a symlink to
-either (``/dev/stdout``) -- is written in place, after the regular files,
-never replaced by a regular file.
+renamed into place (through a symlink: beside the file it names, the link
+kept). An output that exists and is not a regular file -- a character device
+such as ``/dev/null`` or a terminal, a FIFO, a symlink to either -- or that
+is reached through a file descriptor's name (``/dev/stdout``, ``/dev/fd/N``,
+``/proc/self/fd/N``, whatever they point at) is written in place, after the
+regular files, never replaced: a FIFO no reader opens within a few seconds
+is refused, not waited on.
+
+Every file the commands write goes through :func:`write_all`: the outputs,
+the traced code's log (:func:`keep_logs`, planned with the outputs, so it
+never lands on an input or another output), baselines and the matrix's cell
+pages.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import stat
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
 from graphbreak_doctor.cli.common import InternalError, UsageError, show
 from graphbreak_doctor.render import GATE, Renderer, file_renderers
+from graphbreak_doctor.text import one_line
 
 REPORTS = Path("reports")
 AUTO = "auto"
@@ -104,14 +115,48 @@ def _identity(path: str | os.PathLike) -> tuple[str, tuple[int, int] | None]:
     return real, (st.st_dev, st.st_ino)
 
 
+def _fd_chain(path: str | os.PathLike) -> list[str]:
+    """The names a path passes through to its file: itself, then each symlink's
+    target in turn (at most 40, the kernel's own limit)."""
+    chain = [os.path.abspath(path)]
+    for _ in range(40):
+        try:
+            if not os.path.islink(chain[-1]):
+                break
+            chain.append(os.path.normpath(os.path.join(os.path.dirname(chain[-1]), os.readlink(chain[-1]))))
+        except (OSError, ValueError):
+            break
+    return chain
+
+
+def through_fd(path: str | os.PathLike) -> bool:
+    """Whether ``path`` names a file by one of its file descriptors
+    (``/dev/stdout``, ``/dev/fd/1``, ``/proc/self/fd/1``): whatever it points
+    at is written through, never replaced by a rename."""
+    return any(name.startswith(("/proc/", "/dev/fd/")) for name in _fd_chain(path))
+
+
+def _own_fd(path: str | os.PathLike) -> int | None:
+    """The descriptor of this process that ``path`` names (``/dev/stdout`` is
+    1), if it names one: written through that descriptor, so what the doctor
+    prints there and the file stay in order."""
+    own = ("/proc/self/fd/", f"/proc/{os.getpid()}/fd/", "/dev/fd/")
+    for name in _fd_chain(path):
+        for prefix in own:
+            if name.startswith(prefix) and name[len(prefix):].isdigit():
+                return int(name[len(prefix):])
+    return None
+
+
 def writes_in_place(path: str | os.PathLike) -> bool:
     """An existing output that is a character device or a FIFO (or a symlink to
-    one): written in place, never replaced by a regular file."""
+    one), or one named through a file descriptor: written in place, never
+    replaced by a regular file."""
     try:
         mode = os.stat(path).st_mode
     except (OSError, ValueError):
         return False
-    return stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)
+    return stat.S_ISCHR(mode) or stat.S_ISFIFO(mode) or through_fd(path)
 
 
 def check_output(path: str | os.PathLike, inputs: Iterable[str] = (), *, create_parent: bool = False,
@@ -137,7 +182,7 @@ def check_output(path: str | os.PathLike, inputs: Iterable[str] = (), *, create_
     if mode is not None:
         if stat.S_ISDIR(mode):
             raise UsageError(f"{label}: is a folder, not a file")
-        if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
+        if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode) or through_fd(path):
             if not os.access(path, os.W_OK):
                 raise UsageError(f"{label}: cannot write: permission denied")
             return  # written in place (writes_in_place)
@@ -167,6 +212,8 @@ class _Planned:
 @dataclass
 class OutputSet:
     planned: list[_Planned] = field(default_factory=list)
+    # Where each subject's log of the traced code's output goes (None: nowhere).
+    logs: dict[str, Path | None] = field(default_factory=dict)
 
     @classmethod
     def plan(cls, args: argparse.Namespace, kinds: tuple[str, ...], stems: list[str]) -> OutputSet:
@@ -183,7 +230,9 @@ class OutputSet:
                                                 option == AUTO))
             else:
                 out.planned.append(_Planned(Path(option), r, "", False))
-        out._check(inputs_of(args))
+        inputs = inputs_of(args)
+        out._check(inputs)
+        out._plan_logs(stems, inputs)
         return out
 
     def _check(self, inputs: list[str]) -> None:
@@ -195,53 +244,146 @@ class OutputSet:
                 raise UsageError(f"{p.path}: asked for twice ({seen[where]} and {p.renderer.option})")
             seen[where] = p.renderer.option
 
+    def _plan_logs(self, stems: list[str], inputs: list[str]) -> None:
+        """Each subject's log beside its first output that is a regular file:
+        ``<name>.log``, else ``<name><suffix>.log`` where that would be an
+        input, another output or a file that cannot be written; no log where
+        neither can be (a device or FIFO is no place to put one beside)."""
+        taken = [_identity(p.path) for p in self.planned] + [_identity(i) for i in inputs]
+        for stem in stems:
+            self.logs[stem] = None
+            first = next((p for p in self.planned if p.key == stem and not writes_in_place(p.path)), None)
+            if first is None:
+                continue
+            for candidate in (first.path.with_suffix(".log"), first.path.with_name(first.path.name + ".log")):
+                real, ident = _identity(candidate)
+                if any(real == r or (ident is not None and ident == i) for r, i in taken):
+                    continue
+                try:
+                    check_output(candidate, inputs, create_parent=first.ours)
+                except UsageError:
+                    continue
+                self.logs[stem] = candidate
+                taken.append((real, ident))
+                break
+
     def path_for(self, key: str) -> Path | None:
         """The first file planned for one subject (a target's stem)."""
         return next((p.path for p in self.planned if p.key == key), None)
 
     def write(self, subjects: dict[str, Any], announce: bool = True) -> list[Path]:
         """Render every planned file from ``subjects`` (stem -> findings, "" ->
-        the gate report), then write them all: temporary files first, renamed
-        into place only when every one is complete; outputs that are devices
-        or FIFOs are written in place last."""
-        texts = []
+        the gate report), then write them all (write_all). A renderer that
+        fails costs its own file only: the others are written, then the
+        failure is an InternalError naming it."""
+        texts: list[tuple[_Planned, str]] = []
+        failed: list[str] = []
         for p in self.planned:
             try:
-                texts.append(p.renderer.render(subjects[p.key]))
+                texts.append((p, p.renderer.render(subjects[p.key])))
             except Exception as e:  # valid findings the renderer fails on: our bug, not the user's input
-                raise InternalError(f"the {p.renderer.name} renderer failed: {type(e).__name__}: {e}") from e
-        regular = [(p, text) for p, text in zip(self.planned, texts) if not writes_in_place(p.path)]
-        in_place = [(p, text) for p, text in zip(self.planned, texts) if writes_in_place(p.path)]
-        temps: list[Path] = []
-        try:
-            for p, text in regular:
-                temps.append(_write_temp(p.path, text, create_parent=p.ours))
-            for (p, _), tmp in zip(regular, temps):
-                os.replace(tmp, p.path)
-        except OSError as e:
-            failed = regular[len(temps)][0].path if len(temps) < len(regular) else None
-            for tmp in temps:
-                tmp.unlink(missing_ok=True)
-            where = failed or (e.filename and Path(e.filename)) or "output"
-            raise UsageError(f"cannot write {where}: {e.strerror or e}") from e
-        except BaseException:
-            for tmp in temps:
-                tmp.unlink(missing_ok=True)
-            raise
-        for p, text in in_place:
-            _write_in_place(p.path, text)
+                failed.append(f"the {p.renderer.name} renderer failed ({p.path} not written): {type(e).__name__}: {e}")
+        write_all([(p.path, text, p.ours) for p, text in texts])
         if announce:
-            for p in self.planned:
+            for p, _ in texts:
                 show(f"{p.renderer.title or p.renderer.name} written to {p.path}\n")
-        return [p.path for p in self.planned]
+        if failed:
+            raise InternalError("; ".join(failed))
+        return [p.path for p, _ in texts]
 
 
-def _write_in_place(path: Path, text: str) -> None:
+# How long a FIFO output may wait for a reader before it is refused.
+FIFO_READER_WAIT = 5.0
+
+
+def write_all(files: list[tuple[Path, str, bool]]) -> None:
+    """The one writer: each (path, text, create_parent) whole or none of them.
+    Outputs written in place (devices, FIFOs, a file descriptor's name) are
+    opened first -- a FIFO without a reader is refused before any file is
+    touched --, then every regular file goes to a temporary file beside the
+    file it names (through a symlink: beside its target, the link kept),
+    renamed into place only when all are complete; the in-place ones are
+    written last. Text that cannot be encoded (a lone surrogate) is written
+    as its escape. A UsageError (one line) when a file cannot be written."""
+    in_place = [(Path(path), text) for path, text, _ in files if writes_in_place(path)]
+    regular = [(Path(path), text, ours) for path, text, ours in files if not writes_in_place(path)]
+    opened = []
+    temps: list[tuple[Path, Path]] = []
     try:
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
+        for path, text in in_place:
+            opened.append((_open_in_place(path), path, text))
+        for path, text, ours in regular:
+            target = _link_target(path)
+            try:
+                temps.append((_write_temp(target, text, create_parent=ours), target))
+            except OSError as e:
+                raise UsageError(f"cannot write {path}: {e.strerror or e}") from e
+        for tmp, target in temps:
+            try:
+                os.replace(tmp, target)
+            except OSError as e:
+                raise UsageError(f"cannot write {target}: {e.strerror or e}") from e
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for stream, path, text in opened:
+            try:
+                stream.write(text)
+                stream.flush()
+            except OSError as e:
+                raise UsageError(f"cannot write {path}: {e.strerror or e}") from e
+    finally:
+        for tmp, _ in temps:
+            tmp.unlink(missing_ok=True)
+        for stream, _, _ in opened:
+            try:
+                stream.close()
+            except OSError as e:  # the text was flushed; a close error is the file system's to report
+                print(f"graphbreak-doctor: warning: closing an output: {e.strerror or e}", file=sys.stderr)
+
+
+def _link_target(path: Path) -> Path:
+    """Where a regular output's bytes go: the file a symlink names (so the
+    link stays a link), else the path itself."""
+    return Path(os.path.realpath(path)) if os.path.islink(path) else path
+
+
+def _open_in_place(path: Path):
+    """A text stream on an output written in place. One of this process's
+    own descriptors (``/dev/stdout``, redirected to a file or not) is written
+    through a copy of it, after what the doctor printed there; another
+    process's regular file reached through a descriptor's name is appended
+    to; a FIFO must have a reader within FIFO_READER_WAIT seconds."""
+    try:
+        mode = os.stat(path).st_mode
+        own = _own_fd(path)
+        if own is not None:
+            fd = os.dup(own)
+        elif stat.S_ISFIFO(mode):
+            fd = _open_fifo(path)
+        elif stat.S_ISREG(mode):
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        else:
+            fd = os.open(path, os.O_WRONLY)
     except OSError as e:
         raise UsageError(f"cannot write {path}: {e.strerror or e}") from e
+    return os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace")
+
+
+def _open_fifo(path: Path) -> int:
+    deadline = time.monotonic() + FIFO_READER_WAIT
+    while True:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError as e:
+            if e.errno != errno.ENXIO:  # ENXIO: no process has it open for reading
+                raise
+            if time.monotonic() >= deadline:
+                raise UsageError(f"{path}: a FIFO that nothing reads (waited {FIFO_READER_WAIT:g} s); "
+                                 "refusing to wait for a reader") from None
+            time.sleep(0.05)
+            continue
+        os.set_blocking(fd, True)
+        return fd
 
 
 def _write_temp(path: Path, text: str, *, create_parent: bool) -> Path:
@@ -250,7 +392,7 @@ def _write_temp(path: Path, text: str, *, create_parent: bool) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as f:
             f.write(text)
         # mkstemp creates 0600; a report is an ordinary file (0666 less umask).
         umask = os.umask(0)
@@ -263,36 +405,28 @@ def _write_temp(path: Path, text: str, *, create_parent: bool) -> Path:
 
 
 def write_file(path: str | os.PathLike, text: str) -> Path:
-    """One file (a baseline), written whole or not at all (in place when it
-    is a device or a FIFO)."""
-    if writes_in_place(path):
-        _write_in_place(Path(path), text)
-        return Path(path)
-    tmp = _write_temp(Path(path), text, create_parent=False)
-    try:
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    """One file (a baseline, a matrix cell's page), written whole or not at
+    all (in place when it is a device, a FIFO or a file descriptor's name)."""
+    write_all([(Path(path), text, False)])
     return Path(path)
 
 
 def keep_logs(outputs: OutputSet, stems: list[str], logs: list[str], *,
               unkept: str = "--verbose shows it") -> None:
-    """Each target's log beside its first output file (<stem>.log), written
-    whole or not at all, after the outputs; its path on the terminal.
-    ``unkept``: how else to see a log when there is no output file."""
+    """Each target's log where the outputs' plan put it (beside its first
+    output file, never on an input or another output), written whole or not
+    at all, after the outputs; its path on the terminal. ``unkept``: how
+    else to see a log when there is no place to keep it."""
     for stem, text in zip(stems, logs):
         if not text:
             continue
-        where = outputs.path_for(stem)
-        if where is None:
+        path = outputs.logs.get(stem)
+        if path is None:
             print(f"the traced code wrote to stdout/stderr: {unkept} (no output file to keep it beside)")
             continue
-        path = where.with_suffix(".log")
         try:
             write_file(path, text)
-        except OSError as e:  # the outputs are written; the run's verdict stands
-            print(f"graphbreak-doctor: warning: cannot write {path}: {e.strerror or e}", file=sys.stderr)
+        except UsageError as e:  # the outputs are written; the run's verdict stands
+            show(f"graphbreak-doctor: warning: {one_line(str(e))}\n", sys.stderr)
             continue
-        print(f"Log of the traced code's output written to {path}")
+        show(f"Log of the traced code's output written to {path}\n")

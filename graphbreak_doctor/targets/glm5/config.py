@@ -175,13 +175,20 @@ def _quant_profile(config_dir: Path, values: dict[str, Any], quant_profile: str 
     group = section.get("group_size", 16)
     if algo is None:
         raise ValueError(f"quantization profile {source} has no quant_algo")
+    if not isinstance(algo, str):
+        raise ValueError(f"quantization profile {source}: quant_algo must be a string, got {algo!r}"[:300])
     if not isinstance(excludes, list) or not all(isinstance(e, str) for e in excludes):
         raise ValueError(f"quantization profile {source}: exclude_modules must be a list of strings")
+    if isinstance(group, bool) or not isinstance(group, int) or not 1 <= group <= _MAX_SIZE:
+        raise ValueError(f"quantization profile {source}: group_size must be a positive integer, got {group!r}"[:300])
     if algo.upper() == "NVFP4" and group != 16:
         raise ValueError(f"quantization profile {source}: NVFP4 needs group_size 16, got {group}")
     return QuantProfile(str(algo), int(group), tuple(excludes), source)
 
 
+# The largest size or count a config may give: tensors past it overflow the
+# 32-bit indexing GPU kernels use, and no model comes near it.
+_MAX_SIZE = 2**31 - 1
 # Keys whose values are real numbers (the rest of _REQUIRED are sizes and counts).
 _REAL = ("routed_scaling_factor", "rms_norm_eps")
 # Optional keys read as integers, with their least value.
@@ -204,11 +211,43 @@ def _check_values(config_file: Path, values: dict[str, Any]) -> None:
         if key in _REAL:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or value == float("inf"):
                 raise bad(key, "a positive number")
-        elif isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise bad(key, "a positive integer")
+        elif isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= _MAX_SIZE:
+            raise bad(key, f"a positive integer up to {_MAX_SIZE}")
     for key, least in _OPTIONAL_INTS.items():
-        if key in values and (isinstance(values[key], bool) or not isinstance(values[key], int) or values[key] < least):
-            raise bad(key, f"an integer >= {least}")
+        if key in values and (isinstance(values[key], bool) or not isinstance(values[key], int)
+                              or not least <= values[key] <= _MAX_SIZE):
+            raise bad(key, f"an integer from {least} to {_MAX_SIZE}")
+
+
+# The weights whose element count is a product of config values, and the
+# most elements one may have: far beyond any model (GLM-5's routed experts'
+# gate and up projections are 6.4e9), still short of the 64-bit byte counts
+# a tensor's storage is sized in.
+_PRODUCTS = (
+    ("n_routed_experts", "moe_intermediate_size", "hidden_size"),
+    ("intermediate_size", "hidden_size"),
+    ("vocab_size", "hidden_size"),
+    ("num_attention_heads", "qk_nope_head_dim", "kv_lora_rank"),
+    ("num_attention_heads", "qk_rope_head_dim", "q_lora_rank"),
+    ("index_n_heads", "index_head_dim", "q_lora_rank"),
+)
+_MAX_ELEMENTS = 2**48
+
+
+def _check_products(config_file: Path, values: dict[str, Any]) -> None:
+    """No weight the config describes is too large to be a tensor: exit 2
+    naming the fields, not a storage overflow inside the trace."""
+    for keys in _PRODUCTS:
+        factors = [values.get(k) for k in keys]
+        if not all(isinstance(f, int) and not isinstance(f, bool) for f in factors):
+            continue  # a nullable or absent key: no such weight
+        product = 1
+        for f in factors:
+            product *= f
+        if product > _MAX_ELEMENTS:
+            shown = " x ".join(f"{k}={v}" for k, v in zip(keys, factors))
+            raise ValueError(f"{config_file}: {shown} is {product:.3g} elements in one weight, more than "
+                             f"{_MAX_ELEMENTS:.3g}: not a model the doctor can build")
 
 
 def check_tp(cfg: Glm5Config, tp: int) -> None:
@@ -247,6 +286,10 @@ def load_config(path: str | Path | None = None, *, quant_profile: str | Path | N
         raise ValueError(f"no GLM-5 config at {p} (expected a directory with config.json, or the file)")
     values = _read_json(config_file, "config")
     archs = values.get("architectures") or []
+    if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
+        raise ValueError(f"{config_file}: 'architectures' must be a list of strings, got {archs!r}"[:300])
+    if not isinstance(values.get("model_type", ""), str):
+        raise ValueError(f"{config_file}: 'model_type' must be a string, got {values['model_type']!r}"[:300])
     if ARCHITECTURE not in archs and values.get("model_type") != "glm_moe_dsa":
         raise ValueError(
             f"{config_file} is not a {ARCHITECTURE} config (architectures={archs}, "
@@ -256,5 +299,6 @@ def load_config(path: str | Path | None = None, *, quant_profile: str | Path | N
     if missing:
         raise ValueError(f"{config_file} lacks keys: {', '.join(missing)}")
     _check_values(config_file, values)
+    _check_products(config_file, values)
     quant = _quant_profile(config_file.parent, values, quant_profile)
     return Glm5Config(values=values, path=str(config_file.resolve()), quant=quant)

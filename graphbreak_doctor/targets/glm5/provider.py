@@ -124,10 +124,11 @@ class Glm5Provider(TargetProvider):
         elif options.get("cold"):
             raise ValueError("--cold applies to --impl sglang (the reference layer has no warm-up)")
         scope = "model" if model else "layer" if options.get("whole_layer") else "block"
-        launch, config = launch_arguments(options.get("sglang_args"), options.get("config"))
-        if launch and not sglang.available():
+        given = options.get("sglang_args") is not None  # --model-path alone leaves no other argument
+        if given and not sglang.available():
             raise ValueError("--sglang-args needs SGLang installed: SGLang itself reads them")
-        if launch and impl != "sglang":
+        launch, config = launch_arguments(options.get("sglang_args"), options.get("config"))
+        if given and impl != "sglang":
             raise ValueError("--sglang-args applies to --impl sglang (SGLang reads them)")
         return self.layer_selections("model" if model else layer, impl, config=config,
                                      tokens=options.get("tokens"), tp=options.get("tp"), cold=bool(options.get("cold")),
