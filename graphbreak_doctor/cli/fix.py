@@ -49,17 +49,28 @@ def run(args: argparse.Namespace) -> int:
     patch.check_options(args, selected)
     stems = [stem(s, args, "fix") for s in selected]
     outputs = OutputSet.plan(args, (FINDINGS,), stems)
+    patch.check_outputs(args, [p.path for p in outputs.planned])
     progress = Progress()
     # Every ladder first, then the files: a bad second target writes nothing.
     done = run_fixes(args, selected, progress)
-    not_held = ""
-    if args.write_patch and done.findings[0].fix is not None:
-        not_held, checked = patch.write_and_check(args, selected[0], done.findings[0], stems[0], progress)
-        done.logs[0] += checked
-    ladder = get("ladder")
-    for findings in done.findings:
-        show(ladder.render(findings))
-    outputs.write(dict(zip(stems, done.findings)))
+    not_held, staged, warning = "", None, ""
+    try:
+        if args.write_patch and done.findings[0].fix is not None:
+            staged, not_held, checked = patch.write_and_check(args, selected[0], done.findings[0], stems[0],
+                                                              progress)
+            done.logs[0] += checked
+        ladder = get("ladder")
+        for findings in done.findings:
+            show(ladder.render(findings))
+        outputs.write(dict(zip(stems, done.findings)))
+        if staged is not None:  # the patch folder last: a failure or a signal before leaves DIR as it was
+            failed, warning = patch.commit(args, staged)
+            not_held = failed or not_held
+    finally:
+        if staged is not None:
+            staged.discard()  # nothing once committed
+    if warning:
+        sys.stderr.write(escape_controls(f"graphbreak-doctor: warning: {warning}") + "\n")
     keep_logs(outputs, stems, done.logs)
     code = run_exit_code(done.findings)
     if not_held:

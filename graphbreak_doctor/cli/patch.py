@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING, Iterable
 
 from graphbreak_doctor.cli.common import UsageError
 from graphbreak_doctor.frames import at
@@ -23,6 +24,9 @@ from graphbreak_doctor.progress import Progress
 from graphbreak_doctor.targets.provider import Selection, pick_sizes
 from graphbreak_doctor.targets.registry import provider
 from graphbreak_doctor.text import one_line
+
+if TYPE_CHECKING:  # torch: the patch writer loads only when --write-patch is asked for
+    from graphbreak_doctor.fix.folder import Staged
 
 
 def sizes_list(text: str) -> tuple[int, ...]:
@@ -36,8 +40,15 @@ def sizes_list(text: str) -> tuple[int, ...]:
     return sizes
 
 
+def patch_folder(text: str) -> Path:
+    """argparse type: ``--write-patch DIR`` (never '', which would be the current folder)."""
+    if not text or "\x00" in text:
+        raise argparse.ArgumentTypeError(f"expected a folder, got {text!r}")
+    return Path(text)
+
+
 def add_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--write-patch", metavar="DIR", type=Path,
+    p.add_argument("--write-patch", metavar="DIR", type=patch_folder,
                    help="write the changes the ladder kept to DIR (a unified diff against the installed files, a "
                         "standalone package, sitecustomize.py, README.txt) and check it in fresh processes loaded "
                         "with PYTHONPATH=DIR; never writes into site-packages")
@@ -54,28 +65,66 @@ def check_options(args: argparse.Namespace, selected: list[Selection]) -> None:
         return
     if len(selected) != 1:
         raise UsageError(f"--write-patch writes one target's patch; {len(selected)} targets are selected")
-    from graphbreak_doctor.fix import write  # torch: only when a patch is asked for
+    from graphbreak_doctor.fix import folder
 
     if args.sizes and provider(selected[0].provider).at_size(selected[0], args.sizes[0]) is None:
         raise UsageError(f"--sizes: {selected[0].spec or selected[0].name} has no size to change")
     try:
-        write.check_folder(args.write_patch)
-    except write.PatchError as e:
+        folder.check_folder(args.write_patch)
+    except folder.PatchError as e:
         raise UsageError(str(e)) from e
 
 
+def check_outputs(args: argparse.Namespace, outputs: Iterable[Path]) -> None:
+    """Before the ladder runs: no output file (nor the log kept beside it) is
+    DIR or inside it -- DIR is replaced whole, and holds only the patch."""
+    if not args.write_patch:
+        return
+    where = os.path.realpath(args.write_patch)
+    for path in outputs:
+        for each in (path, path.with_suffix(".log")):
+            real = os.path.realpath(each)
+            if real == where or real.startswith(where.rstrip(os.sep) + os.sep):
+                raise UsageError(f"--write-patch {args.write_patch}: the output {each} would be "
+                                 f"{'the patch folder' if real == where else 'inside the patch folder'}; "
+                                 "choose another path")
+
+
 def write_and_check(args: argparse.Namespace, selection: Selection, findings: Findings, name: str,
-                    progress: Progress) -> tuple[str, str]:
-    """Write the patch, check it, and record both in ``findings.fix.patch``.
-    (one line saying why it does not hold, "" when it does; what the checked
-    targets' code wrote)."""
+                    progress: Progress) -> tuple[Staged | None, str, str]:
+    """Write the patch beside DIR, check it there, and record both in
+    ``findings.fix.patch``: (the staged patch, for the caller to commit once
+    the other outputs are written -- it is discarded here if anything fails
+    or a signal comes; one line saying why it does not hold, "" when it does;
+    what the checked targets' code wrote)."""
     from graphbreak_doctor.fix import write
     try:
-        written = write.write(args.write_patch, name, findings)
+        staged = write.stage(args.write_patch, name, findings)
     except write.PatchError as e:
-        return f"--write-patch: nothing written: {e}", ""
+        return None, f"--write-patch: nothing written: {e}", ""
+    except OSError as e:
+        return None, f"--write-patch: nothing written to {args.write_patch}: {e.strerror or e}", ""
+    try:
+        said, logs = _check_staged(args, selection, findings, staged, progress)
+    except BaseException:
+        staged.discard()
+        raise
+    return staged, said, logs
+
+
+def commit(args: argparse.Namespace, staged: Staged) -> tuple[str, str]:
+    """Move the checked patch into DIR: (why it was not, "" when it was; a warning)."""
+    try:
+        return "", staged.commit()
     except OSError as e:
         return f"--write-patch: nothing written to {args.write_patch}: {e.strerror or e}", ""
+
+
+def _check_staged(args: argparse.Namespace, selection: Selection, findings: Findings, staged: Staged,
+                  progress: Progress) -> tuple[str, str]:
+    from graphbreak_doctor.fix import write
+
+    written = staged.written
     chosen = provider(selection.provider)
     if args.sizes:
         written.sizes, written.sizes_from = sorted(set(args.sizes)), "--sizes"
@@ -84,15 +133,17 @@ def write_and_check(args: argparse.Namespace, selection: Selection, findings: Fi
     checked = [(n, chosen.at_size(selection, n)) for n in pick_sizes(written.sizes)]
     jobs = [(n, s) for n, s in checked if s is not None] or [(None, selection)]
     progress(f"checking the patch in {len(jobs)} fresh process(es)")
-    checks = [Job(TRACE, s, args.device, "fullgraph", debug=args.debug, path=str(args.write_patch.resolve()))
+    checks = [Job(TRACE, s, args.device, "fullgraph", debug=args.debug, path=str(staged.path.resolve()))
               for _n, s in jobs]
-    outcomes = with_logs(checks, lambda logged: run_jobs(logged, timeout=args.timeout,
+    from graphbreak_doctor.cli.targets import memory_limit
+
+    outcomes = with_logs(checks, lambda logged: run_jobs(logged, timeout=args.timeout, memory=memory_limit(args),
                                                          parallel=args.jobs or os.cpu_count() or 1))
     written.checks = [_check(n, o.as_findings(), findings) for (n, _s), o in zip(jobs, outcomes)]
     written.verified = bool(written.checks) and all(c.ok for c in written.checks)
     written.summary = _summary(written, findings)
     findings.fix.patch = written
-    write.update_readme(findings, written)
+    write.update_readme(findings, written, staged)
     said = "" if written.verified else f"--write-patch: the patch does not hold in a fresh process: {written.summary}"
     return said, log_sections(outcomes)
 

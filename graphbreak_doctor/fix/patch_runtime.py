@@ -5,18 +5,31 @@ This file is copied as it is into a written patch (``fix --write-patch DIR``
 writes it to ``DIR/graphbreak_doctor_patch/__init__.py``); it uses the
 standard library only and never imports graphbreak_doctor. ``manifest.json``
 beside it lists, per module to patch, the block of source to run in that
-module's namespace right after the module is imported (``blocks/``), the
-SHA-256 of the module's file the blocks were proven against, and the
-distributions' versions the patch was proven on.
+module's namespace right after the module is imported (``blocks/``) with the
+block's SHA-256, the SHA-256 of the module's file the blocks were proven
+against, the distribution the module belongs to, and the distributions'
+versions the patch was proven on.
 
-Importing the package:
-- checks every distribution's installed version against the manifest; one
-  differs: one line on stderr naming both versions, and nothing is patched;
-- patches each listed module already imported, and every other one when it
-  is imported (a finder on ``sys.meta_path``); a module whose file is not the
-  one the patch was proven on is left alone, with one line on stderr;
-- after a block replaced a function, points every module global that still
-  refers to the old one at the new one.
+Importing the package first reads and checks everything (``check_manifest``),
+and runs nothing unless every check holds; otherwise one line on stderr, and
+the process goes on unpatched:
+- no other patch folder is on ``sys.path`` (two would hide each other);
+- ``manifest.json`` reads as the doctor writes it: every field of its type;
+- every distribution's installed version is the one the patch was proven on
+  (the line names both versions);
+- every module is one the patch was proven on: its ``file`` is the module's
+  own path, and it is a file of its distribution (its RECORD lists it), or,
+  for code of no distribution, neither a standard-library module nor one an
+  installed distribution holds;
+- every block is a ``.py`` file of this package's ``blocks/`` folder (no
+  absolute or ``..`` path, no symlink out) whose SHA-256 is the recorded one;
+  the checked text is what runs.
+Then it patches each listed module already imported, and every other one
+when it is imported (a finder on ``sys.meta_path``); a module whose file is
+not the one the patch was proven on is left alone, with one line on stderr; a
+block that raises (``SystemExit`` too) is one line, and the module keeps its
+namespace as it was; after a block replaced a function, every module global
+that still refers to the old one points at the new one.
 Importing it again does nothing (idempotent). ``sitecustomize.py`` in DIR
 imports it in every process started with ``PYTHONPATH=DIR``.
 """
@@ -29,8 +42,10 @@ import os
 import sys
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-_PREFIX = "graphbreak_doctor_patch: "
-# Module name -> its manifest entry, until the module is patched.
+_PACKAGE = "graphbreak_doctor_patch"
+_PREFIX = _PACKAGE + ": "
+_UNPATCHED = ": nothing is patched, the process goes on unpatched"
+# Module name -> its checked entry (with the block's text), until the module is patched.
 _PENDING = {}
 STATE = {"installed": False, "refused": "", "applied": []}
 
@@ -39,9 +54,33 @@ def _say(message):
     sys.stderr.write(_PREFIX + message.replace("\n", " ") + "\n")
 
 
-def _manifest():
-    with open(os.path.join(_HERE, "manifest.json"), encoding="utf-8") as f:
-        return json.load(f)
+class Refused(Exception):
+    """The patch folder, its manifest or a block is not what the doctor
+    wrote, or the environment is not the one it was proven on: one line, and
+    nothing runs."""
+
+
+# ----------------------------------------------------------------- the checks
+
+def _is_sha256(value):
+    return isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value)
+
+
+def _is_dotted(name):
+    return isinstance(name, str) and bool(name) and all(part.isidentifier() for part in name.split("."))
+
+
+def _other_patch_folders(here):
+    """Folders on sys.path, besides this package's own, that hold a patch."""
+    mine = os.path.realpath(os.path.dirname(here))
+    found = []
+    for entry in sys.path:
+        if not isinstance(entry, str):
+            continue
+        folder = os.path.realpath(entry or os.curdir)
+        if folder != mine and folder not in found and os.path.isfile(os.path.join(folder, _PACKAGE, "manifest.json")):
+            found.append(folder)
+    return found
 
 
 def _version_mismatch(versions):
@@ -51,10 +90,122 @@ def _version_mismatch(versions):
         except importlib.metadata.PackageNotFoundError:
             installed = "(not installed)"
         if installed != proven:
-            return (f"proven on {dist} {proven}, but {dist} {installed} is installed: "
-                    "nothing is patched, the process goes on unpatched")
+            return f"proven on {dist} {proven}, but {dist} {installed} is installed"
     return ""
 
+
+def in_distribution(module, file, dist):
+    """Is ``file`` (``module``'s path from its import root) one of ``dist``'s?"""
+    files = importlib.metadata.distribution(dist).files or []
+    if any(f.as_posix() == file for f in files):
+        return True
+    # An editable install lists none of its package's files: the package
+    # must be one the distribution names as its own.
+    top = module.split(".")[0]
+    if any(f.as_posix().startswith(top + "/") for f in files):
+        return False
+    return top in (importlib.metadata.distribution(dist).read_text("top_level.txt") or "").split()
+
+
+_INSTALLED = []
+
+
+def _installed_packages():
+    """Top-level package -> the installed distributions that hold it (read once)."""
+    if not _INSTALLED:
+        _INSTALLED.append(importlib.metadata.packages_distributions())
+    return _INSTALLED[0]
+
+
+def _checked_block(name, entry, here):
+    block = entry.get("block")
+    blocks = os.path.realpath(os.path.join(here, "blocks"))
+    path = os.path.realpath(os.path.join(here, block)) if isinstance(block, str) else ""
+    if (not isinstance(block, str) or os.path.isabs(block) or ".." in block.replace("\\", "/").split("/")
+            or not block.endswith(".py") or os.path.dirname(path) != blocks):
+        raise Refused(f"module {name}: its block {block!r} is not a file of the patch's blocks/ folder")
+    if not _is_sha256(entry.get("block_sha256")):
+        raise Refused(f"module {name}: its block has no SHA-256 (a patch written by an earlier graphbreak-doctor: "
+                      "write it again)")
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise Refused(f"module {name}: its block {block} cannot be read ({e.strerror or e})") from e
+    if hashlib.sha256(data).hexdigest() != entry["block_sha256"]:
+        raise Refused(f"module {name}: its block {block} is not the one written (its SHA-256 differs)")
+    try:
+        return path, data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise Refused(f"module {name}: its block {block} is not UTF-8 text") from e
+
+
+def _checked_module(name, entry, versions, here):
+    if not _is_dotted(name) or name.split(".")[0] in (_PACKAGE, "sitecustomize"):
+        raise Refused(f"manifest.json names {name!r}, which is not a module the patch can be for")
+    if not isinstance(entry, dict):
+        raise Refused(f"manifest.json: module {name} is not an object")
+    if "distribution" not in entry:
+        raise Refused(f"module {name}: no distribution recorded (a patch written by an earlier graphbreak-doctor: "
+                      "write it again)")
+    file, dist = entry.get("file"), entry["distribution"]
+    own = name.replace(".", "/")
+    if file not in (own + ".py", own + "/__init__.py"):
+        raise Refused(f"module {name}: its file {file!r} is not the module's own path")
+    if not _is_sha256(entry.get("sha256")):
+        raise Refused(f"module {name}: its file's SHA-256 is missing or malformed")
+    functions = entry.get("functions")
+    if not isinstance(functions, list) or not functions or not all(
+            isinstance(f, str) and f.isidentifier() for f in functions):
+        raise Refused(f"module {name}: its functions are not a list of names")
+    if dist is None:  # code of no distribution (a project's own): not the standard library's, nor a library's
+        top = name.split(".")[0]
+        if top in getattr(sys, "stdlib_module_names", ()) or top in sys.builtin_module_names:
+            raise Refused(f"module {name} is the standard library's, not a library the patch was proven on")
+        owners = _installed_packages().get(top)
+        if owners:
+            raise Refused(f"module {name} belongs to {', '.join(sorted(set(owners)))}, "
+                          "not a library the patch was proven on")
+    elif not isinstance(dist, str) or dist not in versions:
+        raise Refused(f"module {name}: its distribution {dist!r} is not one the patch was proven on")
+    elif not in_distribution(name, file, dist):
+        raise Refused(f"module {name}: {file} is not a file of {dist}, the library the patch was proven on")
+    path, source = _checked_block(name, entry, here)
+    return {"sha256": entry["sha256"], "functions": list(functions), "block": path, "source": source}
+
+
+def check_manifest(manifest, here):
+    """Every module's checked entry (with its block's text), or Refused:
+    the manifest's shape, the installed versions, the modules, the blocks."""
+    if not isinstance(manifest, dict):
+        raise Refused("manifest.json is not a JSON object")
+    versions, modules = manifest.get("versions"), manifest.get("modules")
+    if not isinstance(versions, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in versions.items()):
+        raise Refused("manifest.json: versions is not an object of distribution names and versions")
+    if not isinstance(modules, dict) or not modules:
+        raise Refused("manifest.json: modules is missing or empty")
+    mismatch = _version_mismatch(versions)
+    if mismatch:
+        raise Refused(mismatch)
+    return {name: _checked_module(name, entry, versions, here) for name, entry in modules.items()}
+
+
+def _plan():
+    others = _other_patch_folders(_HERE)
+    if others:
+        raise Refused(f"another patch folder is on sys.path ({others[0]}) besides {os.path.dirname(_HERE)}; "
+                      "load one")
+    try:
+        with open(os.path.join(_HERE, "manifest.json"), encoding="utf-8") as f:
+            manifest = json.load(f)
+    except OSError as e:
+        raise Refused(f"manifest.json cannot be read ({e.strerror or e})") from e
+    except (ValueError, RecursionError) as e:
+        raise Refused(f"manifest.json is not JSON ({e})") from e
+    return check_manifest(manifest, _HERE)
+
+
+# ------------------------------------------------------------------ patching
 
 def _digest(path):
     with open(path, "rb") as f:
@@ -64,7 +215,7 @@ def _digest(path):
 def _rebind(old, new):
     """Every module global that refers to ``old`` refers to ``new``."""
     for name, module in list(sys.modules.items()):
-        if name.startswith(("torch", "graphbreak_doctor_patch")):
+        if name.startswith(("torch", _PACKAGE)):
             continue
         namespace = getattr(module, "__dict__", None)
         if not isinstance(namespace, dict):
@@ -75,6 +226,15 @@ def _rebind(old, new):
 
 
 def _apply(module):
+    """Patch ``module`` if it is pending; any failure is one line, never the
+    library's own import failing."""
+    try:
+        _patch(module)
+    except Exception as e:
+        _say(f"{getattr(module, '__name__', module)} not patched: {type(e).__name__}: {e}")
+
+
+def _patch(module):
     entry = _PENDING.pop(module.__name__, None)
     if entry is None or module.__dict__.get("__graphbreak_doctor_patch__"):
         return
@@ -88,12 +248,12 @@ def _apply(module):
         _say(f"{module.__name__} not patched: {file} is not the file the patch was proven on")
         return
     before = {name: module.__dict__.get(name) for name in entry["functions"]}
-    path = os.path.join(_HERE, entry["block"])
+    saved = dict(module.__dict__)
     try:
-        with open(path, encoding="utf-8") as f:
-            code = compile(f.read(), path, "exec")
-        exec(code, module.__dict__)
-    except Exception as e:  # the library keeps working unpatched; say why once
+        exec(compile(entry["source"], entry["block"], "exec"), module.__dict__)
+    except (Exception, SystemExit) as e:  # the library keeps working unpatched; say why once
+        module.__dict__.clear()
+        module.__dict__.update(saved)
         _say(f"{module.__name__} not patched: {type(e).__name__}: {e}")
         return
     module.__dict__["__graphbreak_doctor_patch__"] = True
@@ -137,36 +297,27 @@ class _Finder(importlib.abc.MetaPathFinder):
 
 
 def install():
-    """Check the versions and patch (now, or when each module is imported)."""
+    """Check everything, then patch (now, or when each module is imported).
+    Inert on any bad input: one line on stderr, nothing patched."""
     if STATE["installed"]:
         return
     STATE["installed"] = True
-    manifest = _manifest()
-    refused = _version_mismatch(manifest.get("versions", {}))
-    if refused:
-        STATE["refused"] = refused
-        _say(refused)
+    try:
+        plan = _plan()
+    except Refused as e:
+        STATE["refused"] = str(e)
+        _say(str(e) + _UNPATCHED)
         return
-    _PENDING.update(manifest.get("modules", {}))
+    except Exception as e:  # a check that broke on input it did not foresee: still nothing runs
+        STATE["refused"] = f"{type(e).__name__}: {e}"
+        _say(f"the patch cannot be checked ({type(e).__name__}: {e})" + _UNPATCHED)
+        return
+    _PENDING.update(plan)
     for name in list(_PENDING):
         if name in sys.modules:
             _apply(sys.modules[name])
     if _PENDING:
         sys.meta_path.insert(0, _Finder())
-
-
-def chain_sitecustomize(here):
-    """Run the ``sitecustomize`` this folder's one hides (the environment's own)."""
-    import importlib.machinery
-    import importlib.util
-
-    folder = os.path.realpath(os.path.dirname(here))
-    rest = [p for p in sys.path if os.path.realpath(p or os.curdir) != folder]
-    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
-    if spec is None or spec.loader is None:
-        return
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
 
 
 # The doctor's own copy of this file (no manifest beside it) patches nothing.

@@ -13,7 +13,8 @@ DIR gets:
   how it was checked, and how to take it out.
 
 Nothing is written into an import root (site-packages); the folder is written
-beside DIR and moved into place, so DIR is whole or absent.
+beside DIR, checked there, and moved into place at the end, so DIR is whole or
+as it was (fix/folder.py: what DIR may be, and how it is replaced).
 """
 
 from __future__ import annotations
@@ -22,54 +23,58 @@ import difflib
 import hashlib
 import importlib.metadata
 import json
-import os
-import shutil
-import site
-import sys
-import tempfile
 from pathlib import Path
 
 from graphbreak_doctor.model import Findings, PatchChange, WrittenPatch
 from graphbreak_doctor.fix import patch_runtime
 from graphbreak_doctor.fix.emit import NAMESPACE
+from graphbreak_doctor.fix.folder import MANIFEST, PACKAGE, PatchError, Staged, mode_and_owner
 
-PACKAGE = "graphbreak_doctor_patch"
-MANIFEST = "manifest.json"
+# The first line of every sitecustomize.py the doctor writes (and wrote): how
+# one patch's sitecustomize knows another's and skips it.
+MARK = f'"""Loads {PACKAGE} (graphbreak-doctor\'s written patch)'
 
-SITECUSTOMIZE = f'''"""Loads {PACKAGE} (graphbreak-doctor's written patch) in every Python
+SITECUSTOMIZE = MARK + f''' in every Python
 process started with PYTHONPATH set to this folder; then runs the
-environment's own sitecustomize, which this file hides."""
+environment's own sitecustomize, which this file hides: the first one on
+sys.path that is not a written patch's (two patch folders never run each
+other's). A package that cannot be imported is one line on stderr, and the
+process goes on unpatched."""
 
-import {PACKAGE}
 
-{PACKAGE}.chain_sitecustomize(__file__)
+def _load():
+    import sys
+
+    try:
+        import {PACKAGE}  # noqa: F401  (it checks everything, then patches, at import)
+    except Exception as e:
+        sys.stderr.write(f"{PACKAGE}: cannot be imported ({{type(e).__name__}}: {{e}}): "
+                         "nothing is patched, the process goes on unpatched\\n")
+
+
+def _chain():
+    import importlib.machinery
+    import importlib.util
+    import os
+    import sys
+
+    for entry in list(sys.path):
+        spec = importlib.machinery.PathFinder.find_spec("sitecustomize", [entry])
+        if spec is None or spec.loader is None:
+            continue
+        if spec.origin and os.path.isfile(spec.origin):
+            with open(spec.origin, encoding="utf-8", errors="replace") as f:
+                if f.read({len(MARK)}) == {MARK!r}:
+                    continue
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return
+
+
+_load()
+_chain()
+del _load, _chain
 '''
-
-
-class PatchError(Exception):
-    """The patch cannot be written there; one line for the user."""
-
-
-def import_roots() -> list[Path]:
-    """Folders packages are imported from: site-packages and sys.path."""
-    roots = [*site.getsitepackages(), site.getusersitepackages(), *sys.path]
-    return [Path(p).resolve() for p in roots if p and Path(p).is_dir()]
-
-
-def check_folder(folder: Path) -> None:
-    """Before the ladder runs: DIR may be new or a patch written before, and
-    never inside an import root (a written patch is loaded on purpose, with
-    PYTHONPATH, not by landing in site-packages)."""
-    resolved = folder.resolve()
-    for root in import_roots():
-        if resolved == root or (root.name in ("site-packages", "dist-packages") and root in resolved.parents):
-            raise PatchError(f"--write-patch {folder}: that is where packages are imported from ({root}); "
-                             "choose a folder of its own")
-    if folder.exists() and not folder.is_dir():
-        raise PatchError(f"--write-patch {folder}: not a folder")
-    if folder.is_dir() and any(folder.iterdir()) and not (folder / PACKAGE / MANIFEST).is_file():
-        raise PatchError(f"--write-patch {folder}: the folder is not empty and holds no earlier patch; "
-                         "choose a new folder")
 
 
 def module_root(module: str, file: str) -> Path:
@@ -79,15 +84,17 @@ def module_root(module: str, file: str) -> Path:
     return path.parents[depth]
 
 
-def _distribution(module: str) -> tuple[str, str] | None:
+def _distribution(module: str, rel: str) -> tuple[str, str] | None:
+    """(distribution, version) of the installed library ``module`` belongs
+    to: the one whose files hold ``rel``, as the package checks at import."""
     top = module.split(".")[0]
-    dists = importlib.metadata.packages_distributions().get(top) or []
-    for dist in dists:
+    found = []
+    for dist in importlib.metadata.packages_distributions().get(top) or []:
         try:
-            return dist, importlib.metadata.version(dist)
+            found.append((dist, importlib.metadata.version(dist)))
         except importlib.metadata.PackageNotFoundError:
             continue
-    return None
+    return next((d for d in found if patch_runtime.in_distribution(module, rel, d[0])), found[0] if found else None)
 
 
 def plan(findings: Findings) -> tuple[list[PatchChange], list[str]]:
@@ -123,57 +130,52 @@ def diff_text(kept: list[PatchChange]) -> tuple[str, dict[str, dict]]:
     return "".join(parts), modules
 
 
-def write(folder: Path, name: str, findings: Findings) -> WrittenPatch:
-    """Write the patch to ``folder`` (replacing an earlier patch there)."""
+def stage(folder: Path, name: str, findings: Findings) -> Staged:
+    """Write the patch for ``folder`` beside it (``Staged.path``); the caller
+    checks it there, then commits (moves it into place) or discards it."""
     kept, left = plan(findings)
     if not kept:
         raise PatchError("the ladder kept no change the doctor can write as a patch"
                          + (f" ({'; '.join(left)})" if left else ""))
     diff, modules = diff_text(kept)
-    versions = dict(filter(None, (_distribution(m) for m in modules)))
-    manifest = {"versions": versions, "modules": {}}
+    dists = {m: _distribution(m, entry["rel"]) for m, entry in modules.items()}
+    versions = dict(d for d in dists.values() if d)
+    manifest = {"versions": versions, "diff": f"{name}.patch", "modules": {}}
     written = WrittenPatch(folder=str(folder), diff=f"{name}.patch", diff_text=diff, versions=versions)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
+    staged = Staged(folder)
+    staged.written = written
     try:
-        package = staging / PACKAGE
+        package = staged.path / PACKAGE
         (package / "blocks").mkdir(parents=True)
         for module, entry in modules.items():
             block = f"blocks/{module.replace('.', '_')}.py"
-            (package / block).write_text(entry["text"], encoding="utf-8")
-            manifest["modules"][module] = {"file": entry["rel"], "sha256": entry["sha256"],
-                                           "functions": entry["functions"], "block": block}
+            data = entry["text"].encode("utf-8")
+            (package / block).write_bytes(data)
+            manifest["modules"][module] = {
+                "file": entry["rel"], "sha256": entry["sha256"],
+                "distribution": dists[module][0] if dists[module] else None,
+                "functions": entry["functions"], "block": block, "block_sha256": hashlib.sha256(data).hexdigest()}
         (package / "__init__.py").write_text(Path(patch_runtime.__file__).read_text(encoding="utf-8"),
                                              encoding="utf-8")
         (package / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-        (staging / "sitecustomize.py").write_text(SITECUSTOMIZE, encoding="utf-8")
-        (staging / written.diff).write_text(diff, encoding="utf-8")
-        (staging / "README.txt").write_text(readme(findings, written, kept, left), encoding="utf-8")
-        _replace(staging, folder)
+        try:  # the package's own check, here: never write a patch it would refuse
+            patch_runtime.check_manifest(manifest, str(package))
+        except patch_runtime.Refused as e:
+            raise PatchError(f"the package would refuse it: {e}") from e
+        (staged.path / "sitecustomize.py").write_text(SITECUSTOMIZE, encoding="utf-8")
+        (staged.path / written.diff).write_text(diff, encoding="utf-8")
+        update_readme(findings, written, staged)
     except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
+        staged.discard()
         raise
-    return written
+    return staged
 
 
-def update_readme(findings: Findings, written: WrittenPatch) -> None:
-    """Write README.txt again, with the fresh-process check's outcome."""
+def update_readme(findings: Findings, written: WrittenPatch, staged: Staged) -> None:
+    """(Re)write README.txt in the staged folder (again after the check)."""
     kept, left = plan(findings)
-    target = Path(written.folder) / "README.txt"
-    tmp = target.with_name(".README.txt.tmp")
-    tmp.write_text(readme(findings, written, kept, left), encoding="utf-8")
-    os.replace(tmp, target)
-
-
-def _replace(staging: Path, folder: Path) -> None:
-    old = None
-    if folder.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{folder.name}-old-", dir=folder.parent))
-        os.rmdir(old)
-        os.rename(folder, old)
-    os.rename(staging, folder)
-    if old is not None:
-        shutil.rmtree(old)
+    mode, owner = mode_and_owner(staged.path)
+    (staged.path / "README.txt").write_text(readme(findings, written, kept, left, (mode, owner)), encoding="utf-8")
 
 
 def _where(size: int | None) -> str:
@@ -193,7 +195,8 @@ def _does(change: PatchChange) -> str:
     }.get(change.kind, change.kind)
 
 
-def readme(findings: Findings, written: WrittenPatch, kept: list[PatchChange], left: list[str]) -> str:
+def readme(findings: Findings, written: WrittenPatch, kept: list[PatchChange], left: list[str],
+           access: tuple[str, str]) -> str:
     folder = written.folder
     rungs = {r.step: r for r in findings.ladder}
     lines = [
@@ -230,6 +233,11 @@ def readme(findings: Findings, written: WrittenPatch, kept: list[PatchChange], l
         "",
         "Or change the installed files instead (what a fork or a vendored copy commits):",
         f"  cd <site-packages> && patch -p1 < {folder}/{written.diff}",
+        "",
+        f"Who can load it: this folder is {access[0]}, owned by {access[1]} (what mkdir gives under the umask).",
+        "A process running as another user loads the patch only if it can read the folder and every file in it;",
+        "one that cannot gets no patch, and Python says nothing (it finds no sitecustomize.py).",
+        f"  chmod -R a+rX {folder}    # lets every user read it",
         "",
         "Take it out: drop the folder from PYTHONPATH (or delete it); for the diff,",
         f"  cd <site-packages> && patch -p1 -R < {folder}/{written.diff}",
