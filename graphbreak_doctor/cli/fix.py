@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     patch.check_options(args, selected)
     stems = [stem(s, args, "fix") for s in selected]
     outputs = OutputSet.plan(args, (FINDINGS,), stems)
-    patch.check_outputs(args, [p.path for p in outputs.planned])
+    patch.check_outputs(args, [p.path for p in outputs.planned] + [log for log in outputs.logs.values() if log])
     progress = Progress()
     # Every ladder first, then the files: a bad second target writes nothing.
     done = run_fixes(args, selected, progress)

@@ -76,18 +76,18 @@ def check_options(args: argparse.Namespace, selected: list[Selection]) -> None:
 
 
 def check_outputs(args: argparse.Namespace, outputs: Iterable[Path]) -> None:
-    """Before the ladder runs: no output file (nor the log kept beside it) is
-    DIR or inside it -- DIR is replaced whole, and holds only the patch."""
+    """Before the ladder runs: no output file (the outputs' plan, the logs
+    kept beside them included) is DIR or inside it -- DIR is replaced whole,
+    and holds only the patch."""
     if not args.write_patch:
         return
     where = os.path.realpath(args.write_patch)
-    for path in outputs:
-        for each in (path, path.with_suffix(".log")):
-            real = os.path.realpath(each)
-            if real == where or real.startswith(where.rstrip(os.sep) + os.sep):
-                raise UsageError(f"--write-patch {args.write_patch}: the output {each} would be "
-                                 f"{'the patch folder' if real == where else 'inside the patch folder'}; "
-                                 "choose another path")
+    for each in outputs:
+        real = os.path.realpath(each)
+        if real == where or real.startswith(where.rstrip(os.sep) + os.sep):
+            raise UsageError(f"--write-patch {args.write_patch}: the output {each} would be "
+                             f"{'the patch folder' if real == where else 'inside the patch folder'}; "
+                             "choose another path")
 
 
 def write_and_check(args: argparse.Namespace, selection: Selection, findings: Findings, name: str,
