@@ -177,8 +177,9 @@ def _binary_stream(file: InputFile) -> BinaryIO:
 def lines(file: InputFile, on_cut: Callable[[str], None] | None = None) -> Iterator[str]:
     """The file's lines without line endings; an IngestError if it is not text.
 
-    A compressed file that breaks off after some lines (copied while it was
-    written) keeps those lines: ``on_cut`` is told why it ended early."""
+    A compressed file that breaks off (copied while it was written) keeps
+    the lines before the cut, if any: ``on_cut`` is told why it ended early.
+    Data that cannot be decompressed at all (not a cut) is an IngestError."""
     stream = _binary_stream(file)
     read = 0
     try:
@@ -187,9 +188,10 @@ def lines(file: InputFile, on_cut: Callable[[str], None] | None = None) -> Itera
             yield line
     except (OSError, EOFError, ValueError) as e:
         # gzip.BadGzipFile and zstandard.ZstdError are OSError/ValueError
-        # subclasses; a gzip stream that breaks off ends in EOFError.
+        # subclasses; a gzip or zstd stream that breaks off ends in EOFError,
+        # also one cut inside its first block, before any line.
         why = f"cannot decompress ({file.compression}): {e or type(e).__name__}"
-        if not read or on_cut is None:
+        if on_cut is None or not (read or isinstance(e, EOFError)):
             raise IngestError(f"{file.path}: {why}") from e
         on_cut(why)
     finally:
@@ -235,7 +237,8 @@ def peek(file: InputFile, count: int = 20, budget: int = 4 * MAX_LINE) -> list[s
     """The first non-empty lines of a file, reading at most ``budget`` characters."""
     out: list[str] = []
     seen = 0
-    stream = lines(file)
+    # A cut is not an error here: reading the file says where it ends (on_cut).
+    stream = lines(file, on_cut=lambda why: None)
     try:
         for line in stream:
             seen += len(line) + 1
@@ -250,6 +253,24 @@ def peek(file: InputFile, count: int = 20, budget: int = 4 * MAX_LINE) -> list[s
 
 # Saved findings are read whole; a file that decompresses to more is a log.
 MAX_JSON_BYTES = 1 << 30
+
+
+def _cut_json(error: json.JSONDecodeError) -> bool:
+    """Whether a file that starts like JSON and does not parse is one JSON
+    document gone wrong (an error, never a log that reports nothing) rather
+    than a log. A log that opens with ``[rank0]:`` fails on its first line; a
+    JSON-lines log holds a whole value on its first line and more after it.
+    Anything else -- cut short, damaged past its first line, a document with
+    text after it -- was meant to be one document."""
+    text = error.doc
+    if error.pos >= len(text.rstrip()):
+        return True  # cut short
+    first_line_end = text.find("\n", len(text) - len(text.lstrip()))
+    if first_line_end == -1 or error.pos <= first_line_end:
+        return False
+    if error.msg == "Extra data":
+        return len(text[:error.pos].rstrip()) > first_line_end  # the first value ran past line 1
+    return True
 
 
 class NotJSON(ValueError):
@@ -279,7 +300,13 @@ def json_document(path: str | os.PathLike, *, strict: bool = False) -> Any:
                 if strict:
                     raise NotJSON(f"larger than {MAX_JSON_BYTES >> 20} MiB")
                 return None
-    except (OSError, EOFError) as e:
+    except EOFError as e:
+        # A compressed file that ends early: not one whole document. As a log,
+        # what came before the cut is read and the cut reported (lines).
+        if not strict:
+            return None
+        raise IngestError(f"{path}: cannot read ({file.compression}): {e or type(e).__name__}") from e
+    except OSError as e:
         raise IngestError(f"{path}: cannot read ({file.compression or 'plain'}): {e or type(e).__name__}") from e
     except ValueError as e:
         if isinstance(e, NotJSON):
@@ -295,7 +322,10 @@ def json_document(path: str | os.PathLike, *, strict: bool = False) -> Any:
         if strict:
             raise NotJSON("not UTF-8 text") from None
         return None
-    except ValueError as e:  # json.JSONDecodeError
+    except json.JSONDecodeError as e:
         if strict:
             raise NotJSON(str(e)) from None
+        if _cut_json(e):
+            raise IngestError(f"{path}: starts as one JSON document but does not parse ({e.msg} at line "
+                              f"{e.lineno} column {e.colno}): a findings file cut short or damaged?") from None
         return None

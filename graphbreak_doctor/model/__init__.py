@@ -8,6 +8,8 @@ dataclasses, no torch; nothing here imports another part of the doctor.
 - ``gate``: what ``check`` decided; ``baseline``: what a project accepted;
 - ``diff``: two diagnoses compared; ``matrix``: a version matrix's cells;
 - ``loader``: the typed JSON loader findings and baselines are read with.
+- ``json_text``: the JSON text of every document written (non-finite
+  numbers, lone surrogates and deep nesting made safe).
 """
 
 from graphbreak_doctor.model.findings import (

@@ -4,10 +4,10 @@ regions it accepted, with their verdicts. Read with the typed JSON loader."""
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
+from graphbreak_doctor.model.json_text import dumps, plain
 from graphbreak_doctor.model.loader import build
 from graphbreak_doctor.model.vocabulary import REGION_BREAKS, REGION_CRASHED, REGION_FAILS, REGION_OK
 
@@ -91,9 +91,9 @@ class Baseline:
             "device": self.device,
             "environment": self.environment,
             # "regions" only for a target traced with its compile map.
-            "targets": [{k: v for k, v in asdict(t).items() if k != "regions" or v} for t in self.targets],
+            "targets": [{k: v for k, v in plain(t).items() if k != "regions" or v} for t in self.targets],
         }
-        return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+        return dumps(data)
 
 
 def _require(cond: Any, path: str, what: str) -> None:

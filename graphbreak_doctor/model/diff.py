@@ -4,11 +4,11 @@ keys both have, and what else changed."""
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from graphbreak_doctor.model.baseline import BaselineEntry
+from graphbreak_doctor.model.json_text import dumps, plain
 
 DIFF_SCHEMA_VERSION = 1
 KIND = "graphbreak-doctor diff"
@@ -66,9 +66,9 @@ class FindingsDiff:
         return not (self.only_a or self.only_b or self.verdict)
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
+        data = plain(self)
         data["match_rate"] = round(self.match_rate, 4)
         return {"schema_version": data.pop("schema_version"), "kind": data.pop("kind"), **data}
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, ensure_ascii=False) + "\n"
+        return dumps(self.to_dict())

@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from graphbreak_doctor.model.json_text import dumps, plain
 from graphbreak_doctor.model.loader import build, expect
 from graphbreak_doctor.model.vocabulary import (
     COMPLETE,
@@ -436,10 +437,10 @@ class Findings:
         return counts
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return plain(self)
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, ensure_ascii=False) + "\n"
+        return dumps(self.to_dict())
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Findings:

@@ -7,11 +7,11 @@ renderers (render/matrix_*.py) read only this.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from graphbreak_doctor.model.findings import Findings
+from graphbreak_doctor.model.json_text import dumps
 from graphbreak_doctor.model.vocabulary import CRASHED, TIMED_OUT
 from graphbreak_doctor.text import counted
 
@@ -226,4 +226,4 @@ class MatrixResult:
         }
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, ensure_ascii=False) + "\n"
+        return dumps(self.to_dict())

@@ -13,14 +13,17 @@ else: the source lines around a break are those the trace recorded in the
 findings (``Break.excerpts``), else the one line a frame kept -- never a file
 of the machine that renders the report, whose paths findings from elsewhere
 may name (``/etc/passwd``). Every value printed goes through
-``text.escape_controls`` (NUL, escape sequences and other control characters
-shown as escapes; ``finalize`` below). What it adds is the layout of the
-breaks' call graph (``svg.py``).
+``text.escape_controls`` (NUL, escape sequences and other control characters,
+lone surrogates shown as escapes; ``finalize`` below), and a free-form value
+(a target's facts, the device) is shown :data:`MAX_NESTING` levels deep, then
+as its JSON text: findings from elsewhere may nest it 900 deep. What it adds
+is the layout of the breaks' call graph (``svg.py``).
 """
 
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import re
 from dataclasses import dataclass
@@ -33,12 +36,15 @@ from markupsafe import Markup, escape
 from graphbreak_doctor import __version__
 from graphbreak_doctor.frames import call_graph, node_id, short_path
 from graphbreak_doctor.model import MAP_MODE, Break, Findings, Frame, TargetInfo, doc_url
+from graphbreak_doctor.model.json_text import flat, nests_deeper
 from graphbreak_doctor.render import compile_map, svg
 from graphbreak_doctor.render.renderer import FINDINGS, Renderer
 from graphbreak_doctor.text import counted as _plural
 from graphbreak_doctor.text import escape_controls
 
 TEMPLATES = Path(__file__).with_name("templates")
+# Levels of a free-form value shown as nested lists and tables; deeper, its JSON text.
+MAX_NESTING = 6
 
 
 @dataclass
@@ -77,6 +83,8 @@ def _finalize(value: Any) -> Any:
         return value
     if isinstance(value, Markup):
         return Markup(escape_controls(str(value), keep="\n\t"))
+    if isinstance(value, (dict, list, tuple)) and nests_deeper(value, MAX_NESTING):
+        value = flat(value)  # str() of a deep value would recurse without bound
     return escape_controls(str(value), keep="\n\t")
 
 
@@ -105,7 +113,10 @@ def _meta_rows(target: TargetInfo) -> list[tuple[str, Any]]:
     return [(k, v) for k, v in target.facts.items() if v not in (None, "", [], {})]
 
 
+@functools.lru_cache(maxsize=None)
 def template_environment():
+    """The templates' environment, made once: each template is compiled on
+    its first use, not once per page (a matrix writes a report per cell)."""
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES),
         autoescape=True,
@@ -115,8 +126,10 @@ def template_environment():
         keep_trailing_newline=True,
         finalize=_finalize,
     )
-    env.filters.update(short=short_path, ticks=_ticks, slug=_slug, doc_url=doc_url, code_name=_code_name)
-    env.globals.update(plural=_plural, excerpt=excerpt, is_mapping=lambda v: isinstance(v, dict),
+    env.filters.update(short=short_path, ticks=_ticks, slug=_slug, doc_url=doc_url, code_name=_code_name,
+                       json_text=flat)
+    env.globals.update(plural=_plural, excerpt=excerpt, max_nesting=MAX_NESTING,
+                       is_mapping=lambda v: isinstance(v, dict),
                        is_sequence=lambda v: isinstance(v, (list, tuple)))
     return env
 

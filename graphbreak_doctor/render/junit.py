@@ -12,6 +12,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 from graphbreak_doctor.model import COMPLETE, CaseResult, GateReport, TargetResult
+from graphbreak_doctor.model.json_text import as_text
 from graphbreak_doctor.render.gate_text import describe_break
 from graphbreak_doctor.render.renderer import GATE, Renderer
 from graphbreak_doctor.text import escape_controls
@@ -60,8 +61,8 @@ def render(report: GateReport) -> str:
     ET.SubElement(props, "property", name="device", value=report.device)
     env = report.targets[0].findings.environment if report.targets else {}
     for k in sorted(env):
-        if env[k]:
-            ET.SubElement(props, "property", name=k, value=env[k])
+        if env[k]:  # free form in findings from elsewhere: a number, a list
+            ET.SubElement(props, "property", name=k, value=as_text(env[k]))
     for t, c in cases:
         suite.append(_case(t, c, report.device))
     ET.indent(root)

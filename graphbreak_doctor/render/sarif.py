@@ -11,13 +11,19 @@
   (accepted by the baseline, filtered out, or within budget).
 - partialFingerprints carry ``Break.key()`` hashed: the same break keeps its
   identity when lines move, as baselines do.
+
+Findings from elsewhere are rendered whatever they hold: a category the
+registry does not know gets a rule of its own (with the fallback category's
+help), a path that cannot name a file here (a NUL, a lone surrogate) is not
+resolved and its URI shows it percent-encoded, and the text is JSON made by
+``model.json_text`` (NUL as ``\\u0000``, a lone surrogate as ``\\ud800``).
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
+import urllib.parse
 from collections import defaultdict
 from pathlib import Path
 
@@ -25,6 +31,7 @@ from graphbreak_doctor import __version__
 from graphbreak_doctor.analysis import categories
 from graphbreak_doctor.analysis.categories import CATEGORIES
 from graphbreak_doctor.model import Break, Frame, GateReport, doc_url
+from graphbreak_doctor.model.json_text import dumps
 from graphbreak_doctor.render.renderer import GATE, Renderer
 
 SARIF_VERSION = "2.1.0"
@@ -36,6 +43,11 @@ INFO_URI = "https://meta-pytorch.github.io/compile-graph-break-site/"
 def _generic(text: str) -> str:
     return text.format_map(defaultdict(lambda: "…", call="the call", function="the function",
                                        package="the library", op="the op"))
+
+
+def _rule_order(category: str) -> tuple[int, str]:
+    """The registry's order; categories it does not know after it, by name."""
+    return (CATEGORIES.index(category), "") if category in CATEGORIES else (len(CATEGORIES), category)
 
 
 def _rule(category: str) -> dict:
@@ -62,19 +74,40 @@ def _rule(category: str) -> dict:
     }
 
 
+def _names_a_file(path: str) -> bool:
+    """Whether ``path`` can name a file on this machine: no NUL, and
+    encodable as a file name (a lone surrogate is not)."""
+    if "\x00" in path:
+        return False
+    try:
+        os.fsencode(path)
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _file_uri(p: Path) -> str:
+    if _names_a_file(str(p)):
+        return p.as_uri()
+    # As Path.as_uri quotes, the characters it cannot encode shown as escapes.
+    return "file://" + urllib.parse.quote(str(p).encode("utf-8", "backslashreplace"))
+
+
 def _artifact(path: str, root: Path) -> dict:
     p = Path(path)
     # An installed library is not the project's source even when its virtual
     # environment lives in the checkout (.venv/lib/.../site-packages).
     installed = any(part in ("site-packages", "dist-packages") for part in p.parts)
-    if not p.is_absolute() and not installed:
-        return {"uri": p.as_posix(), "uriBaseId": SRCROOT}
+    if not p.is_absolute():
+        return {"uri": p.as_posix()} if installed else {"uri": p.as_posix(), "uriBaseId": SRCROOT}
+    if _names_a_file(path):
+        p = p.resolve()
     if not installed:
         try:
-            return {"uri": p.resolve().relative_to(root).as_posix(), "uriBaseId": SRCROOT}
+            return {"uri": p.relative_to(root).as_posix(), "uriBaseId": SRCROOT}
         except ValueError:
             pass
-    return {"uri": p.resolve().as_uri() if p.is_absolute() else p.as_posix()}
+    return {"uri": _file_uri(p)}
 
 
 def _location(frame: Frame, b: Break, root: Path) -> dict:
@@ -97,12 +130,13 @@ def _message(b: Break) -> str:
 
 
 def fingerprint(b: Break) -> str:
-    return hashlib.sha256("|".join(b.key()).encode()).hexdigest()[:32]
+    # surrogatepass: a lone surrogate from a file has bytes too (UTF-8 text is unchanged).
+    return hashlib.sha256("|".join(b.key()).encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 def render(report: GateReport, root: str | os.PathLike | None = None) -> str:
     root = Path(root or os.getcwd()).resolve()
-    used = sorted({b.category for t in report.targets for b in t.findings.breaks}, key=CATEGORIES.index)
+    used = sorted({b.category for t in report.targets for b in t.findings.breaks}, key=_rule_order)
     index = {c: i for i, c in enumerate(used)}
     results = []
     for t in report.targets:
@@ -148,7 +182,7 @@ def render(report: GateReport, root: str | os.PathLike | None = None) -> str:
         "results": results,
     }
     doc = {"$schema": SARIF_SCHEMA, "version": SARIF_VERSION, "runs": [run]}
-    return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+    return dumps(doc)
 
 
 RENDERER = Renderer("sarif", GATE, render, suffix=".sarif", option="--sarif",
