@@ -51,7 +51,7 @@ def run_write(args: argparse.Namespace) -> int:
             raise NothingToGate(nothing_to_gate(args.from_path).replace("nothing to gate", "nothing to record", 1))
         # The device the run was on, not --device's default.
         device = results[0].device.get("name") or args.device
-        if device in ("?", "unknown"):
+        if not isinstance(device, str) or device in ("?", "unknown"):  # free-form in findings from elsewhere
             device = args.device
     else:
         device = args.device
