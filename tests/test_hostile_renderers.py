@@ -143,6 +143,7 @@ def test_a_compressed_input_cut_short_exits_3_as_the_readme_says(tmp_path, capsy
         code, out, err = main(capsys, "check", "--from", path)
         assert code == 3, (path.name, out, err)
         assert "Traceback" not in err
+        assert "could not be parsed (first: the file ends early" in out and "CRASHED" in out, out
         code, _out, err = main(capsys, "ingest", path, "--json", tmp_path / "i.json", "--no-html")
         assert code == 0, (path.name, err)
         unparsed = json.loads((tmp_path / "i.json").read_text())["unparsed_events"]

@@ -40,6 +40,8 @@ def _stopped(t: TargetResult) -> str:
 
 def target_result_lines(t: TargetResult, device: str) -> list[str]:
     lines = []
+    if t.crashed and not t.cases:  # nothing to check (an input cut short): why, in its own words
+        lines.append(f"{t.name} [{device}]: {_stopped(t)}: {t.findings.incomplete()}")
     for case in t.cases:
         status = _stopped(t) if case.crashed else "passed" if case.passed else "FAILED"
         lines.append(f"{t.name} [{case.mode}, {device}]: {status}")
