@@ -22,8 +22,8 @@ EXIT_CODES_HELP = """exit codes:
        process, or nothing could be written (fix --write-patch)
   2    usage or input error: bad target, option or file (one line on stderr)
   3    crashed: the target crashed under Dynamo (not a graph break), or exited,
-       aborted, segfaulted or was killed; a break report could not be parsed
-       (check); or an internal error
+       aborted, segfaulted, was killed or allocated past --memory; a break
+       report could not be parsed (check); or an internal error
   4    timed out (--timeout): the worker was killed
   5    nothing to gate (check --from, diff --fail-on-new, baseline write --from):
        the input holds no Dynamo report, so no check ran (one line on stderr)

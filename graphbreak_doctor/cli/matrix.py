@@ -30,7 +30,6 @@ from graphbreak_doctor.targets.registry import providers
 
 NAME = "matrix"
 DEFAULT_TIMEOUT = 900
-DEFAULT_MEMORY_GB = 8
 
 HELP = """Each (SGLang, FlashInfer) pair gets a virtual environment built with uv from
 requirements/ (torch held at this interpreter's version; kept and reused:
@@ -74,7 +73,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     what.add_argument("--model", action="store_true",
                       help="per cell, the compile map of SGLang's GLM-5 model forward (as `trace --model --mode "
                            "map`): how the release runs the prefill, and the torch.compile regions entered")
-    from graphbreak_doctor.cli.targets import add_option
+    from graphbreak_doctor.cli.targets import add_memory_option, add_option
 
     for provider in _matrix_providers():
         group = p.add_argument_group(f"{provider.title} (each cell traces it; its code must import in the "
@@ -112,8 +111,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                           "cluster has CPUs)")
     how.add_argument("--timeout", type=int_at_least(1), default=DEFAULT_TIMEOUT, metavar="SECONDS",
                      help=f"per worker (default {DEFAULT_TIMEOUT}); a cell past it is 'timed out'")
-    how.add_argument("--memory", type=int_at_least(1), default=DEFAULT_MEMORY_GB, metavar="GB",
-                     help=f"address-space limit per worker (default {DEFAULT_MEMORY_GB})")
+    add_memory_option(how)
     how.add_argument("--envs", metavar="DIR",
                      help="where the environments are kept (default ~/.cache/graphbreak-doctor/matrix-envs)")
     how.add_argument("--find-links", action="append", default=[], metavar="DIR",
@@ -216,6 +214,7 @@ def _bisect_range(args: argparse.Namespace, plan) -> tuple[str, str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from graphbreak_doctor.cli.targets import memory_limit
     from graphbreak_doctor.matrix.envs import Environments, EnvError, default_envs_dir
     from graphbreak_doctor.matrix.executors import ExecutorError, Limits, executor
     from graphbreak_doctor.model.matrix import NOT_AVAILABLE
@@ -230,7 +229,7 @@ def run(args: argparse.Namespace) -> int:
     stem = f"matrix-{plan.layer}-{plan.impl}" + (f"-bisect-{bisecting[0]}" if bisecting else "")
     outputs = OutputSet.plan(args, (MATRIX,), [stem])
     progress = Progress()
-    limits = Limits(jobs=args.jobs or os.cpu_count() or 1, timeout=args.timeout, memory=args.memory << 30)
+    limits = Limits(jobs=args.jobs or os.cpu_count() or 1, timeout=args.timeout, memory=memory_limit(args))
     options = {"address": args.address, "envs": args.envs, "find_links": tuple(args.find_links)} \
         if args.executor == "ray" else {}
     try:

@@ -14,17 +14,21 @@ from graphbreak_doctor.cli.common import UsageError, int_at_least
 from graphbreak_doctor.cli.outputs import OutputSet, write_file
 from graphbreak_doctor.emulation.presets import DEFAULT_DEVICE, PRESETS
 from graphbreak_doctor.model import MAP_MODE, MODE_CHOICES, Findings, Rung, modes_for
-from graphbreak_doctor.jobs import Job, Outcome, run_in_process, run_jobs
+from graphbreak_doctor.jobs import Job, Outcome, run_jobs
 from graphbreak_doctor.jobs.job import FIX, MAP, TRACE
-from graphbreak_doctor.jobs.output import lines, log_sections, to_log, with_logs
+from graphbreak_doctor.jobs.local import run_here
+from graphbreak_doctor.jobs.output import lines, log_sections, with_logs
 from graphbreak_doctor.jobs.pool import crash_report_line, held_back
-from graphbreak_doctor.patching import UndoLog
 from graphbreak_doctor.progress import Progress
 from graphbreak_doctor.targets.provider import Option, Selection, TargetProvider
 from graphbreak_doctor.targets.registry import PROVIDERS
 from graphbreak_doctor.text import escape_controls
 
 DEFAULT_TIMEOUT = 900
+# Address space per worker, GiB (docs/tracing.md says how it was chosen). A
+# real GPU (--device cuda) has none unless asked: a CUDA context reserves more
+# address space than the machine has memory.
+DEFAULT_MEMORY_GB = 16
 
 
 def _argparse_type(option: Option):
@@ -81,13 +85,28 @@ def add_target_options(p: argparse.ArgumentParser, default_mode: str = "both") -
                      help=f"kill a trace that runs longer (default {DEFAULT_TIMEOUT}; exit 4)")
     run.add_argument("--jobs", type=int_at_least(1), default=None, metavar="N",
                      help="traces run at once, each (target, mode) in a worker process (default: the CPU count)")
+    add_memory_option(run)
     run.add_argument("--in-process", action="store_true",
-                     help="trace in this process, one after the other (for debugging; no --timeout, and a "
-                          "target that exits or segfaults ends the doctor)")
+                     help="trace in this process, one after the other (for debugging; no --timeout or --memory, "
+                          "and a target that exits or segfaults ends the doctor)")
     run.add_argument("--verbose", action="store_true",
                      help="also show what the traced code wrote to stdout and stderr (always kept in a log file "
                           "beside the report)")
     p.add_argument("--debug", action="store_true", help="show tracebacks and whole error messages")
+
+
+def add_memory_option(group: Any) -> None:
+    """--memory, for every command that runs targets in workers."""
+    group.add_argument("--memory", type=int_at_least(0), default=None, metavar="GB",
+                       help=f"address-space limit per worker, GiB (default {DEFAULT_MEMORY_GB}; none for "
+                            "--device cuda; 0: none); a target that allocates past it crashes (exit 3)")
+
+
+def memory_limit(args: argparse.Namespace) -> int:
+    """The address-space limit per worker that ``args`` ask for, in bytes (0: none)."""
+    if args.memory is None:
+        return 0 if getattr(args, "device", None) == "cuda" else DEFAULT_MEMORY_GB << 30
+    return args.memory << 30
 
 
 def values(args: argparse.Namespace, provider: TargetProvider) -> dict[str, Any]:
@@ -131,15 +150,14 @@ def run_jobs_as_asked(args: argparse.Namespace, jobs: list[Job], progress: Progr
     """Every job's outcome, in order -- in workers, or in this process with
     --in-process -- with what its traced code wrote (``log``, kept out of the
     terminal); a target that is bad input is a UsageError."""
+    if args.in_process and args.memory is not None:
+        raise UsageError("--memory limits each worker's address space: --in-process runs no worker")
+
     def run_all(logged: list[Job]) -> list[Outcome]:
         if not args.in_process:
-            return run_jobs(logged, timeout=args.timeout, parallel=args.jobs or os.cpu_count() or 1)
-        done = []
-        for job in logged:
-            with UndoLog() as log:
-                to_log(job.log, log)
-                done.append(run_in_process(job, progress))
-        return done
+            return run_jobs(logged, timeout=args.timeout, parallel=args.jobs or os.cpu_count() or 1,
+                            memory=memory_limit(args))
+        return run_here(logged, progress)
 
     outcomes = with_logs(jobs, run_all)
     usage = next((o for o in outcomes if o.usage), None)

@@ -40,11 +40,48 @@ def sized_builds(job: Job) -> dict:
     return {"sizes_of": sizes_of, "at_size": at_size}
 
 
+def out_of_memory(e: BaseException, memory: int) -> str:
+    """The crash message for ``e`` when it says an allocation failed under the
+    address-space limit ``memory`` (bytes; 0: none), else ""."""
+    seen = 0
+    cause: BaseException | None = e
+    while cause is not None and seen < 16 and memory:
+        text = str(cause)  # a TargetError says what its cause says: the cause is named
+        if not isinstance(cause, TargetError) and (
+                isinstance(cause, MemoryError) or "can't allocate memory" in text
+                or "Cannot allocate memory" in text or "std::bad_alloc" in text):
+            what = f"{type(cause).__name__}: {one_line(text)}" if text else type(cause).__name__
+            return (f"out of memory: the worker's address space is limited to {memory / (1 << 30):g} GiB "
+                    f"(--memory) and the target asked for more ({what})")
+        cause, seen = cause.__cause__ or cause.__context__, seen + 1
+    return ""
+
+
+def run_here(jobs: list[Job], progress: Callable[[str], None]) -> list[Outcome]:
+    """``--in-process``: the jobs one after the other in this process, each
+    writing to its log (Job.log); every process they start is ended with the
+    run, however it ends (jobs/lifetime.py)."""
+    from graphbreak_doctor.jobs.lifetime import end_what_starts
+    from graphbreak_doctor.jobs.output import to_log
+    from graphbreak_doctor.patching import UndoLog
+
+    done = []
+    with UndoLog() as started:
+        end_what_starts(started)
+        for job in jobs:
+            with UndoLog() as log:
+                to_log(job.log, log)
+                done.append(run_in_process(job, progress))
+    return done
+
+
 def run_in_process(job: Job, progress: Callable[[str], None] = lambda _m: None, *,
-                   interrupts_are_ours: bool = True) -> Outcome:
+                   interrupts_are_ours: bool = True, memory: int = 0) -> Outcome:
     """Run ``job`` here. A bad target is a usage outcome; anything the target
     raises that Dynamo does not handle (SystemExit, a BaseException of its own)
-    is a crash outcome, and so is an error of the doctor's own (said so).
+    is a crash outcome, and so is an error of the doctor's own (said so), and
+    an allocation that fails under the worker's address-space limit
+    ``memory`` (bytes; 0: none), however it surfaces.
     Interrupted propagates, and so does KeyboardInterrupt unless
     ``interrupts_are_ours`` is False (a worker, which ignores SIGINT: there a
     KeyboardInterrupt can only come from the target)."""
@@ -69,6 +106,8 @@ def run_in_process(job: Job, progress: Callable[[str], None] = lambda _m: None, 
         else:
             findings = trace_mode(build, job.mode, device=job.device, progress=progress)
     except TargetError as e:
+        if out_of_memory(e, memory):
+            return Outcome(job, status=CRASHED, message=out_of_memory(e, memory), details=[traceback.format_exc()])
         return Outcome(job, usage=True, message=str(e), details=[traceback.format_exc()])
     except Interrupted:
         raise
@@ -77,8 +116,8 @@ def run_in_process(job: Job, progress: Callable[[str], None] = lambda _m: None, 
             raise
         return Outcome(job, status=CRASHED, message=describe_exit(e), details=[traceback.format_exc()])
     except Exception as e:  # escaped the capture: an error of the doctor's own
-        return Outcome(job, status=CRASHED, message=f"internal error: {type(e).__name__}: {one_line(str(e))}",
-                       details=[traceback.format_exc()])
+        message = out_of_memory(e, memory) or f"internal error: {type(e).__name__}: {one_line(str(e))}"
+        return Outcome(job, status=CRASHED, message=message, details=[traceback.format_exc()])
     except BaseException as e:  # the target's own SystemExit or BaseException: not a graph break
         return Outcome(job, status=CRASHED, message=describe_exit(e), details=[traceback.format_exc()])
     return Outcome(job, findings=findings)

@@ -30,6 +30,10 @@ _CRASH_REPORTS = (b"!!!!!!! Segfault encountered", b"Fatal Python error:", b"***
                   b"*** SIGABRT", b"*** Aborted at")
 
 
+# How an allocation that fails in C code (under --memory) can end a worker.
+_MEMORY_SIGNALS = (signal.SIGABRT, signal.SIGSEGV, signal.SIGBUS, signal.SIGKILL)
+
+
 def is_crash_report(line: str | bytes) -> bool:
     """Whether ``line`` starts a native crash report (everything after it is
     the report)."""
@@ -100,6 +104,7 @@ class _Running:
     process: subprocess.Popen
     deadline: float
     relay: _Relay | None = field(default=None)
+    memory: int = 0  # the worker's address-space limit, bytes (0: none)
 
 
 def _exit_status(code: int) -> str:
@@ -135,7 +140,7 @@ def _start(job: Job, index: int, run_dir: Path, timeout: float, memory: int,
          str(folder / "result.json")],
         env=env, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True, cwd=job.cwd or None,
     )
-    running = _Running(job, index, folder, process, time.monotonic() + timeout)
+    running = _Running(job, index, folder, process, time.monotonic() + timeout, memory=memory)
     fd = process.stderr.fileno()
     os.set_blocking(fd, False)
     running.relay = _Relay(job, fd)
@@ -190,11 +195,16 @@ def _ended(selector: selectors.BaseSelector, running: _Running) -> None:
 
 
 def _kill(running: _Running) -> None:
-    try:
-        os.killpg(running.process.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):  # already gone
-        pass
+    """End a worker and every process below it (jobs/lifetime.py)."""
+    lifetime.kill_tree(running.process.pid)
     running.process.wait()
+
+
+def _end_leftovers(running: _Running) -> None:
+    """Kill what still runs with the ended worker's TMPDIR (its supervisor
+    ended everything below it; this is for one killed from outside)."""
+    for pid in lifetime.processes_in(running.folder):
+        lifetime.kill_tree(pid)
 
 
 def _finish(running: _Running) -> Outcome:
@@ -206,6 +216,8 @@ def _finish(running: _Running) -> Outcome:
             how = "the target ended the worker process (exit code 0, e.g. os._exit)"
         elif code > 0:
             how = f"the target ended the worker process (exit code {code})"
+        elif running.memory and -code in _MEMORY_SIGNALS:  # how a failed allocation in C code can end
+            how += f" (its address space was limited to {running.memory / (1 << 30):g} GiB: --memory)"
         return Outcome(running.job, status=CRASHED, message=f"{how} before the trace finished")
     data = json.loads(result.read_text(encoding="utf-8"))
     findings = Findings.from_dict(data["findings"]) if data["findings"] is not None else None
@@ -254,5 +266,6 @@ def run_jobs(jobs: list[Job], *, timeout: float, parallel: int, memory: int = 0)
                 else:
                     continue
                 running.remove(r)
+                _end_leftovers(r)
                 shutil.rmtree(r.folder, ignore_errors=True)
     return [o for o in outcomes if o is not None]

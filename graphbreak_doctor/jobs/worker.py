@@ -26,12 +26,14 @@ def _write(path: str, data: dict) -> None:
 
 def main(argv: list[str]) -> int:
     job_path, result_path = argv
-    # First: die with the doctor, however it ends (jobs/lifetime.py).
-    from graphbreak_doctor.jobs.lifetime import PARENT_ENV, die_with_parent
+    # First: die with the doctor, however it ends, and take along every
+    # process the job starts (jobs/lifetime.py: this process stays behind as
+    # the job's supervisor; what follows runs in the job's own process).
+    from graphbreak_doctor.jobs.lifetime import PARENT_ENV, supervise
 
-    parent = os.environ.pop(PARENT_ENV, "")
-    die_with_parent(int(parent) if parent.isdigit() else None)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    parent = os.environ.pop(PARENT_ENV, "")
+    supervise(int(parent) if parent.isdigit() else None)
     os.dup2(2, 1)  # C-level writes to stdout too
     with open(job_path, encoding="utf-8") as f:
         data = json.load(f)
@@ -57,7 +59,7 @@ def main(argv: list[str]) -> int:
     log = UndoLog()
     if job.log:
         to_log(job.log, log)
-    outcome = run_in_process(job, Progress(progress), interrupts_are_ours=False)
+    outcome = run_in_process(job, Progress(progress), interrupts_are_ours=False, memory=memory)
     if job.debug:
         for text in outcome.details:
             terminal().write(text)

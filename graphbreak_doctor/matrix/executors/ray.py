@@ -17,7 +17,13 @@ workers, and the doctor's worker processes die with them (jobs/lifetime.py)
 -- and nothing is written.
 
 The address: ``--address``, else ``RAY_ADDRESS``, else the cluster running on
-this machine (Ray's own discovery); no cluster there is one line, exit 2.
+this machine (Ray's own discovery); no cluster there is one line, exit 2. So
+is an address that answers but not as Ray (ray.init would retry for many
+minutes, deaf to signals): before ray.init, Ray's own GCS client connects
+once, with a deadline, in a process of its own that Ctrl-C or SIGTERM stops
+at once. ray.init replaces the SIGTERM handler (with ``sys.exit``): the
+doctor's is put back when it returns, and a SIGTERM during it is an
+interruption as anywhere else (143, one line).
 What Ray itself prints in the driver (its warnings, the raylet's reports of
 workers that died) goes to the matrix's log, not the terminal.
 """
@@ -30,7 +36,10 @@ import os
 import shutil
 import signal
 import socket
+import subprocess
+import sys
 import tempfile
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -42,6 +51,11 @@ from graphbreak_doctor.text import one_line
 # How long the driver waits for a cluster's address to answer before saying
 # none is reachable (Ray itself retries for minutes).
 CONNECT_TIMEOUT = 5.0
+# How long the address may take to answer as a Ray cluster (Ray's GCS client
+# gives up on its own after about 10 s more: a connect and a subscription of
+# 5 s each); the probe process is killed past ANSWER_DEADLINE.
+ANSWER_TIMEOUT = 10.0
+ANSWER_DEADLINE = 40.0
 # Attempts per task: the first, and one more after a lost worker or node.
 ATTEMPTS = 2
 _POLL = 0.5  # seconds between looks at the tasks (signals are handled between them)
@@ -80,9 +94,11 @@ class Executor:
             # raylet's reports): to the log until the executor closes.
             to_log(os.path.join(self._folder, "ray.log"), undo)
             bootstrap = _bootstrap(self.address)
+            if bootstrap:
+                _answers_as_ray(bootstrap)
             try:
-                ray.init(address=self.address, namespace=NAMESPACE, log_to_driver=False,
-                         logging_level=logging.WARNING)
+                _init(ray, address=self.address, namespace=NAMESPACE, log_to_driver=False,
+                      logging_level=logging.WARNING)
             except ConnectionError as e:
                 raise ExecutorError(f"no Ray cluster reachable at {bootstrap or self.address}: {one_line(str(e))}") \
                     from None
@@ -191,6 +207,61 @@ def _bootstrap(address: str) -> str:
     except OSError as e:
         raise ExecutorError(f"no Ray cluster reachable at {found}: {e.strerror or type(e).__name__}") from None
     return found
+
+
+# Connects Ray's GCS client once: python -c PROBE HOST:PORT TIMEOUT_MS; the
+# error, if any, on stdout (stderr carries Ray's own warnings).
+_PROBE = (
+    "import sys\n"
+    "from ray import _raylet\n"
+    "standalone = getattr(getattr(_raylet, 'InnerGcsClient', None), 'standalone', None)\n"
+    "try:\n"
+    "    if standalone is not None:\n"
+    "        standalone(sys.argv[1], None, int(sys.argv[2]))\n"
+    "    else:  # a Ray without it: its client, with Ray's own timeout\n"
+    "        _raylet.GcsClient(address=sys.argv[1])\n"
+    "except Exception as e:\n"
+    "    print(f'{type(e).__name__}: {e}', flush=True)\n"
+    "    sys.exit(1)\n"
+)
+
+
+def _answers_as_ray(found: str) -> None:
+    """Check that ``found`` (host:port, which accepts connections) answers as
+    a Ray cluster: Ray's GCS client connects within ANSWER_TIMEOUT, in a
+    process of its own (killed past ANSWER_DEADLINE, or when a signal stops
+    the doctor meanwhile)."""
+    from graphbreak_doctor.jobs import lifetime
+
+    probe = subprocess.Popen(lifetime.command([sys.executable, "-c", _PROBE, found, str(int(ANSWER_TIMEOUT * 1000))]),
+                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    deadline = time.monotonic() + ANSWER_DEADLINE
+    try:
+        while probe.poll() is None and time.monotonic() < deadline:
+            time.sleep(_POLL / 5)  # where SIGINT and SIGTERM reach the doctor
+    finally:
+        if probe.poll() is None:
+            probe.kill()
+        said = probe.communicate()[0]
+    if probe.returncode == 0:
+        return
+    why = one_line(said.strip().splitlines()[-1]) if said.strip() else f"no answer within {ANSWER_DEADLINE:g} s"
+    raise ExecutorError(f"no Ray cluster answers at {found}: {why}")
+
+
+def _init(ray, **options) -> None:
+    """ray.init, with the doctor's SIGTERM handler put back when it returns (Ray
+    sets one that calls sys.exit); a SIGTERM meanwhile is Interrupted."""
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        ray.init(**options)
+    except SystemExit as e:
+        if e.code != signal.SIGTERM or signal.getsignal(signal.SIGTERM) is previous:
+            raise
+        raise Interrupted(signal.SIGTERM) from None
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _lost(e: Exception) -> str:
