@@ -35,6 +35,11 @@ BAD = [
     ({"vocab_size": 10**15}, None, "'vocab_size' must be an integer from 1"),
     ({"n_routed_experts": 2**20, "moe_intermediate_size": 2**20}, None,
      "n_routed_experts=1048576 x moe_intermediate_size=1048576 x hidden_size=6144"),
+    ({"num_hidden_layers": 2**31 - 1}, None, "'num_hidden_layers' must be a positive integer up to 10000"),
+    ({"rope_parameters": "x"}, None, "'rope_parameters' must be an object, got 'x'"),
+    ({"rope_parameters": {"rope_theta": "x"}}, None, "'rope_parameters.rope_theta' must be a positive number"),
+    ({"first_k_dense_replace": 78}, None, "the model has no moe layer (num_hidden_layers=78"),
+    ({"n_routed_experts": None}, None, "the model has no moe layer"),
 ]
 
 
@@ -59,3 +64,12 @@ def test_sglang_args_without_sglang_are_refused_even_with_only_a_model_path(tmp_
     assert one_error_line(err) == ("graphbreak-doctor: error: --sglang-args needs SGLang installed: "
                                    "SGLang itself reads them")
     assert not (tmp_path / "f.json").exists()
+
+
+def test_a_config_number_of_thousands_of_digits_is_named_with_its_file(tmp_path, capsys):
+    folder = _config_dir(tmp_path, {})
+    text = (folder / "config.json").read_text()
+    (folder / "config.json").write_text(text.replace('"hidden_size": 6144', '"hidden_size": 6' + "0" * 5000))
+    code, out, err = main(capsys, "trace", "--layer", "dense", "--impl", "reference", "--config", folder, "--no-html")
+    assert code == 2 and out == "", out + err
+    assert f"config {folder / 'config.json'} holds JSON that cannot be read" in one_error_line(err)

@@ -64,6 +64,15 @@ def test_the_traced_codes_log_lands_on_no_input_and_no_output(tmp_path):
     assert (tmp_path / "b.log").read_bytes() == baseline
     assert "layer done" in (tmp_path / "b.json.log").read_text()
 
+    # A log name that is a symlink (to a file nobody named) is passed over.
+    victim = tmp_path / "victim.txt"
+    victim.write_text("mine")
+    (tmp_path / "x.log").symlink_to(victim)
+    code, out, err = doctor("trace", *TRACE, "--json", "x.json", "--no-html")
+    assert code == 0, err
+    assert victim.read_text() == "mine" and (tmp_path / "x.log").is_symlink()
+    assert "layer done" in (tmp_path / "x.json.log").read_text()
+
     # An output written in place is no place for a log beside it (/dev/null.log).
     existed = os.path.lexists("/dev/null.log")
     try:
@@ -115,6 +124,22 @@ def stat_is_fifo(path: Path) -> bool:
     return stat.S_ISFIFO(os.lstat(path).st_mode)
 
 
+def test_no_output_overwrites_a_file_of_an_input_folder_or_appends_to_a_path(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "server.log").write_text("[rank0]: nothing compiled\n")
+    code, out, err = main(capsys, "ingest", logs, "--json", logs / "server.log", "--no-html")
+    assert code == 2 and "a file of the input folder" in one_error_line(err), err
+    assert (logs / "server.log").read_text() == "[rank0]: nothing compiled\n"
+    # /proc/self/cwd/... names a path, not a file descriptor: replaced whole, never appended to.
+    findings = write_findings(tmp_path / "g.json", make_findings(1))
+    (tmp_path / "out.json").write_text('{"old": 1}')
+    code, out, err = main(capsys, "check", "--from", findings, "--json", "/proc/self/cwd/out.json")
+    assert code == 1, err
+    assert json.loads((tmp_path / "out.json").read_text())["breaks"]
+
+
 # ----------------------------------------------- findings cut short
 
 
@@ -157,6 +182,34 @@ def _hostile_findings(value: str):
                             fix=dataclasses.replace(b.fix, summary=value, where=value))
     target = dataclasses.replace(f.target, spec=value, title=value, notes=[value])
     return dataclasses.replace(f, breaks=[b], target=target)
+
+
+@pytest.mark.unchecked_json("forged.json", "bad.json")
+def test_hostile_free_form_values_neither_forge_lines_nor_stop_the_outputs(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    # A mode the gate does not know is no findings (it would check nothing); said in one line.
+    forged = write_findings(tmp_path / "forged.json", make_findings(1, modes=["explain\n::error::FORGED"]))
+    for argv in (("baseline", "write", "--from", forged, "-o", tmp_path / "b.json"), ("check", "--from", forged)):
+        code, out, err = main(capsys, *argv)
+        assert code == 2 and "unknown trace mode 'explain\\n::error::FORGED'" in one_error_line(err), err
+        assert not [line for line in (out + err).splitlines() if line.startswith("::")], out + err
+    # A device name that is not text (free-form in the schema) costs no output.
+    odd = write_findings(tmp_path / "odd.json", make_findings(1, device={"name": 5, "emulated": False}))
+    code, out, err = main(capsys, "check", "--from", odd, "--junit", tmp_path / "j.xml")
+    assert code == 1, err
+    assert (tmp_path / "j.xml").exists()
+    # --debug's traceback: every exception message one line.
+    (tmp_path / "bad.json").write_text(json.dumps({"schema_version": 1, "target": "x\n::error::FORGED"}))
+    code, out, err = main(capsys, "check", "--from", tmp_path / "bad.json", "--debug")
+    assert code == 2 and "Traceback" in err
+    assert not [line for line in (out + err).splitlines() if line.startswith("::")], err
+    # Findings after much white space are still findings; a number of thousands of digits is an error.
+    (tmp_path / "spaced.json").write_text(" " * 500 + make_findings(1).to_json())
+    code, out, err = main(capsys, "check", "--from", tmp_path / "spaced.json")
+    assert code == 1 and "gate: FAILED" in out, err
+    (tmp_path / "long.json").write_text(make_findings(1).to_json().replace('"count": 1', '"count": 1' + "0" * 5000))
+    code, out, err = main(capsys, "check", "--from", tmp_path / "long.json")
+    assert code == 2 and "JSON that cannot be read" in one_error_line(err)
 
 
 def test_no_value_from_findings_starts_a_line_of_its_own(tmp_path, capsys, monkeypatch):

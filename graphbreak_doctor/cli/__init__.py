@@ -36,7 +36,7 @@ from graphbreak_doctor.cli.common import (
 )
 from graphbreak_doctor.jobs import Interrupted
 from graphbreak_doctor.targets import TargetError
-from graphbreak_doctor.text import one_line
+from graphbreak_doctor.text import escape_controls, one_line
 
 COMMANDS = (trace, report, check, baseline, fix, ingest, diff, matrix)
 
@@ -59,10 +59,22 @@ def build_parser() -> Parser:
 
 def _fail(message: str, code: int, debug: bool, what: str = "error") -> int:
     if debug:
-        traceback.print_exc()
-    show(f"graphbreak-doctor: {what + ': ' if what else ''}{one_line(message) if not debug else message}\n",
-         sys.stderr)
+        show(_traceback_text(), sys.stderr)
+    shown = escape_controls(message) if debug else one_line(message)
+    show(f"graphbreak-doctor: {what + ': ' if what else ''}{shown}\n", sys.stderr)
     return code
+
+
+def _traceback_text() -> str:
+    """The exception being handled, as ``--debug`` shows it: the frames as
+    Python prints them, each exception's message one line (its newlines
+    escaped), since a message may quote a file from elsewhere."""
+    error = sys.exc_info()[1]
+    if error is None:
+        return ""
+    chunks = traceback.TracebackException.from_exception(error).format()
+    return "".join(chunk if chunk.startswith(("Traceback", "  ", "\nDuring", "\nThe above")) else
+                   escape_controls(chunk.rstrip("\n")) + "\n" for chunk in chunks)
 
 
 def _command_line_values(argv: list[str]) -> list[str]:

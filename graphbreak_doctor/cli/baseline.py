@@ -83,6 +83,6 @@ def run_write(args: argparse.Namespace) -> int:
         raise UsageError(f"cannot write {args.output}: {e.strerror or e}") from e
     for t in written:
         cats = ", ".join(sorted({e.category for e in t.entries}))
-        show(f"baseline {args.output}: {escape_controls(t.target)} ({escape_controls(device)}, {t.mode}): "
+        show(f"baseline {args.output}: {escape_controls(t.target)} ({escape_controls(device)}, {escape_controls(t.mode)}): "
              f"{len(t.entries)} accepted break key(s){': ' + escape_controls(cats) if cats else ''}\n")
     return EXIT_OK

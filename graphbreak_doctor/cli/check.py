@@ -117,7 +117,8 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"--require-fullgraph: {args.from_path} shows no fullgraph=True failure, so no "
                              "verdict; gate with --max-breaks 0 instead")
         results, logs = [read], []
-        device = read.device.get("name") or "?"
+        name = read.device.get("name")
+        device = name if isinstance(name, str) and name else "?"  # free-form in findings from elsewhere
     else:
         done = run_diagnoses(args, selected, Progress())
         results, logs = done.findings, done.logs

@@ -8,7 +8,8 @@ given for several targets gets ``-<target stem>`` added before its suffix.
 
 The check (:func:`check_output`, the one every command and ``baseline write
 -o`` uses) refuses, before anything runs: an output that is, or resolves to
-(a symlink, a hard link, ``./x``), one of the command's inputs; a folder; a
+(a symlink, a hard link, ``./x``), one of the command's inputs, or a file
+that exists in an input folder; a folder; a
 block device or socket; a folder that cannot be written (a file is created
 there and removed, so ``/proc/x.json`` is refused before the trace, not
 after it). A regular file is written to a temporary file beside it and
@@ -31,6 +32,7 @@ from __future__ import annotations
 import argparse
 import errno
 import os
+import re
 import stat
 import sys
 import tempfile
@@ -129,11 +131,16 @@ def _fd_chain(path: str | os.PathLike) -> list[str]:
     return chain
 
 
+# A file descriptor's name: /dev/fd/N, /proc/self/fd/N, /proc/PID/fd/N,
+# /proc/PID/task/TID/fd/N (not /proc/self/cwd/..., which names a path).
+_FD_NAME = re.compile(r"^/(dev/fd|proc/(self|thread-self|\d+)(/task/\d+)?/fd)/\d+$")
+
+
 def through_fd(path: str | os.PathLike) -> bool:
     """Whether ``path`` names a file by one of its file descriptors
     (``/dev/stdout``, ``/dev/fd/1``, ``/proc/self/fd/1``): whatever it points
     at is written through, never replaced by a rename."""
-    return any(name.startswith(("/proc/", "/dev/fd/")) for name in _fd_chain(path))
+    return any(_FD_NAME.match(name) for name in _fd_chain(path))
 
 
 def _own_fd(path: str | os.PathLike) -> int | None:
@@ -173,6 +180,9 @@ def check_output(path: str | os.PathLike, inputs: Iterable[str] = (), *, create_
         other_real, other = _identity(given)
         if real == other_real or (ident is not None and ident == other):
             raise UsageError(f"{label}: is the input {given}; refusing to overwrite an input (choose another path)")
+        if os.path.lexists(path) and os.path.isdir(given) and real.startswith(other_real.rstrip(os.sep) + os.sep):
+            raise UsageError(f"{label}: is a file of the input folder {given}; refusing to overwrite an input "
+                             "(choose another path)")
     try:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
@@ -258,6 +268,8 @@ class OutputSet:
             for candidate in (first.path.with_suffix(".log"), first.path.with_name(first.path.name + ".log")):
                 real, ident = _identity(candidate)
                 if any(real == r or (ident is not None and ident == i) for r, i in taken):
+                    continue
+                if os.path.islink(candidate):  # a file nobody named: never written through a link
                     continue
                 try:
                     check_output(candidate, inputs, create_parent=first.ours)

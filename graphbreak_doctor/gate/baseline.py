@@ -100,4 +100,6 @@ def load(path: str | os.PathLike) -> Baseline:
         raise BaselineError(f"baseline {path} is not valid JSON: {e.msg} at line {e.lineno}")
     except RecursionError:
         raise BaselineError(f"baseline {path} is JSON nested too deeply to be a baseline") from None
+    except ValueError as e:  # a number Python will not convert (an integer of thousands of digits)
+        raise BaselineError(f"baseline {path} is JSON that cannot be read: {e}") from None
     return parse(data, path)

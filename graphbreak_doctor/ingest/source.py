@@ -259,18 +259,18 @@ def _cut_json(error: json.JSONDecodeError) -> bool:
     """Whether a file that starts like JSON and does not parse is one JSON
     document gone wrong (an error, never a log that reports nothing) rather
     than a log. A log that opens with ``[rank0]:`` fails on its first line; a
-    JSON-lines log holds a whole value on its first line and more after it.
-    Anything else -- cut short, damaged past its first line, a document with
-    text after it -- was meant to be one document."""
+    JSON-lines log holds a whole value on its first line and more after it,
+    a server log may open with a whole JSON dump. Anything else -- cut
+    short, damaged past its first line -- was meant to be one document."""
     text = error.doc
     if error.pos >= len(text.rstrip()):
         return True  # cut short
     first_line_end = text.find("\n", len(text) - len(text.lstrip()))
     if first_line_end == -1 or error.pos <= first_line_end:
         return False
-    if error.msg == "Extra data":
-        return len(text[:error.pos].rstrip()) > first_line_end  # the first value ran past line 1
-    return True
+    # A whole document and text after it: a log that opens with a JSON dump
+    # (a server's configuration), not a document cut short.
+    return error.msg != "Extra data"
 
 
 class NotJSON(ValueError):
@@ -288,7 +288,10 @@ def json_document(path: str | os.PathLike, *, strict: bool = False) -> Any:
     stream = _binary_stream(file)
     try:
         head = b""
-        while len(head) < 64 and (chunk := stream.read(64)):
+        # The first character that is not white space says whether it may be
+        # JSON (however much white space comes first, up to a chunk's worth).
+        while (len(head) < 64 or not head.removeprefix(codecs.BOM_UTF8).strip()) and len(head) < CHUNK \
+                and (chunk := stream.read(64)):
             head += chunk
         if not strict and head.removeprefix(codecs.BOM_UTF8).lstrip()[:1] not in (b"{", b"["):
             return None
@@ -329,3 +332,5 @@ def json_document(path: str | os.PathLike, *, strict: bool = False) -> Any:
             raise IngestError(f"{path}: starts as one JSON document but does not parse ({e.msg} at line "
                               f"{e.lineno} column {e.colno}): a findings file cut short or damaged?") from None
         return None
+    except ValueError as e:  # a JSON number Python will not convert (an integer of thousands of digits)
+        raise IngestError(f"{path}: JSON that cannot be read: {e}") from None

@@ -18,7 +18,9 @@ from graphbreak_doctor.model.loader import build, expect
 from graphbreak_doctor.model.vocabulary import (
     COMPLETE,
     CRASHED,
+    FULLGRAPH_MODES,
     INTERRUPTED,
+    MAP_MODE,
     SCHEMA_VERSION,
     TIMED_OUT,
 )
@@ -451,7 +453,12 @@ class Findings:
                 f"findings schema version {version!r} is not supported "
                 f"(this graphbreak-doctor reads version {SCHEMA_VERSION})"
             )
-        return build(cls, _upgrade(data))
+        findings = build(cls, _upgrade(data))
+        known = (*FULLGRAPH_MODES, "explain", MAP_MODE)
+        odd = [m for m in findings.modes + [m for b in findings.breaks for m in b.modes] if m not in known]
+        if odd:  # the gate counts breaks per mode: a mode it does not know would check nothing
+            raise ValueError(f"unknown trace mode {odd[0]!r} (the modes are {', '.join(known)})")
+        return findings
 
     @classmethod
     def from_json(cls, text: str) -> Findings:

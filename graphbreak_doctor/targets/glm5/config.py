@@ -142,6 +142,8 @@ def _read_json(path: Path, what: str) -> dict[str, Any]:
         raise ValueError(f"{what} {path} is not valid JSON: {exc.msg} (line {exc.lineno})") from None
     except RecursionError:
         raise ValueError(f"{what} {path} is JSON nested too deeply") from None
+    except ValueError as exc:  # a number Python will not convert (thousands of digits)
+        raise ValueError(f"{what} {path} holds JSON that cannot be read: {str(exc).split(';')[0]}") from None
     if not isinstance(data, dict):
         raise ValueError(f"{what} {path} must hold a JSON object")
     return data
@@ -189,6 +191,8 @@ def _quant_profile(config_dir: Path, values: dict[str, Any], quant_profile: str 
 # The largest size or count a config may give: tensors past it overflow the
 # 32-bit indexing GPU kernels use, and no model comes near it.
 _MAX_SIZE = 2**31 - 1
+# Tighter limits where a value is a count the doctor walks (every layer's kind).
+_MAX = {"num_hidden_layers": 10_000}
 # Keys whose values are real numbers (the rest of _REQUIRED are sizes and counts).
 _REAL = ("routed_scaling_factor", "rms_norm_eps")
 # Optional keys read as integers, with their least value.
@@ -211,8 +215,16 @@ def _check_values(config_file: Path, values: dict[str, Any]) -> None:
         if key in _REAL:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or value == float("inf"):
                 raise bad(key, "a positive number")
-        elif isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= _MAX_SIZE:
-            raise bad(key, f"a positive integer up to {_MAX_SIZE}")
+        elif isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= _MAX.get(key, _MAX_SIZE):
+            raise bad(key, f"a positive integer up to {_MAX.get(key, _MAX_SIZE)}")
+    rope = values.get("rope_parameters")
+    if rope is not None and not isinstance(rope, dict):
+        raise bad("rope_parameters", "an object")
+    for where, holder in (("rope_theta", values), ("rope_parameters.rope_theta", rope or {})):
+        theta = holder.get("rope_theta")
+        if theta is not None and (isinstance(theta, bool) or not isinstance(theta, (int, float))
+                                  or not 0 < theta < float("inf")):
+            raise ValueError(f"{config_file}: {where!r} must be a positive number, got {theta!r}"[:300])
     for key, least in _OPTIONAL_INTS.items():
         if key in values and (isinstance(values[key], bool) or not isinstance(values[key], int)
                               or not least <= values[key] <= _MAX_SIZE):

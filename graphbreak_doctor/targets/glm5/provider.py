@@ -72,6 +72,17 @@ def launch_arguments(text: str | None, config: str | None) -> tuple[tuple[str, .
     return tuple(rest), config
 
 
+def _first_layer(loaded: Any, kind: str) -> int:
+    """The first decoder layer of ``kind`` (dense, moe), or a ValueError
+    (exit 2) naming the config values that leave the model none."""
+    indices = loaded.layer_indices(kind)
+    if not indices:
+        values = ", ".join(f"{k}={loaded.values.get(k)!r}" for k in
+                           ("num_hidden_layers", "first_k_dense_replace", "moe_layer_freq", "n_routed_experts"))
+        raise ValueError(f"{loaded.path}: the model has no {kind} layer ({values})")
+    return indices[0]
+
+
 class Glm5Provider(TargetProvider):
     name = "glm5"
     title = "GLM-5-NVFP4 decoder layers"
@@ -205,7 +216,7 @@ class Glm5Provider(TargetProvider):
         }
         prefix = "glm5-sglang" if impl == "sglang" else "glm5"
         return [Selection(self.name, f"{prefix}-{kind}", {"kind": kind, **common},
-                          spec=f"{prefix}:{kind}:{loaded.layer_indices(kind)[0]}") for kind in kinds]
+                          spec=f"{prefix}:{kind}:{_first_layer(loaded, kind)}") for kind in kinds]
 
     def _stack_selection(self, kind: str, impl: str, loaded: Any, *, tokens: int | None, cold: bool, scope: str,
                          phase: str, all: bool, launch: tuple[str, ...]) -> Selection:
@@ -215,7 +226,7 @@ class Glm5Provider(TargetProvider):
                    "compile_map": kind == "model"}
         if kind == "model":
             return Selection(self.name, f"glm5-sglang-model-{phase}", options, spec=f"glm5-sglang:model:{phase}")
-        index = loaded.layer_indices(kind)[0]
+        index = _first_layer(loaded, kind)
         return Selection(self.name, f"glm5-sglang-{kind}-layer-{phase}", options,
                          spec=f"glm5-sglang:{kind}:{index}:layer:{phase}")
 
