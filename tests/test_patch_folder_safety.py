@@ -115,8 +115,14 @@ def test_a_patch_folder_never_deletes_files_the_doctor_did_not_write(patch, tmp_
     before = _tree(earlier)
     _refused_before_the_ladder(_doctor(project, "--write-patch", "earlier"), project, "notes.txt", "did not write")
     assert _tree(earlier) == before
-    # The earlier patch alone (with bytecode compiled in it) is replaced, whole.
     (earlier / "notes.txt").unlink()
+    # A .py file of the user's among the blocks is no block the manifest names.
+    (earlier / PACKAGE / "blocks" / "notes.py").write_text("# mine\n", encoding="utf-8")
+    before = _tree(earlier)
+    _refused_before_the_ladder(_doctor(project, "--write-patch", "earlier"), project, "blocks/notes.py")
+    assert _tree(earlier) == before
+    (earlier / PACKAGE / "blocks" / "notes.py").unlink()
+    # The earlier patch alone (with bytecode compiled in it) is replaced, whole.
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(earlier)], check=True)
     assert (earlier / "__pycache__").is_dir() and (earlier / PACKAGE / "blocks" / "__pycache__").is_dir()
     (earlier / "README.txt").write_text("the earlier README\n", encoding="utf-8")
@@ -183,6 +189,28 @@ def _module_of_no_distribution_claimed(copy: Path, manifest: dict, evil: bytes) 
     return "packaging.version"
 
 
+def _blocks_linked_outside(copy: Path, manifest: dict, evil: bytes) -> str:
+    """The blocks/ folder swapped for a link to a copy elsewhere, its hashes matching."""
+    outside = copy.parent / "outside_blocks"
+    shutil.move(copy / PACKAGE / "blocks", outside)
+    (copy / PACKAGE / "blocks").symlink_to(outside)
+    (outside / Path(manifest["modules"]["tilelib"]["block"]).name).write_bytes(evil)
+    manifest["modules"]["tilelib"]["block_sha256"] = _sha(evil)
+    return "tilelib"
+
+
+def _block_a_fifo(copy: Path, manifest: dict, evil: bytes) -> str:
+    block = copy / PACKAGE / manifest["modules"]["tilelib"]["block"]
+    block.unlink()
+    os.mkfifo(block)  # opening it would block every process that loads the patch
+    return "tilelib"
+
+
+def _control_characters_in_versions(copy: Path, manifest: dict, evil: bytes) -> str:
+    manifest["versions"] = {"flashinfer-python": "0.0\x1b[2J\r\u2028::error::FORGED"}
+    return "tilelib"
+
+
 def _tampered(patch: Path, where: Path, tamper) -> tuple[Path, str, Path]:
     copy = where / "patch"
     shutil.copytree(patch, copy)
@@ -209,7 +237,11 @@ def _goes_on_unpatched(proc: subprocess.CompletedProcess, *words: str) -> None:
     (_standard_library_module, "is the standard library's"),
     (_module_outside_the_library, "is not a file of flashinfer-python"),
     (_module_of_no_distribution_claimed, "belongs to packaging"),
+    (_blocks_linked_outside, "is not a file of the patch's blocks/ folder"),
+    (_block_a_fifo, "is not a file of the patch's blocks/ folder"),
+    (_control_characters_in_versions, "0.0\\x1b[2J\\r\\u2028::error::FORGED"),
 ], ids=["absolute-block", "dotdot-block", "changed-block", "stdlib-module", "module-outside-the-library",
+        "blocks-linked-outside", "block-a-fifo", "control-characters",
         "library-module-as-own-code"])
 def test_a_tampered_manifest_or_block_runs_nothing(patch, tmp_path, tamper, says):
     project = _project(tmp_path / "project")
@@ -235,7 +267,8 @@ def _entry(copy: Path, change) -> None:
     lambda copy: _entry(copy, lambda e: e.pop("sha256")),
     lambda copy: _entry(copy, lambda e: e.update(functions=5)),
     lambda copy: (copy / PACKAGE / "manifest.json").write_text("{not json", encoding="utf-8"),
-], ids=["entry-without-sha256", "functions-not-a-list", "manifest-not-json"])
+    lambda copy: ((copy / PACKAGE / "manifest.json").unlink(), os.mkfifo(copy / PACKAGE / "manifest.json")),
+], ids=["entry-without-sha256", "functions-not-a-list", "manifest-not-json", "manifest-a-fifo"])
 def test_a_malformed_manifest_leaves_the_library_importable(patch, tmp_path, spoil):
     project = _project(tmp_path / "project")
     copy = tmp_path / "patch"
@@ -245,6 +278,16 @@ def test_a_malformed_manifest_leaves_the_library_importable(patch, tmp_path, spo
                    copy, cwd=project)
     _goes_on_unpatched(proc, UNPATCHED)
     assert proc.stdout.strip() == "[] scale"
+
+
+def test_a_package_without_its_init_is_one_line_not_silence(patch, tmp_path):
+    project = _project(tmp_path / "project")
+    copy = tmp_path / "patch"
+    shutil.copytree(patch, copy)
+    (copy / PACKAGE / "__init__.py").unlink()
+    proc = _python("import tilelib; print(tilelib.scale.__name__)", copy, cwd=project)
+    _goes_on_unpatched(proc, "__init__.py is missing", UNPATCHED)
+    assert proc.stdout.strip() == "scale"
 
 
 def test_a_block_raising_systemexit_does_not_end_the_process(patch, tmp_path):

@@ -114,8 +114,13 @@ def write_and_check(args: argparse.Namespace, selection: Selection, findings: Fi
 
 def commit(args: argparse.Namespace, staged: Staged) -> tuple[str, str]:
     """Move the checked patch into DIR: (why it was not, "" when it was; a warning)."""
+    from graphbreak_doctor.fix.folder import FolderChanged
+
     try:
         return "", staged.commit()
+    except FolderChanged as e:
+        staged.discard()
+        return str(e), ""
     except OSError as e:
         return f"--write-patch: nothing written to {args.write_patch}: {e.strerror or e}", ""
 

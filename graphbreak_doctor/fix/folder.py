@@ -125,7 +125,7 @@ def not_ours(folder: Path) -> str:
     diff = manifest.get("diff")
     for name in entries:
         if name == PACKAGE:
-            stray = _stray_in_package(package)
+            stray = _stray_in_package(package, manifest)
         elif name == "__pycache__":
             stray = _files_only(folder, name, _pyc)
         elif name in ("sitecustomize.py", "README.txt") or name == diff or (diff is None and name.endswith("-fix.patch")):
@@ -163,12 +163,16 @@ def _files_only(parent: Path, name: str, fits) -> str:
     return ""
 
 
-def _stray_in_package(package: Path) -> str:
+def _stray_in_package(package: Path, manifest: dict) -> str:
+    """The first entry of the package folder the doctor did not write: its
+    blocks are only those its manifest names."""
+    blocks = {entry.get("block", "").split("/", 1)[-1] for entry in manifest["modules"].values()
+              if isinstance(entry, dict) and isinstance(entry.get("block"), str)}
     for name in sorted(os.listdir(package)):
         if name in ("__init__.py", MANIFEST):
             stray = "" if _regular(package / name) else name
         elif name == "blocks":
-            stray = _files_only(package, name, lambda n: n.endswith(".py"))
+            stray = _files_only(package, name, lambda n: n in blocks)
         elif name == "__pycache__":
             stray = _files_only(package, name, _pyc)
         else:
@@ -229,6 +233,10 @@ def mode_and_owner(path: Path) -> tuple[str, str]:
     return f"{stat.filemode(st.st_mode)} ({stat.S_IMODE(st.st_mode):04o})", owner
 
 
+class FolderChanged(Exception):
+    """DIR changed while the ladder ran into a folder the doctor may not replace."""
+
+
 class Staged:
     """A patch written beside its final place: moved in by :meth:`commit`,
     removed by :meth:`discard` (a no-op once committed)."""
@@ -244,6 +252,11 @@ class Staged:
         comes meanwhile undoes it (and is delivered after): the folder is new
         and whole, or as it was. Returns a warning line, or ""."""
         with signals_held():
+            # Looked at again: the folder may have been made or filled while the ladder ran.
+            why = not_ours(self.folder) if os.path.isdir(self.folder) and not os.path.islink(self.folder) else (
+                "it is no longer a folder" if os.path.lexists(self.folder) else "")
+            if why:
+                raise FolderChanged(f"--write-patch {self.folder}: {why}; nothing written")
             old = _free_name(self.folder, "old") if os.path.lexists(self.folder) else None
             if old is not None:
                 os.rename(self.folder, old)

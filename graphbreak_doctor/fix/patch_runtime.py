@@ -39,6 +39,7 @@ import importlib.abc
 import importlib.metadata
 import json
 import os
+import stat
 import sys
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -51,7 +52,10 @@ STATE = {"installed": False, "refused": "", "applied": []}
 
 
 def _say(message):
-    sys.stderr.write(_PREFIX + message.replace("\n", " ") + "\n")
+    """One line on stderr: every character that is not printable (a newline,
+    an escape sequence from a tampered manifest) shown as its escape."""
+    shown = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in str(message))
+    sys.stderr.write(_PREFIX + shown + "\n")
 
 
 class Refused(Exception):
@@ -61,6 +65,15 @@ class Refused(Exception):
 
 
 # ----------------------------------------------------------------- the checks
+
+def _regular_file(path):
+    """A regular file, not reached through a link (a FIFO would block the
+    process that loads the patch)."""
+    try:
+        return not os.path.islink(path) and stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return False
+
 
 def _is_sha256(value):
     return isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value)
@@ -119,10 +132,11 @@ def _installed_packages():
 
 def _checked_block(name, entry, here):
     block = entry.get("block")
-    blocks = os.path.realpath(os.path.join(here, "blocks"))
-    path = os.path.realpath(os.path.join(here, block)) if isinstance(block, str) else ""
+    blocks = os.path.join(here, "blocks")
+    path = os.path.join(here, block) if isinstance(block, str) else ""
     if (not isinstance(block, str) or os.path.isabs(block) or ".." in block.replace("\\", "/").split("/")
-            or not block.endswith(".py") or os.path.dirname(path) != blocks):
+            or not block.endswith(".py") or os.path.islink(blocks) or os.path.islink(path)
+            or os.path.dirname(os.path.normpath(path)) != os.path.normpath(blocks) or not _regular_file(path)):
         raise Refused(f"module {name}: its block {block!r} is not a file of the patch's blocks/ folder")
     if not _is_sha256(entry.get("block_sha256")):
         raise Refused(f"module {name}: its block has no SHA-256 (a patch written by an earlier graphbreak-doctor: "
@@ -195,6 +209,8 @@ def _plan():
     if others:
         raise Refused(f"another patch folder is on sys.path ({others[0]}) besides {os.path.dirname(_HERE)}; "
                       "load one")
+    if not _regular_file(os.path.join(_HERE, "manifest.json")):
+        raise Refused("manifest.json is missing or not a regular file")
     try:
         with open(os.path.join(_HERE, "manifest.json"), encoding="utf-8") as f:
             manifest = json.load(f)
@@ -320,6 +336,7 @@ def install():
         sys.meta_path.insert(0, _Finder())
 
 
-# The doctor's own copy of this file (no manifest beside it) patches nothing.
-if os.path.isfile(os.path.join(_HERE, "manifest.json")):
+# Imported as the written package: check, then patch. The doctor's own copy
+# of this file (graphbreak_doctor.fix.patch_runtime) patches nothing.
+if __name__ == _PACKAGE:
     install()

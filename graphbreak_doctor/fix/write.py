@@ -46,9 +46,13 @@ def _load():
     import sys
 
     try:
-        import {PACKAGE}  # noqa: F401  (it checks everything, then patches, at import)
+        import {PACKAGE}  # (it checks everything, then patches, at import)
     except Exception as e:
-        sys.stderr.write(f"{PACKAGE}: cannot be imported ({{type(e).__name__}}: {{e}}): "
+        sys.stderr.write(f"{PACKAGE}: cannot be imported ({{type(e).__name__}}: {{e!r}}): "
+                         "nothing is patched, the process goes on unpatched\\n")
+        return
+    if not hasattr({PACKAGE}, "STATE"):  # a folder without its __init__.py imports as an empty namespace
+        sys.stderr.write("{PACKAGE}: the package's __init__.py is missing: "
                          "nothing is patched, the process goes on unpatched\\n")
 
 
