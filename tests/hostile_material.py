@@ -91,7 +91,9 @@ def wait_for(condition, timeout: float, what: str, process: subprocess.Popen | N
 
 
 def blocked_on_fifo(pid: int) -> bool:
+    """Waiting on a FIFO: blocked opening it, or (an output FIFO, which the
+    doctor waits a few seconds for a reader to open) asleep between tries."""
     try:
-        return Path(f"/proc/{pid}/wchan").read_text().strip() == "wait_for_partner"
+        return Path(f"/proc/{pid}/wchan").read_text().strip() in ("wait_for_partner", "hrtimer_nanosleep")
     except OSError:
         return False

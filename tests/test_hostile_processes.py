@@ -165,15 +165,6 @@ def test_case08_a_fifo_is_refused_at_once(tmp_path, scratch):
             process.communicate()
 
 
-def waits_for_a_reader(pid: int) -> bool:
-    """An output FIFO nobody reads: the doctor waits a few seconds for a
-    reader (cli/outputs.py: FIFO_READER_WAIT), asleep between its tries."""
-    try:
-        return Path(f"/proc/{pid}/wchan").read_text().strip() in ("wait_for_partner", "hrtimer_nanosleep")
-    except OSError:
-        return False
-
-
 def test_case12_sigterm_outside_the_worker_pool_is_one_line_143(tmp_path, scratch):
     findings = write_findings(tmp_path / "g.json", make_findings(1))
     (tmp_path / "in.log").write_text(graph_break_log(2))
@@ -197,7 +188,7 @@ def test_case12_sigterm_outside_the_worker_pool_is_one_line_143(tmp_path, scratc
     processes = [start_doctor(*argv, tmp=scratch, cwd=tmp_path, env={"MARKER": str(marker)}) for argv, _ in runs]
     try:
         for (argv, fifo), process in zip(runs, processes):
-            ready = (lambda p=process: waits_for_a_reader(p.pid)) if fifo else marker.exists
+            ready = (lambda p=process: blocked_on_fifo(p.pid)) if fifo else marker.exists
             wait_for(ready, 180, f"{argv[0]} to wait", process)
             process.send_signal(signal.SIGTERM)
         for (argv, _), process in zip(runs, processes):

@@ -279,10 +279,6 @@ class OutputSet:
                 taken.append((real, ident))
                 break
 
-    def path_for(self, key: str) -> Path | None:
-        """The first file planned for one subject (a target's stem)."""
-        return next((p.path for p in self.planned if p.key == key), None)
-
     def write(self, subjects: dict[str, Any], announce: bool = True) -> list[Path]:
         """Render every planned file from ``subjects`` (stem -> findings, "" ->
         the gate report), then write them all (write_all). A renderer that
