@@ -3,11 +3,12 @@ torch.compile recorded, the reduced GLM-5 model built, one extend and one
 decode forward) plus tracing every region a phase entered.
 
 Runs `graphbreak-doctor trace --model --mode map` as a user does, once per
-launch, and reads the peak RSS of the process tree from the kernel
+model and launch, and reads the peak RSS of the process tree from the kernel
 (RUSAGE_CHILDREN: the largest of the doctor and its worker). Target: <= 120 s
-and <= 3 GB for the default launch on a 2-CPU machine.
+and <= 3 GB for each packaged model's default launch on a 2-CPU machine.
 
     .venv-sglang/bin/python benchmarks/compile_map.py
+    .venv-sglang/bin/python benchmarks/compile_map.py --model-path glm5-nvfp4 --model-path qwen3-30b-a3b
     .venv-sglang/bin/python benchmarks/compile_map.py --launch= --launch=--enable-torch-compile
 """
 
@@ -27,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LIMIT_S, LIMIT_MIB = 120, 3 * 1024
 
 
-def measure(launch: str, tokens: int) -> dict:
+def measure(model: str, launch: str, tokens: int, device: str) -> dict:
     """One map in a fresh child process of this one (so RUSAGE_CHILDREN is its own)."""
     code = (
         "import json, resource, subprocess, sys, time\n"
@@ -40,8 +41,9 @@ def measure(launch: str, tokens: int) -> dict:
         "                  'stderr': done.stderr[-400:]}))\n"
     )
     with tempfile.TemporaryDirectory() as folder:
-        argv = [sys.executable, "-m", "graphbreak_doctor", "trace", "--model", "--mode", "map",
-                "--tokens", str(tokens), "--json", os.path.join(folder, "map.json"), "--no-html"]
+        argv = [sys.executable, "-m", "graphbreak_doctor", "trace", "--model", "--model-path", model,
+                "--mode", "map", "--device", device, "--tokens", str(tokens),
+                "--json", os.path.join(folder, "map.json"), "--no-html"]
         if launch:
             argv += ["--sglang-args", launch]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
@@ -62,16 +64,26 @@ def main() -> int:
     parser.add_argument("--launch", action="append", default=None,
                         help="launch arguments (--sglang-args); repeat for several; default: the default launch")
     parser.add_argument("--tokens", type=int, default=128, help="--tokens (default 128, the doctor's default)")
+    parser.add_argument("--model-path", action="append", default=None,
+                        help="a packaged model or a config folder; repeat for several; default: every packaged model")
+    parser.add_argument("--device", default="sm120", help="the emulated GPU (default sm120)")
     args = parser.parse_args()
     launches = args.launch if args.launch is not None else [""]
-    print(f"compile map (trace --model --mode map --tokens {args.tokens}), {os.cpu_count()} CPUs")
-    print(f"{'launch':<28} {'exit':>4} {'wall s':>7} {'peak MiB':>9} {'entered':>8} {'registered':>10}  target")
+    if args.model_path is None:
+        from graphbreak_doctor.targets.models.packaged import packaged
+
+        args.model_path = [m.name for m in packaged()]
+    print(f"compile map (trace --model --mode map --tokens {args.tokens} --device {args.device}), "
+          f"{os.cpu_count()} CPUs")
+    print(f"{'model':<16} {'launch':<28} {'exit':>4} {'wall s':>7} {'peak MiB':>9} {'entered':>8} {'registered':>10}  "
+          "target")
     failed = False
-    for launch in launches:
-        r = measure(launch, args.tokens)
+    for model in args.model_path:
+      for launch in launches:
+        r = measure(model, launch, args.tokens, args.device)
         ok = r["wall_s"] <= LIMIT_S and r["peak_mib"] <= LIMIT_MIB
         failed |= not ok and not launch
-        print(f"{launch or '(default)':<28} {r['exit']:>4} {r['wall_s']:>7} {r['peak_mib']:>9} "
+        print(f"{model:<16} {launch or '(default)':<28} {r['exit']:>4} {r['wall_s']:>7} {r['peak_mib']:>9} "
               f"{r.get('entered', '-'):>8} {r.get('registered', '-'):>10}  "
               f"{'met' if ok else 'MISSED'} (<= {LIMIT_S} s, <= {LIMIT_MIB} MiB)")
         if r["exit"] not in (0,):

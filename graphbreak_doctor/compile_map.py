@@ -25,7 +25,7 @@ from graphbreak_doctor.capture.regions import CompileRecorder, Site
 from graphbreak_doctor.diagnose import Build, environment, inside_device
 from graphbreak_doctor.model import (DEFAULT_DEVICE, REGION_BREAKS, REGION_CRASHED, REGION_FAILS, REGION_OK, Findings,
                                      Region, TargetInfo)
-from graphbreak_doctor.frames import make_frame
+from graphbreak_doctor.frames import make_frame, raised_at
 from graphbreak_doctor.patching import UndoLog
 from graphbreak_doctor.targets import PhaseNotRun, Target, TargetError
 from graphbreak_doctor.text import one_line
@@ -126,7 +126,8 @@ def record_phases(build: Build, log: UndoLog,
         except TargetError:
             raise
         except Exception as e:
-            said = one_line(str(e)) if isinstance(e, PhaseNotRun) else f"{type(e).__name__}: {one_line(str(e))}"
+            said = (one_line(str(e)) if isinstance(e, PhaseNotRun)
+                    else f"{type(e).__name__}: {one_line(str(e))}{raised_at(e)}")
             error = f"the phases stopped: {said}"
             # The whole stack goes to the job's log (stderr), for whoever
             # needs to know which call of the target's code stopped.

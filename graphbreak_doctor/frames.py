@@ -228,3 +228,16 @@ def call_graph(breaks: list[Break]) -> Any:
         if b.stack:
             graph.nodes[node_id(b.stack[-1])].setdefault("sites", set()).add(b.id)
     return graph
+
+
+def raised_at(error: BaseException) -> str:
+    """" (raised at PATH:LINE in FUNCTION)": the innermost frame of ``error``'s
+    traceback (its path shortened as in a report), so a failure inside a
+    framework says where it stopped; "" without a traceback."""
+    import traceback
+
+    stack = traceback.extract_tb(error.__traceback__)
+    if not stack:
+        return ""
+    last = stack[-1]
+    return f" (raised at {short_path(last.filename)}:{last.lineno} in {last.name})"

@@ -8,6 +8,7 @@ of the group's kind, or a tuple or list of them:
 ``graphbreak_doctor.categories``   ``Category`` (analysis/categories/category.py)
 ``graphbreak_doctor.recipes``      ``Recipe`` (recipes/recipe.py)
 ``graphbreak_doctor.devices``      ``DevicePreset`` (emulation/preset.py)
+``graphbreak_doctor.models``       ``PackagedModel`` (targets/models/packaged.py): a config folder
 =================================  ==============================================
 
 For example, in the plugin's ``pyproject.toml``::
@@ -32,7 +33,7 @@ from typing import Any, Callable, TypeVar
 from graphbreak_doctor.text import escape_controls, one_line
 
 PREFIX = "graphbreak_doctor."
-GROUPS = ("providers", "categories", "recipes", "devices")
+GROUPS = ("providers", "categories", "recipes", "devices", "models")
 DISABLE_ENV = "GRAPHBREAK_DOCTOR_NO_PLUGINS"
 
 T = TypeVar("T")

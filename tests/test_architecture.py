@@ -108,6 +108,61 @@ def test_parts_import_only_parts_before_them():
     assert not upward, "imports of a later part: " + "; ".join(f"{a} -> {b}" for a, b in upward[:10])
 
 
+FRAMEWORKS = "graphbreak_doctor.targets.frameworks"
+MODELS = "graphbreak_doctor.targets.models"
+
+
+def test_framework_packages_import_no_model_package():
+    """A serving framework drives any model from its config folder: no module
+    under targets/frameworks/ imports one under targets/models/."""
+    graph = import_graph()
+    assert any(a.startswith(FRAMEWORKS) for a in graph.nodes) and any(b.startswith(MODELS) for b in graph.nodes)
+    assert graph.has_edge("graphbreak_doctor.targets.serving", "graphbreak_doctor.targets.frameworks.sglang")
+    bad = sorted((a, b) for a, b in graph.edges if a.startswith(FRAMEWORKS) and b.startswith(MODELS))
+    assert not bad, bad
+
+
+_IMPORTERS = {"import_module", "find_spec", "require", "optional", "_lookup", "__import__"}
+
+
+def _imports_of(tree: ast.AST, package: str) -> list[int]:
+    """Lines of ``tree`` that import ``package`` (or a module of it): import
+    statements, and calls of an importer (importlib's, the framework
+    runtime's require/optional) whose first argument names it."""
+    lines = []
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names = [node.module or ""]
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+            func = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if func in _IMPORTERS and isinstance(node.args[0].value, str):
+                names = [node.args[0].value.split(":")[0]]
+        if any(n == package or n.startswith(package + ".") for n in names):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_only_the_sglang_framework_package_imports_sglang():
+    inside = PACKAGE / "targets" / "frameworks" / "sglang"
+    assert _imports_of(ast.parse((inside / "runtime.py").read_text(encoding="utf-8")), "sglang")  # the scan sees them
+    outside = {str(p.relative_to(ROOT)): lines for p in PACKAGE.rglob("*.py") if inside not in p.parents
+               and (lines := _imports_of(ast.parse(p.read_text(encoding="utf-8")), "sglang"))}
+    assert not outside, outside
+
+
+def test_no_model_package_holds_framework_driving_code():
+    """targets/models/<model>/ is data plus model-specific code: no
+    framework package inside it."""
+    models = PACKAGE / "targets" / "models"
+    frameworks = {p.name for p in (PACKAGE / "targets" / "frameworks").iterdir() if (p / "__init__.py").exists()}
+    assert "sglang" in frameworks
+    nested = [str(p.relative_to(ROOT)) for p in models.rglob("*") if p.name in frameworks or p.stem in frameworks]
+    assert not nested, nested
+
+
 def test_modules_stay_under_500_lines():
     long = {m: n for m, p in _modules().items() if (n := len(p.read_text(encoding="utf-8").splitlines())) > 500}
     assert not long, long
@@ -248,7 +303,7 @@ def test_wheel_installs_outside_the_checkout_and_traces_the_dense_layer(tmp_path
     names = zipfile.ZipFile(wheel).namelist()
     tops = {n.split("/", 1)[0] for n in names if not n.split("/", 1)[0].endswith((".dist-info", ".data"))}
     assert tops == {"graphbreak_doctor"}
-    assert "graphbreak_doctor/targets/glm5/configs/config.json" in names
+    assert "graphbreak_doctor/targets/models/glm5/configs/config.json" in names
     # The JSON Schemas of the documents the doctor writes (package data).
     assert {f"graphbreak_doctor/model/schema/{kind}.schema.json"
             for kind in ("findings", "baseline", "diff", "matrix")} <= set(names)

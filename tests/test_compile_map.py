@@ -19,7 +19,7 @@ from graphbreak_doctor.compile_map import trace_region
 from graphbreak_doctor.model import REGION_BREAKS, REGION_FAILS, REGION_OK, Findings, TargetInfo
 from graphbreak_doctor.patching import UndoLog
 from graphbreak_doctor.render import get
-from graphbreak_doctor.targets.glm5.provider import PROVIDER, launch_arguments
+from graphbreak_doctor.targets.serving import PROVIDER, launch_arguments
 
 HAS_SGLANG = importlib.util.find_spec("sglang") is not None
 
@@ -364,7 +364,7 @@ def test_a_rule_that_changes_a_compile_field_is_told_with_its_line_and_condition
     line and the if-conditions around it, read from the source."""
     import dataclasses
 
-    from graphbreak_doctor.targets.glm5.sglang.launch import rules
+    from graphbreak_doctor.targets.frameworks.sglang.launch import rules
 
     @dataclasses.dataclass
     class Args:
@@ -407,7 +407,7 @@ def test_a_rule_whose_condition_reads_an_architecture_list_names_the_model(tmp_p
     import dataclasses
     import json
 
-    from graphbreak_doctor.targets.glm5.sglang.launch import rules
+    from graphbreak_doctor.targets.frameworks.sglang.launch import rules
 
     (tmp_path / "config.json").write_text(json.dumps({"architectures": ["GlmMoeDsaForCausalLM"]}))
 

@@ -14,7 +14,7 @@ from hostile_material import main, one_error_line
 
 
 def _config_dir(tmp_path, change: dict, quantization: dict | None = None):
-    from graphbreak_doctor.targets.glm5.config import default_config_dir
+    from graphbreak_doctor.targets.models.glm5.config import default_config_dir
 
     values = json.loads((default_config_dir() / "config.json").read_text())
     (tmp_path / "config.json").write_text(json.dumps({**values, **change}))
@@ -56,7 +56,7 @@ def test_a_bad_config_field_is_named_with_exit_2(tmp_path, capsys, change, quant
 
 @pytest.mark.skipif(importlib.util.find_spec("sglang") is not None, reason="SGLang is installed here")
 def test_sglang_args_without_sglang_are_refused_even_with_only_a_model_path(tmp_path, capsys):
-    from graphbreak_doctor.targets.glm5.config import default_config_dir
+    from graphbreak_doctor.targets.models.glm5.config import default_config_dir
 
     code, out, err = main(capsys, "trace", "--layer", "dense", "--sglang-args",
                           f"--model-path {default_config_dir()}", "--json", tmp_path / "f.json")

@@ -153,7 +153,7 @@ def test_every_patch_is_undone_and_nothing_on_disk_changes(fp4_ladder):
 @pytest.mark.flashinfer_version
 @pytest.mark.slow
 def test_glm5_dense_layer_ladder_ends_with_fullgraph_ok():
-    from graphbreak_doctor.targets import glm5
+    from graphbreak_doctor.targets.models import glm5
 
     cfg = glm5.load_config(None)
     findings = fix(lambda _log: glm5.build_layer("dense", config=cfg, tokens=128, device="sm120"), device="sm120")

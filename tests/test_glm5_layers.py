@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from graphbreak_doctor.targets import Target
-from graphbreak_doctor.targets import glm5
-from graphbreak_doctor.targets.glm5 import ops
-from graphbreak_doctor.targets.glm5.config import default_config_dir
+from graphbreak_doctor.targets.models import glm5
+from graphbreak_doctor.targets.models.glm5 import ops
+from graphbreak_doctor.targets.models.glm5.config import default_config_dir
 
 try:
     from graphbreak_doctor.emulation import EmulatedDevice
@@ -37,7 +37,7 @@ def _shape(t):
 
 def test_default_config_matches_glm5():
     cfg = glm5.load_config()
-    assert cfg.path.endswith("graphbreak_doctor/targets/glm5/configs/config.json")
+    assert cfg.path.endswith("graphbreak_doctor/targets/models/glm5/configs/config.json")
     assert (cfg.hidden_size, cfg.intermediate_size, cfg.moe_intermediate_size) == (6144, 12288, 2048)
     assert (cfg.n_routed_experts, cfg.n_shared_experts, cfg.num_experts_per_tok) == (256, 1, 8)
     assert (cfg.q_lora_rank, cfg.kv_lora_rank, cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim) == (2048, 512, 192, 64, 256)
@@ -303,7 +303,7 @@ def test_mm_fp4_backend_follows_sglang_and_installed_flashinfer():
 _PEAK_CHILD = """
 import json, resource
 from graphbreak_doctor.emulation import EmulatedDevice
-from graphbreak_doctor.targets import glm5
+from graphbreak_doctor.targets.models import glm5
 
 def peak_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -245,7 +245,7 @@ def test_case09_a_nul_byte_in_a_path_is_shown_escaped(tmp_path, capsys):
 
 @pytest.mark.parametrize("value", ['"big"', "-6144", "true", "0.5"])
 def test_case10_bad_config_values_are_usage_errors(tmp_path, capsys, value):
-    from graphbreak_doctor.targets.glm5.config import default_config_dir
+    from graphbreak_doctor.targets.models.glm5.config import default_config_dir
 
     text = (default_config_dir() / "config.json").read_text().replace('"hidden_size": 6144', f'"hidden_size": {value}')
     (tmp_path / "config.json").write_text(text)

@@ -142,7 +142,10 @@ def test_a_target_of_your_own_across_flashinfer_releases(tmp_path, envs_dir):
     (["--layer", "dense", "--impl", "reference", "--sglang-args", "--enable-torch-compile"],
      "--sglang-args needs --sglang"),
     (["--model", "--sglang", "0.5.23", "--sglang-args", "--attention-backend 'fa3"], "No closing quotation"),
-    (["--model", "--sglang", "0.5.23", "--sglang-args", "--model-path /tmp"], "--model-path is not taken"),
+    (["--model", "--sglang", "0.5.23", "--sglang-args", "--model-path /tmp"], "/tmp holds no config.json"),
+    (["--model", "--sglang", "0.5.23", "--model-path", "qwen3-30b-a3b", "--sglang-args", "--model-path /tmp"],
+     "give one"),
+    (["--layer", "dense", "--sglang", "0.5.23", "--model-path", "deepseek-v3"], "give --model, not --layer"),
     (["--model", "--impl", "reference"], "leave out --impl reference"),
     (["--model", "--sglang", "0.5.23", "--mode", "fullgraph"], "runs the compile map"),
     (["--model", "--bisect", "sglang", "0.5.9..0.5.23"], "give --layer, not --model"),
@@ -358,7 +361,7 @@ def test_an_argument_no_release_takes_is_bad_input(tmp_path):
 
 
 def test_a_release_refusing_the_launch_reads_not_available_with_sglangs_message():
-    from graphbreak_doctor.targets.glm5.sglang.launch import rejected, rejection
+    from graphbreak_doctor.targets.frameworks.sglang.launch import rejected, rejection
 
     error = rejected("0.5.23", "unrecognized arguments: --enable-piecewise-cuda-graph")
     assert rejection(str(error)) == "unrecognized arguments: --enable-piecewise-cuda-graph"

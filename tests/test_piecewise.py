@@ -3,7 +3,7 @@
 import pytest
 
 from graphbreak_doctor.diagnose import diagnose
-from graphbreak_doctor.targets import glm5
+from graphbreak_doctor.targets.models import glm5
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,7 @@ import importlib.metadata
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -168,27 +169,211 @@ def test_a_plain_dynamo_script_finds_the_same_categories_and_frames(traces, tmp_
 # ------------------------------------------------------------- stand-ins
 
 
-def test_stand_in_schemas_are_the_real_binaries_schemas():
-    """The schemas declared for the CUDA-only binaries are the ones compiled
-    into the installed binaries (read from the files, never loaded)."""
-    from graphbreak_doctor.emulation import standins
+# The schemas the traced SGLang paths call, as sgl-kernel's common_ops
+# declares them (whitespace normalized): what the reader must find in the
+# installed binary where it holds the op. moe_fused_gate and scaled_fp4_quant
+# left the library in later releases (SGLang compiles them itself).
+TRACED_SGL_KERNEL_OPS = {
+    "fused_add_rmsnorm": "fused_add_rmsnorm(Tensor! input, Tensor! residual, Tensor weight, float eps, bool enable_pdl) -> ()",
+    "rmsnorm": "rmsnorm(Tensor! output, Tensor input, Tensor weight, float eps, bool enable_pdl) -> ()",
+    "silu_and_mul": "silu_and_mul(Tensor! out, Tensor input) -> ()",
+    "sgl_per_token_group_quant_8bit": "sgl_per_token_group_quant_8bit(Tensor input, Tensor! output_q, Tensor! output_s, int group_size, float eps, float fp8_min, float fp8_max, bool scale_ue8m0) -> ()",
+    "sgl_per_token_quant_fp8": "sgl_per_token_quant_fp8(Tensor input, Tensor! output_q, Tensor! output_s) -> ()",
+    "fp8_scaled_mm": "fp8_scaled_mm(Tensor mat_a, Tensor mat_b, Tensor scales_a, Tensor scales_b, ScalarType out_dtype, Tensor? bias) -> Tensor",
+    "moe_fused_gate": "moe_fused_gate(Tensor input, Tensor bias, int num_expert_group, int topk_group, int topk, int num_fused_shared_experts, float routed_scaling_factor, bool apply_routed_scaling_factor_on_output) -> (Tensor[])",
+    "scaled_fp4_quant": "scaled_fp4_quant(Tensor! output, Tensor! input, Tensor! output_scale, Tensor! input_scale) -> ()",
+    "fast_topk": "fast_topk(Tensor score, Tensor indices, Tensor lengths, Tensor? row_starts) -> ()",
+    "fast_topk_transform_fused": "fast_topk_transform_fused(Tensor score, Tensor lengths, Tensor dst_page_table, Tensor src_page_table, Tensor cu_seqlens_q, Tensor? row_starts) -> ()",
+    "fast_topk_transform_ragged_fused": "fast_topk_transform_ragged_fused(Tensor score, Tensor lengths, Tensor topk_indices_ragged, Tensor topk_indices_offset, Tensor ? row_starts) -> ()",
+    "concat_mla_absorb_q": "concat_mla_absorb_q(Tensor a, Tensor b, Tensor! out) -> ()",
+    "concat_mla_k": "concat_mla_k(Tensor! k, Tensor k_nope, Tensor k_rope) -> ()",
+}
+# Every release's library holds these.
+ALWAYS_IN_COMMON_OPS = ("fused_add_rmsnorm", "rmsnorm", "silu_and_mul", "fp8_scaled_mm", "fast_topk")
 
-    sgl_kernel = importlib.util.find_spec("sgl_kernel")
-    binaries = sorted(Path(list(sgl_kernel.submodule_search_locations)[0]).glob("**/common_ops*.so"))
-    assert binaries
-    for binary in binaries:
-        found = standins.binary_schemas(binary)
-        assert found, binary
-        for name, schema in found.items():
-            assert standins.SGL_KERNEL_SCHEMAS[name] == schema, (binary, name)
-    # torchvision's library keeps its schema strings in pieces (the compiler
-    # stores them as immediates): its declarations start with ours.
-    torchvision = importlib.util.find_spec("torchvision")
-    (library,) = Path(list(torchvision.submodule_search_locations)[0]).glob("_C*.so")
-    data = library.read_bytes()
-    for schema in standins.TORCHVISION_SCHEMAS.values():
-        opening = f"torchvision::{schema.split(' -> ')[0]}"[:56]
-        assert opening.encode() in data, opening
+
+def _package_file(package: str, pattern: str) -> list[Path]:
+    spec = importlib.util.find_spec(package)
+    if spec is None:
+        return []
+    return sorted(Path(list(spec.submodule_search_locations)[0]).glob(pattern))
+
+
+def _common_ops() -> list[Path]:
+    binaries = _package_file("sgl_kernel", "**/common_ops*.so")
+    assert binaries, "sgl-kernel is installed without a common_ops library"
+    return binaries
+
+
+def _traced_ops_in(binary: Path) -> dict[str, str]:
+    """The traced ops ``binary`` holds a schema string for, found without the
+    reader: the bytes of a NUL and the op's name and parenthesis."""
+    data = binary.read_bytes()
+    return {name: schema for name, schema in TRACED_SGL_KERNEL_OPS.items() if b"\x00" + name.encode() + b"(" in data}
+
+
+def _regex_reader(binary: Path) -> list[str]:
+    """The reader the fast one replaced: one pattern over the whole file
+    (seconds for a library of hundreds of MB). Strings that are not UTF-8 are
+    left out, as the fast reader leaves them out."""
+    pattern = re.compile(rb"(?<![A-Za-z0-9_])([a-z_0-9]+)\(([^\x00]*?)\) -> ([^\x00]*?)\x00")
+    out = []
+    for m in pattern.finditer(binary.read_bytes()):
+        try:
+            out.append(m.group(0)[:-1].decode())
+        except UnicodeDecodeError:
+            pass
+    return out
+
+
+def test_schema_reader_finds_the_traced_ops_in_the_installed_common_ops():
+    """The schemas the traced paths need, read from the installed sgl-kernel
+    binaries (each architecture's), equal to the library's own strings."""
+    from graphbreak_doctor.emulation.standins import schemas_in
+
+    for binary in _common_ops():
+        held = _traced_ops_in(binary)
+        assert set(ALWAYS_IN_COMMON_OPS) <= set(held), (binary, sorted(held))
+        found = {text.split("(", 1)[0]: " ".join(text.split()) for text in schemas_in(binary)}
+        for name, schema in held.items():
+            assert found.get(name) == " ".join(schema.split()), (binary, name, found.get(name))
+        # The whole library, not only the traced ops: a few dozen schemas at least.
+        assert len(found) >= 30, (binary, len(found))
+
+
+def test_schema_reader_is_fast_and_reads_each_binary_once():
+    """A first read of common_ops takes a small part of what the pattern over
+    the whole file takes (0.01 s against 0.6 s for 12 MB); a second read is
+    the cached one."""
+    import time
+
+    from graphbreak_doctor.emulation.standins import schemas
+
+    binary = max(_common_ops(), key=lambda p: p.stat().st_size)
+    schemas._READ.clear()
+    started = time.perf_counter()
+    first = schemas.schemas_in(binary)
+    fast = time.perf_counter() - started
+    started = time.perf_counter()
+    slow = _regex_reader(binary)
+    slow_s = time.perf_counter() - started
+    assert list(first) == slow
+    assert fast < slow_s / 5, (fast, slow_s)
+    assert schemas.schemas_in(binary) is first
+
+
+# A generated library: schema strings in the places a binary holds them,
+# and strings that look like schemas but are not.
+_TRICKY = (
+    b"first_op(int a) -> int\x00"  # at the file's start: no NUL before the name
+    b"\x00\x00fused_add_rmsnorm(Tensor! input, Tensor! residual, Tensor weight, float eps, bool enable_pdl) -> ()\x00"
+    b"adjacent(Tensor x) -> Tensor\x00next_one() -> ()\x00"  # two strings, one NUL apart
+    b"\x01\x02\x7fELF junk torchvision::nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor\x00"
+    b"usage: a -> b, (see the docs) -> here\x00"  # arrows in text, no schema
+    b"map(x) ->missing space\x00"  # ") ->" without the space after
+    b"Upper(Tensor a) -> ()\x00"  # not lower case: no schema
+    b"Xname_tail(int a) -> ()\x00"  # the tail of a longer identifier
+    b"outer(Tensor a) -> (Tensor b) -> ()\x00"  # two arrows in one string: one schema
+    + b"A" * 200_000 + b" padded(int pad) -> int\x00"  # a long string before the name
+    b"bad_utf8(Tensor \xff\xfe) -> ()\x00"  # not UTF-8: no schema
+    b"moe_fused_gate(Tensor input, Tensor bias, int num_expert_group, int topk_group, int topk, "
+    b"int num_fused_shared_experts, float routed_scaling_factor, bool apply_routed_scaling_factor_on_output)"
+    b" -> (Tensor[])\x00"
+    b"unterminated(int a) -> ()"  # the file's end, no NUL: no schema
+)
+_TRICKY_SCHEMAS = [
+    "first_op(int a) -> int",
+    TRACED_SGL_KERNEL_OPS["fused_add_rmsnorm"],
+    "adjacent(Tensor x) -> Tensor",
+    "next_one() -> ()",
+    "nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor",
+    "outer(Tensor a) -> (Tensor b) -> ()",
+    "padded(int pad) -> int",
+    TRACED_SGL_KERNEL_OPS["moe_fused_gate"],
+]
+
+
+def test_schema_reader_reads_what_the_whole_file_pattern_reads(tmp_path):
+    """The fast reader and the pattern over the whole file find the same
+    strings: in a generated library with the tricky cases, and in the
+    installed binaries small enough to scan the slow way."""
+    from graphbreak_doctor.emulation.standins import schemas_in
+
+    generated = tmp_path / "libgenerated.so"
+    generated.write_bytes(_TRICKY)
+    assert list(schemas_in(generated)) == _TRICKY_SCHEMAS == _regex_reader(generated)
+    # A changed file is read again (same path, another size).
+    generated.write_bytes(_TRICKY + b"\x00later(int a) -> ()\x00")
+    assert list(schemas_in(generated)) == _TRICKY_SCHEMAS + ["unterminated(int a) -> ()", "later(int a) -> ()"]
+    (tmp_path / "empty.so").write_bytes(b"")
+    assert schemas_in(tmp_path / "empty.so") == ()
+    small = [b for b in _package_file("torchvision", "_C*.so") + _common_ops()[:1]
+             + _package_file("sgl_kernel", "spatial_ops*.so") if b.stat().st_size < 64_000_000]
+    assert small
+    for binary in small:
+        assert list(schemas_in(binary)) == _regex_reader(binary), binary
+
+
+def _sgl_kernel_stand_in_or_skip():
+    import torch
+
+    if torch.backends.cuda.is_built():
+        pytest.skip("a CUDA build of torch loads the real common_ops")
+
+
+def test_stand_in_declares_every_schema_common_ops_declares():
+    """The stand-in declares the whole library, the traced ops included,
+    each with the binary's schema; the ops that only write their arguments
+    get a no-op fake after the framework's import; undoing removes them."""
+    import torch
+
+    from graphbreak_doctor.emulation import standins
+    from graphbreak_doctor.emulation.standins.binaries import StandIns, declared
+    from graphbreak_doctor.emulation.standins.sgl_kernel_libs import install_sgl_kernel
+    from graphbreak_doctor.patching import UndoLog
+
+    _sgl_kernel_stand_in_or_skip()
+    binary = _common_ops()[0]
+    library = standins.schemas_in(binary)
+    log, out = UndoLog(), StandIns()
+    try:
+        install_sgl_kernel(log, out)
+        assert set(_traced_ops_in(binary)) <= set(out.declared)
+        for text in library:
+            name = text.split("(", 1)[0]
+            op = getattr(torch.ops.sgl_kernel, name).default
+            assert str(op._schema) == str(torch._C.parse_schema(f"sgl_kernel::{text}")), name
+        standins.register_missing_fakes(out)
+        assert any("no-op fake" in line for line in out.lines), out.lines
+        with torch._subclasses.FakeTensorMode():
+            x, residual, weight = (torch.empty(4, 8) for _ in range(3))
+            assert torch.ops.sgl_kernel.fused_add_rmsnorm(x, residual, weight, 1e-6, False) is None
+    finally:
+        log.undo()
+    assert not any(declared(f"sgl_kernel::{name}") for name in out.declared)
+
+
+def test_stand_in_skips_a_schema_this_torch_cannot_parse(tmp_path):
+    """A schema the installed torch refuses is left out with a line naming
+    it; the others in the same binary are declared."""
+    from graphbreak_doctor.emulation.standins.binaries import StandIns, declared
+    from graphbreak_doctor.emulation.standins.sgl_kernel_libs import declare_common_ops
+    from graphbreak_doctor.patching import UndoLog
+
+    binary = tmp_path / "common_ops.abi3.so"
+    binary.write_bytes(b"\x00gbd_probe_ok(Tensor! out, Tensor input) -> ()\x00"
+                       b"gbd_probe_unparsed(Tensor input, NoSuchType level) -> ()\x00"
+                       b"gbd_probe_after(Tensor input) -> Tensor\x00")
+    log, out = UndoLog(), StandIns()
+    try:
+        declare_common_ops(log, out, [binary])
+        assert out.declared == ["gbd_probe_ok", "gbd_probe_after"]
+        assert declared("sgl_kernel::gbd_probe_ok") and not declared("sgl_kernel::gbd_probe_unparsed")
+        (line,) = out.lines
+        assert line.startswith("sgl_kernel::{gbd_probe_unparsed}: not declared") and "unknown type" in line, line
+    finally:
+        log.undo()
+    assert not declared("sgl_kernel::gbd_probe_ok")
 
 
 # ---------------------------------------------------------------- undo
@@ -202,7 +387,7 @@ def test_undo_is_complete_after_sglang_traces_in_this_process(monkeypatch, tmp_p
     from test_emulation import _assert_same, _snapshot
 
     from graphbreak_doctor.diagnose import selection_builder, trace_mode
-    from graphbreak_doctor.targets.glm5.provider import PROVIDER
+    from graphbreak_doctor.targets.serving import PROVIDER
 
     from graphbreak_doctor.emulation import flashinfer as flashinfer_emulation
 
@@ -256,7 +441,7 @@ def test_options_that_do_not_apply_are_usage_errors(cli):
 
 
 def test_default_impl_is_sglang_where_it_is_installed():
-    from graphbreak_doctor.targets.glm5.provider import PROVIDER
+    from graphbreak_doctor.targets.serving import PROVIDER
 
     (selection,) = PROVIDER.select({"layer": "dense"})
     assert selection.options["impl"] == "sglang" and selection.spec == "glm5-sglang:dense:0"
@@ -265,7 +450,7 @@ def test_default_impl_is_sglang_where_it_is_installed():
 def test_a_release_without_a_known_setup_api_is_one_line_and_exit_2():
     code = (
         "import sys\n"
-        "from graphbreak_doctor.targets.glm5.sglang import runtime\n"
+        "from graphbreak_doctor.targets.frameworks.sglang import runtime\n"
         "real = runtime._lookup\n"
         "gone = ('sglang.srt.runtime_context:publish', 'sglang.srt.server_args:set_global_server_args_for_scheduler')\n"
         "runtime._lookup = lambda path: None if path in gone else real(path)\n"

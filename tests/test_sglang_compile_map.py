@@ -59,7 +59,7 @@ def _refusal(options: dict, mode: str) -> str:
     """The one-line refusal of tracing PROVIDER.select(options) in ``mode``, in this process."""
     from graphbreak_doctor.diagnose import selection_builder, trace_mode
     from graphbreak_doctor.targets import TargetError
-    from graphbreak_doctor.targets.glm5.provider import PROVIDER
+    from graphbreak_doctor.targets.serving import PROVIDER
 
     (selection,) = PROVIDER.select(options)
     with pytest.raises(TargetError) as refused:
@@ -109,7 +109,7 @@ import torch._dynamo.utils as dynamo_utils
 from graphbreak_doctor.compile_map import record_phases
 from graphbreak_doctor.diagnose import device_context, selection_builder
 from graphbreak_doctor.patching import UndoLog
-from graphbreak_doctor.targets.glm5.provider import PROVIDER
+from graphbreak_doctor.targets.serving import PROVIDER
 
 (selection,) = PROVIDER.select({"model": True, "tokens": 16})
 with UndoLog() as state:

@@ -92,6 +92,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sglang-args", metavar="ARGS",
                    help="the server's launch arguments (what follows `python -m sglang.launch_server`), read by "
                         "each cell's SGLang release itself; needs --sglang")
+    p.add_argument("--model-path", metavar="DIR|NAME",
+                   help="with --model: the served model's config folder, or a packaged model (glm5-nvfp4, the "
+                        "default; deepseek-v3; qwen3-30b-a3b); every cell's SGLang builds it (the folder must be "
+                        "readable where the cells run)")
     p.add_argument("--mode", choices=(*MODE_CHOICES, MAP_MODE), default=None,
                    help="as for trace (default both: the fullgraph verdict and every break; with --model: map, "
                         "the only mode it takes)")
@@ -148,7 +152,7 @@ def _plan(args: argparse.Namespace):
     from graphbreak_doctor.matrix.envs import installed
     from graphbreak_doctor.model.matrix import MODEL, TARGET
     from graphbreak_doctor.matrix.run import Plan
-    from graphbreak_doctor.targets.glm5.provider import launch_arguments
+    from graphbreak_doctor.targets.serving import launch_arguments
 
     bisect_sglang = bool(args.bisect) and args.bisect[0] == "sglang"
     chosen = _chosen_selections(args)
@@ -176,9 +180,18 @@ def _plan(args: argparse.Namespace):
         launch, config = launch_arguments(args.sglang_args, None)
     except ValueError as e:
         raise UsageError(str(e)) from e
-    if config is not None:
-        raise UsageError("--sglang-args: --model-path is not taken by the matrix (every cell maps the GLM-5-NVFP4 "
-                         "config shipped with the doctor)")
+    if config is not None and args.model_path is not None:
+        raise UsageError("--model-path names the model, and --sglang-args' --model-path another: give one")
+    config = args.model_path if args.model_path is not None else config
+    if config is not None and not args.model:
+        raise UsageError("--model-path is the model whose forward --model maps: give --model, not --layer")
+    if config is not None:  # the folder read now: a bad one is one line before any environment is built
+        from graphbreak_doctor.targets.serving import PROVIDER
+
+        try:
+            PROVIDER.served_selections(MODEL, "sglang", config=config, scope=MODEL, launch=launch)
+        except ValueError as e:
+            raise UsageError(str(e)) from e
     sglang = args.sglang or ()
     if impl == "sglang" and not sglang and not bisect_sglang:
         if not installed("sglang"):
@@ -189,7 +202,7 @@ def _plan(args: argparse.Namespace):
     if not flashinfer[0]:
         raise UsageError("give --flashinfer V1,... (FlashInfer is not installed here)")
     return Plan(MODEL if args.model else args.layer, impl, tuple(sglang), tuple(flashinfer), tuple(args.device),
-                MAP_MODE if args.model else args.mode or "both", launch)
+                MAP_MODE if args.model else args.mode or "both", launch, config=config)
 
 
 def _bisect_range(args: argparse.Namespace, plan) -> tuple[str, str, str]:

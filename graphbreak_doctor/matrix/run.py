@@ -61,6 +61,8 @@ class Plan:
     launch: tuple[str, ...] = ()  # SGLang's launch arguments (--sglang-args), as the user split them
     # Another provider's selections (layer TARGET): what each cell traces.
     chosen: tuple = ()
+    # The served model's config folder or packaged name (--model-path); None: GLM-5-NVFP4.
+    config: str | None = None
 
     def specs(self) -> list[EnvSpec]:
         return [EnvSpec(s, f) for s in (self.sglang or ("",)) for f in self.flashinfer]
@@ -69,19 +71,19 @@ class Plan:
         return ["dense", "moe"] if self.layer == "all" else [self.layer]
 
     def selections(self) -> list:
-        from graphbreak_doctor.targets.glm5.provider import PROVIDER
+        from graphbreak_doctor.targets.serving import PROVIDER
 
         if self.chosen:
             return list(self.chosen)
         if self.layer == MODEL:
-            return PROVIDER.layer_selections(MODEL, "sglang", scope=MODEL, launch=self.launch)
+            return PROVIDER.served_selections(MODEL, "sglang", config=self.config, scope=MODEL, launch=self.launch)
         return PROVIDER.layer_selections(self.layer, self.impl, launch=self.launch)
 
 
 def _refused(cell: Cell, usage) -> Cell:
     """A cell whose worker found bad input: the release refuses the launch
     arguments (SGLang's own message), or it does not import or build here."""
-    from graphbreak_doctor.targets.glm5.sglang.launch import rejection
+    from graphbreak_doctor.targets.frameworks.sglang.launch import rejection
 
     said = rejection(one_line(usage.message))
     # Paths inside the cell's environment, from its site-packages on.
@@ -220,7 +222,7 @@ def _prefill_compiled(outcome) -> bool:
     """Whether the launch the map resolved compiles the prefill forward
     (tc_piecewise), in a map that ran its phases (one that stopped before
     says the same of the prefill trace)."""
-    from graphbreak_doctor.targets.glm5.sglang.launch import prefill_compiled
+    from graphbreak_doctor.targets.frameworks.sglang.launch import prefill_compiled
 
     if outcome.findings is None or outcome.findings.fullgraph.crashed:
         return False

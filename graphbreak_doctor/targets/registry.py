@@ -12,12 +12,12 @@ from typing import Any
 
 from graphbreak_doctor import plugins
 from graphbreak_doctor.targets import factory
-from graphbreak_doctor.targets.glm5 import provider as glm5
+from graphbreak_doctor.targets import serving
 from graphbreak_doctor.targets.provider import TargetProvider
 
 _BUILT_IN: tuple[TargetProvider, ...] = (
     factory.PROVIDER,
-    glm5.PROVIDER,
+    serving.PROVIDER,
 )
 
 

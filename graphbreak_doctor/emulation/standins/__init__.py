@@ -3,25 +3,27 @@
 SGLang's wheels ship binaries built against a CUDA build of torch; on this
 machine's CPU build they cannot load. Each stand-in replaces exactly what
 the import and the traced code path need from such a binary, and is
-installed only when the binary is found not to load (or, for op schemas,
-only for ops the installed Python wrappers call). Everything goes through
-the undo log; ``install`` returns one line per stand-in, which the findings
-list (``target.stand_ins``) so a reader knows what was not real.
+installed only when the binary is found not to load (op schemas only for
+ops this process lacks). Everything goes through the undo log; ``install``
+returns one line per stand-in, which the findings list
+(``target.stand_ins``) so a reader knows what was not real.
 
 One module per library stood in for:
 
 - torchvision_c.py: torchvision's ``_C``, two op schemas, no kernel;
-- sgl_kernel_libs.py: sgl-kernel's ``common_ops`` (an empty module and the
-  schemas the traced code calls, schemas.py) and its other kernel libraries
-  (empty modules; FlashMLA's ops answer dry);
+- sgl_kernel_libs.py: sgl-kernel's ``common_ops`` (an empty module and
+  every op schema its binaries declare, read from their bytes by
+  schemas.py) and its other kernel libraries (empty modules; FlashMLA's ops
+  answer dry);
 - deep_gemm_libs.py: DeepGEMM's op library (older releases) or its tvm-ffi
   kernel library, every function found, the indexer's kernels dry;
 - cudart.py: a CUDA runtime library mapped for FlashInfer 0.6's comm module.
 
 binaries.py holds what they are made of. After the framework's import,
-``register_missing_fakes`` gives the declared ``sgl_kernel`` ops SGLang
-left without a fake a no-op one (kernels that only write their ``Tensor!``
-arguments), which is what a dry kernel does.
+``register_missing_fakes`` gives the declared ``sgl_kernel`` ops that
+return nothing and that SGLang left without a fake a no-op one (kernels
+that only write their ``Tensor!`` arguments), which is what a dry kernel
+does; the ops that return values keep SGLang's fakes.
 
 See docs/design.md, "SGLang on a CPU build of torch".
 """
@@ -33,7 +35,7 @@ import torch
 from graphbreak_doctor.emulation.standins.binaries import StandIns, no_op
 from graphbreak_doctor.emulation.standins.cudart import map_cuda_runtime
 from graphbreak_doctor.emulation.standins.deep_gemm_libs import install_deep_gemm
-from graphbreak_doctor.emulation.standins.schemas import SGL_KERNEL_SCHEMAS, TORCHVISION_SCHEMAS, binary_schemas
+from graphbreak_doctor.emulation.standins.schemas import TORCHVISION_SCHEMAS, schemas_in
 from graphbreak_doctor.emulation.standins.sgl_kernel_libs import EXTENSION_DRY, install_sgl_kernel
 from graphbreak_doctor.emulation.standins.torchvision_c import install_torchvision
 from graphbreak_doctor.patching import UndoLog
@@ -53,24 +55,29 @@ def install(log: UndoLog) -> StandIns:
 
 def register_missing_fakes(out: StandIns) -> None:
     """After the framework's import: give each declared op that still has no
-    fake a no-op one (only kernels that return nothing and write their
-    ``Tensor!`` arguments are declared without a fake of their own)."""
-    theirs, ours = [], []
+    fake and returns nothing (a kernel that only writes its ``Tensor!``
+    arguments) a no-op fake. An op that returns values keeps the fake the
+    framework registered; one without a fake is left so: a traced call to it
+    fails, naming the op, as no stand-in can know its outputs."""
+    theirs, ours, unanswered = [], [], []
     for name in out.declared:
         qualname = f"sgl_kernel::{name}"
         if torch._C._dispatch_has_kernel_for_dispatch_key(qualname, "Meta") or _has_fake(qualname):
             theirs.append(name)
-            continue
-        if getattr(torch.ops.sgl_kernel, name).default._schema.returns:
-            raise RuntimeError(f"{qualname} returns values and has no fake: no stand-in can answer for it")
-        torch.library.register_fake(qualname, no_op, lib=out.library)
-        ours.append(name)
+        elif getattr(torch.ops.sgl_kernel, name).default._schema.returns:
+            unanswered.append(name)
+        else:
+            torch.library.register_fake(qualname, no_op, lib=out.library)
+            ours.append(name)
     if ours:
-        out.lines.append(f"sgl_kernel::{{{', '.join(ours)}}}: the library's schemas, no kernel, a no-op fake "
+        out.lines.append(f"sgl_kernel::{{{len(ours)} ops}}: the schemas common_ops declares, no kernel, a no-op fake "
                          "(kernels that only write their Tensor! arguments)")
     if theirs:
         out.lines.append(f"sgl_kernel::{{{', '.join(theirs)}}}: the library's schemas, no kernel (the framework "
                          "registers their fakes)")
+    if unanswered:
+        out.lines.append(f"sgl_kernel::{{{', '.join(unanswered)}}}: the library's schemas, no kernel and no fake "
+                         "(they return values the framework registers no fake for: a traced call fails, naming the op)")
 
 
 def _has_fake(qualname: str) -> bool:
@@ -81,10 +88,9 @@ def _has_fake(qualname: str) -> bool:
 
 __all__ = [
     "EXTENSION_DRY",
-    "SGL_KERNEL_SCHEMAS",
     "TORCHVISION_SCHEMAS",
     "StandIns",
-    "binary_schemas",
     "install",
     "register_missing_fakes",
+    "schemas_in",
 ]

@@ -2,10 +2,15 @@
 
 - ``common_ops``: sgl_kernel's loader tries the architecture's ``.so``, then
   a plain ``import common_ops``; an empty module of that name ends its
-  search. The ops the traced code calls (``torch.ops.sgl_kernel.*``) are then
-  declared from ``SGL_KERNEL_SCHEMAS`` (schemas.py), only those the installed
-  package's Python wrappers call; their fakes come after the framework's
-  import (``register_missing_fakes`` in the package).
+  search. Every op schema the installed ``common_ops`` binaries declare
+  (read from their bytes, ``schemas_in`` in schemas.py) is then declared in
+  ``torch.ops.sgl_kernel``, with no kernel, whatever model the framework
+  serves; a schema this torch cannot parse is left out, and a line says
+  which. Ops the binary registers by name only (their schema inferred from
+  the C++ function) hold no schema string and are not declared. Fakes come
+  after the framework's import (``register_missing_fakes`` in the package):
+  the framework's own for the ops whose outputs need them, a no-op one for
+  the ops that only write their arguments.
 - The other libraries (``flash_ops``, ``flashmla_ops``, ...): older
   releases' sparse-attention backend imports sgl-kernel's FlashAttention
   wrapper, which imports ``flash_ops`` at module level. Each one that does
@@ -16,7 +21,6 @@
 from __future__ import annotations
 
 import glob
-import re
 import sys
 from pathlib import Path
 
@@ -25,7 +29,7 @@ import torch
 from graphbreak_doctor.emulation.standins.binaries import (
     StandIns, declared, empty_module, loads, no_op, op_library, package_dir, sm_count,
 )
-from graphbreak_doctor.emulation.standins.schemas import SGL_KERNEL_SCHEMAS, schemas_in
+from graphbreak_doctor.emulation.standins.schemas import schemas_in
 from graphbreak_doctor.patching import UndoLog
 
 
@@ -41,14 +45,50 @@ def install_sgl_kernel(log: UndoLog, out: StandIns) -> None:
         empty_module(log, "common_ops", "sgl_kernel's common_ops")
     out.lines.append(f"sgl_kernel common_ops: an empty module (the library does not load here: {why})")
     _sgl_kernel_extensions(log, out, home)
-    called = _called_ops(home)
-    for name, schema in SGL_KERNEL_SCHEMAS.items():
-        if name not in called or declared(f"sgl_kernel::{name}"):
-            continue
-        if out.library is None:
-            out.library = op_library(log, "sgl_kernel")
-        out.library.define(schema)
-        out.declared.append(name)
+    declare_common_ops(log, out, [Path(b) for b in binaries])
+
+
+def declare_common_ops(log: UndoLog, out: StandIns, binaries: list[Path]) -> None:
+    """Declare, schema only, every op ``binaries`` (the ``common_ops`` of each
+    architecture) declare that this process lacks; the first binary to
+    declare a name gives its schema. A schema this torch cannot parse is
+    skipped, and a line of ``out`` names it and the parser's reason."""
+    seen: set[str] = set()
+    unparsed: list[tuple[str, str]] = []
+    for binary in binaries:
+        for text in schemas_in(binary):
+            name = text.split("(", 1)[0]
+            if name in seen:
+                continue
+            seen.add(name)
+            if declared(f"sgl_kernel::{name}"):
+                continue
+            why = _define(log, out, text)
+            if why:
+                unparsed.append((name, why))
+                continue
+            out.declared.append(name)
+    _unparsed_line(out, "common_ops", unparsed)
+
+
+def _define(log: UndoLog, out: StandIns, text: str) -> str:
+    """Define ``text`` in the stand-in's ``sgl_kernel`` library: '' when
+    defined, else why this torch refuses it (its parser's first sentence)."""
+    if out.library is None:
+        out.library = op_library(log, "sgl_kernel")
+    try:
+        out.library.define(text)
+    except Exception as e:  # any schema this torch refuses is left out, and named
+        line = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
+        return line.split(". ", 1)[0].rstrip(":")
+    return ""
+
+
+def _unparsed_line(out: StandIns, library: str, unparsed: list[tuple[str, str]]) -> None:
+    if unparsed:
+        names = ", ".join(n for n, _ in unparsed)
+        out.lines.append(f"sgl_kernel::{{{names}}}: not declared, this torch cannot parse the schemas {library} "
+                         f"declares for them ({unparsed[0][1]})")
 
 
 def _sgl_kernel_extensions(log: UndoLog, out: StandIns, home: Path) -> None:
@@ -86,30 +126,24 @@ def _sgl_kernel_extensions(log: UndoLog, out: StandIns, home: Path) -> None:
 
 def _declare_dry(log: UndoLog, out: StandIns, binary: Path, dry: dict) -> list[str]:
     """Define the ``sgl_kernel`` ops ``binary`` declares that are not yet,
-    with ``dry``'s answers and no-ops for those returning nothing."""
-    names = []
+    with ``dry``'s answers and no-ops for those returning nothing (a schema
+    this torch cannot parse is left out, named in a line of ``out``)."""
+    names, unparsed = [], []
     for text in schemas_in(binary):
         name = text.split("(", 1)[0]
         if name in names or declared(f"sgl_kernel::{name}"):
             continue
-        if out.library is None:
-            out.library = op_library(log, "sgl_kernel")
-        out.library.define(text)
+        why = _define(log, out, text)
+        if why:
+            unparsed.append((name, why))
+            continue
         if name in dry:
             out.library.impl(name, dry[name], "CompositeExplicitAutograd")
         elif text.endswith("-> ()"):
             out.library.impl(name, no_op, "CompositeExplicitAutograd")
         names.append(name)
+    _unparsed_line(out, binary.name.split(".", 1)[0], unparsed)
     return names
-
-
-def _called_ops(home: Path) -> set[str]:
-    """The sgl_kernel ops the installed package's Python wrappers call: an op
-    the binary of this version lacks is never declared."""
-    called: set[str] = set()
-    for path in home.glob("*.py"):
-        called.update(re.findall(r"torch\.ops\.sgl_kernel\.([A-Za-z_0-9]+)", path.read_text(errors="replace")))
-    return called
 
 
 # FlashMLA's tile-scheduler metadata: int32 rows of this many fields, one

@@ -2,7 +2,7 @@
 for the launch (set_up.py): one layer's MLP block behind its post-attention
 norm (``load_block``), or the model with its decoder layers through SGLang's
 loader (``load_model``). Both build inside the platform window, on fake CUDA
-tensors whose checkpoint checks answer "consistent" (emulation/sglang.py)."""
+tensors whose checkpoint checks answer "consistent" (targets/frameworks/sglang/emulation.py)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from typing import Any, Callable
 
 import torch
 
-from graphbreak_doctor.emulation import sglang as sglang_emulation
+from graphbreak_doctor.targets.frameworks.sglang import emulation as sglang_emulation
 from graphbreak_doctor.patching import UndoLog
 from graphbreak_doctor.targets import TargetError
-from graphbreak_doctor.targets.glm5.sglang import forward, runtime
-from graphbreak_doctor.targets.glm5.sglang.set_up import set_up_runtime
+from graphbreak_doctor.targets.frameworks.sglang import forward, runtime
+from graphbreak_doctor.targets.frameworks.sglang.set_up import set_up_runtime
 from graphbreak_doctor.text import one_line
 
 # The keyword arguments SGLang's DeepseekV2DecoderLayer builds its MLP block
@@ -82,10 +82,10 @@ def _process_weights_after_loading(block: torch.nn.Module) -> None:
             method.process_weights_after_loading(module)
 
 
-def load_model(config_dir: str, log: UndoLog, *, layers_for: Callable[[Any], int], piecewise: bool,
+def load_model(config_dir: str, log: UndoLog, *, layers_for: Callable[[runtime.Runtime], int], piecewise: bool,
                launch_args: tuple[str, ...], resolved: Callable[[runtime.Runtime], None] = lambda _rt: None,
                ) -> tuple[runtime.Runtime, torch.nn.Module, int, int, list[str]]:
-    """SGLang's set-up for the launch, then the model with ``layers_for(hf_config)``
+    """SGLang's set-up for the launch, then the model with ``layers_for(runtime)``
     decoder layers through SGLang's loader: (runtime, model, layers built,
     the model's layers, folded probes). ``resolved`` is called with the
     runtime as soon as SGLang has resolved the launch, before the model is built."""
@@ -94,11 +94,11 @@ def load_model(config_dir: str, log: UndoLog, *, layers_for: Callable[[Any], int
             rt = set_up_runtime(True, config_dir, log, piecewise=piecewise, launch_args=launch_args)
             resolved(rt)
             full = rt.model_config.hf_config.num_hidden_layers
-            layers = layers_for(rt.model_config.hf_config)
+            layers = layers_for(rt)
             with sglang_emulation.consistent_fake_weights():
                 model = forward.build_model(rt, layers)
         except ValueError as e:  # SGLang's own refusal (a device or backend it does not support)
-            raise TargetError(f"SGLang {runtime.version()} refuses to build GLM-5 here: {one_line(str(e), 300)}") from e
+            raise TargetError(f"SGLang {runtime.version()} refuses to build the model here: {one_line(str(e), 300)}") from e
         folded = sglang_emulation.fold_platform_probes(log)
     return rt, model, layers, full, folded
 

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import torch
 
-from graphbreak_doctor.emulation import sglang as sglang_emulation
+from graphbreak_doctor.targets.frameworks.sglang import emulation as sglang_emulation
 from graphbreak_doctor.patching import UndoLog
 from graphbreak_doctor.targets import Target, TargetError
-from graphbreak_doctor.targets.glm5.sglang import forward, prefill_compile, runtime
-from graphbreak_doctor.targets.glm5.sglang.construction import load_block, load_model
-from graphbreak_doctor.targets.glm5.sglang.eager import forward_state, run_eagerly
-from graphbreak_doctor.targets.glm5.sglang.target_info import fill_target_info, model_note
+from graphbreak_doctor.targets.frameworks.sglang import depth, forward, prefill_compile, runtime
+from graphbreak_doctor.targets.frameworks.sglang.construction import load_block, load_model
+from graphbreak_doctor.targets.frameworks.sglang.eager import forward_state, run_eagerly
+from graphbreak_doctor.targets.frameworks.sglang.target_info import fill_target_info, model_note
 from graphbreak_doctor.text import one_line
 
 
@@ -61,7 +61,7 @@ def prepare_stack(target: Target, mode: str, log: UndoLog, *, scope: str, phase:
     settings = forward.settings(log)
     rt, model, layers, full, folded = load_model(
         config_dir, log, piecewise=piecewise, launch_args=launch_args,
-        layers_for=forward.reduced_layer_count if scope == "model" else lambda _hf: index + 1)
+        layers_for=depth.reduced_layer_count if scope == "model" else lambda _rt: index + 1)
     hf = rt.model_config.hf_config
     state = forward_state(rt, layers, phase, tokens)
     log.enter(torch.no_grad())
@@ -91,7 +91,7 @@ def prepare_stack(target: Target, mode: str, log: UndoLog, *, scope: str, phase:
                      mlp=None if scope == "model" else call.layer.mlp)
     info.facts.update(layers_built=layers, model_layers=full, values_used=state.values + settings)
     if scope == "model":
-        info.notes.insert(0, model_note(info, hf, layers, full))
+        info.notes.insert(0, model_note(info, rt, model, layers, full))
     else:
         info.notes.insert(0, f"implementation: SGLang {info.facts['sglang_version']}'s own DeepseekV2DecoderLayer "
                              f"{index}, entered as the first layer of its stack (a fresh residual stream)")

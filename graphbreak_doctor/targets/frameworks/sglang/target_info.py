@@ -9,12 +9,10 @@ from typing import Any
 
 import torch
 
-from graphbreak_doctor.emulation import sglang as sglang_emulation
+from graphbreak_doctor.targets.frameworks.sglang import emulation as sglang_emulation
 from graphbreak_doctor.model import TargetInfo
-from graphbreak_doctor.targets.glm5.sglang import forward, runtime
-from graphbreak_doctor.targets.glm5.sglang.construction import MlpBlock
-
-MODEL = "GLM-5 (GlmMoeDsaForCausalLM)"
+from graphbreak_doctor.targets.frameworks.sglang import depth, runtime
+from graphbreak_doctor.targets.frameworks.sglang.construction import MlpBlock
 
 # What runs inside the registered ops SGLang's GLM-5 blocks call, where
 # Dynamo does not trace (an op is listed only when the installed SGLang
@@ -57,11 +55,16 @@ def fill_target_info(info: TargetInfo, module: torch.nn.Module, rt: runtime.Runt
     info.function = module.forward.__qualname__
     info.shapes.update(tokens=tokens, tp=1)
     kind = info.facts["layer_kind"]
-    if kind in ("dense", "model"):
+    info.shapes.setdefault("hidden_size", config.hidden_size)
+    if kind in ("dense", "model") and getattr(config, "intermediate_size", None):
         info.shapes["intermediate_size"] = config.intermediate_size
-    if kind in ("moe", "model"):
-        info.shapes.update(moe_intermediate_size=config.moe_intermediate_size,
-                           n_routed_experts=config.n_routed_experts, experts_per_tok=config.num_experts_per_tok)
+    # Each family names its MoE sizes its own way (transformers' names).
+    experts = next((getattr(config, k, None) for k in ("n_routed_experts", "num_experts", "num_local_experts")
+                    if getattr(config, k, None)), None)
+    if kind in ("moe", "model") and experts:
+        sizes = {"moe_intermediate_size": getattr(config, "moe_intermediate_size", None), "n_routed_experts": experts,
+                 "experts_per_tok": getattr(config, "num_experts_per_tok", None)}
+        info.shapes.update({k: v for k, v in sizes.items() if isinstance(v, int)})
         experts = getattr(mlp, "experts", None)
         total = getattr(experts, "num_experts", None)
         if total is not None:
@@ -74,9 +77,18 @@ def fill_target_info(info: TargetInfo, module: torch.nn.Module, rt: runtime.Runt
     info.notes.append(f"compile state: {state}; eager warm-up: "
                       + ("skipped (--cold)" if cold else "ran first, as SGLang warms up before it compiles"))
     info.notes.extend(rt.notes)
+    if rt.model_cls is not None:
+        info.notes.append(f"model: SGLang's registry serves {rt.architecture} with "
+                          f"{rt.model_cls.__module__}.{rt.model_cls.__qualname__}; quantization: "
+                          f"{getattr(rt.model_config, 'quantization', None) or _unquantized(rt)}, as SGLang read it")
     info.facts.update(
         sglang_module=f"{cls.__module__}.{cls.__qualname__}",
-        quant_config=type(rt.quant_config).__name__,
+        quant_config=type(rt.quant_config).__name__ if rt.quant_config is not None else "none (unquantized)",
+        # SGLang's own answers: the class its registry resolved for the
+        # config's architectures, and the quantization method it chose.
+        model_class=f"{rt.model_cls.__module__}.{rt.model_cls.__qualname__}" if rt.model_cls is not None else "",
+        architecture=rt.architecture,
+        quantization=str(getattr(rt.model_config, "quantization", None) or "none"),
         compile_state=state,
         launch=rt.launch,
         warm_up=not cold,
@@ -86,6 +98,10 @@ def fill_target_info(info: TargetInfo, module: torch.nn.Module, rt: runtime.Runt
     )
     info.split_ops = runtime.split_ops()
     info.opaque_ops = {op: text for op, text in OPAQUE_OPS.items() if _registered(op)}
+
+
+def _unquantized(rt: runtime.Runtime) -> str:
+    return f"none ({str(getattr(rt.model_config, 'dtype', '?')).replace('torch.', '')} weights)"
 
 
 def _emulation_changes(folded: list[str]) -> list[str]:
@@ -99,11 +115,12 @@ def _emulation_changes(folded: list[str]) -> list[str]:
     return out
 
 
-def model_note(info: TargetInfo, hf: Any, layers: int, full: int) -> str:
+def model_note(info: TargetInfo, rt: runtime.Runtime, model: torch.nn.Module, layers: int, full: int) -> str:
     """The implementation note of a reduced model forward: which layers of how many."""
-    kinds = forward.layer_kinds(hf, layers)
-    return (f"implementation: SGLang {info.facts['sglang_version']}'s own DeepseekV2Model forward "
+    kinds = depth.kinds_of(rt, model)
+    moe = sum(1 for k in kinds if depth.is_moe(k))
+    return (f"implementation: SGLang {info.facts['sglang_version']}'s own {type(model.model).__name__} forward "
             f"(what its piecewise runner compiles), {layers} of {full} decoder layers: the fewest "
-            f"that hold each kind ({sum(1 for k in kinds if not k[0])} dense, "
-            f"{sum(1 for k in kinds if k[0])} MoE); SGLang builds the next-N (MTP) layer only "
-            "for speculative decoding, in its draft model")
+            f"that hold each kind ({len(kinds) - moe} dense, {moe} MoE)"
+            + ("; SGLang builds the next-N (MTP) layer only for speculative decoding, in its draft model"
+               if getattr(rt.model_config.hf_config, "num_nextn_predict_layers", 0) else ""))

@@ -13,13 +13,15 @@ quantization profile is ModelOpt's ``hf_quant_config.json`` (nested
 from __future__ import annotations
 
 import fnmatch
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+# The one reader of an untrusted config JSON (size, FIFO, depth, digits); the
+# checks below are GLM-5's own.
+from graphbreak_doctor.targets.model_folder import MAX_SIZE as _MAX_SIZE, QUANT_CONFIG_NAME, read_json
+
 ARCHITECTURE = "GlmMoeDsaForCausalLM"
-QUANT_CONFIG_NAME = "hf_quant_config.json"
 
 # Keys the layer builder cannot do without; a config missing one is not a
 # GLM-5 (GlmMoeDsa) config.
@@ -127,38 +129,16 @@ class Glm5Config:
         return float(rope.get("rope_theta", self.values.get("rope_theta", 10000.0)))
 
 
-def _read_json(path: Path, what: str) -> dict[str, Any]:
-    if path.exists() and not path.is_file():  # a FIFO or a device would block or never end
-        raise ValueError(f"{what} {path} is not a regular file")
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except OSError as exc:
-        raise ValueError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise ValueError(f"{what} {path} is not UTF-8 text") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{what} {path} is not valid JSON: {exc.msg} (line {exc.lineno})") from None
-    except RecursionError:
-        raise ValueError(f"{what} {path} is JSON nested too deeply") from None
-    except ValueError as exc:  # a number Python will not convert (thousands of digits)
-        raise ValueError(f"{what} {path} holds JSON that cannot be read: {str(exc).split(';')[0]}") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{what} {path} must hold a JSON object")
-    return data
-
-
 def _quant_profile(config_dir: Path, values: dict[str, Any], quant_profile: str | Path | None) -> QuantProfile:
     if quant_profile is not None:
         qpath = Path(quant_profile)
         if not qpath.is_absolute() and not qpath.exists():
             qpath = config_dir / qpath
-        data = _read_json(qpath, "quantization profile")
+        data = read_json(qpath, "quantization profile")
         source: str | None = str(qpath)
     elif (config_dir / QUANT_CONFIG_NAME).exists():
         qpath = config_dir / QUANT_CONFIG_NAME
-        data = _read_json(qpath, "quantization profile")
+        data = read_json(qpath, "quantization profile")
         source = str(qpath)
     elif isinstance(values.get("quantization_config"), dict):
         data = values["quantization_config"]
@@ -188,9 +168,6 @@ def _quant_profile(config_dir: Path, values: dict[str, Any], quant_profile: str 
     return QuantProfile(str(algo), int(group), tuple(excludes), source)
 
 
-# The largest size or count a config may give: tensors past it overflow the
-# 32-bit indexing GPU kernels use, and no model comes near it.
-_MAX_SIZE = 2**31 - 1
 # Tighter limits where a value is a count the doctor walks (every layer's kind).
 _MAX = {"num_hidden_layers": 10_000}
 # Keys whose values are real numbers (the rest of _REQUIRED are sizes and counts).
@@ -296,7 +273,7 @@ def load_config(path: str | Path | None = None, *, quant_profile: str | Path | N
         config_file = p
     if not config_file.exists():
         raise ValueError(f"no GLM-5 config at {p} (expected a directory with config.json, or the file)")
-    values = _read_json(config_file, "config")
+    values = read_json(config_file, "config")
     archs = values.get("architectures") or []
     if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
         raise ValueError(f"{config_file}: 'architectures' must be a list of strings, got {archs!r}"[:300])

@@ -95,6 +95,12 @@ def _check_rule_map(replacement: Any, real: Any) -> None:
         rules[real] = rules.pop(replacement)
 
 
+# What a cached probe asks the platform: whether CUDA is there, and which
+# device it is (a backend chosen by the capability answers None outside the
+# platform window, where torch.cuda.is_available() is False).
+_PLATFORM_QUERIES = {"is_available", "get_device_capability"}
+
+
 def _probes(packages: tuple[str, ...]) -> list[functools._lru_cache_wrapper]:
     found: dict[int, functools._lru_cache_wrapper] = {}
     for name, module in list(sys.modules.items()):
@@ -107,7 +113,7 @@ def _probes(packages: tuple[str, ...]) -> list[functools._lru_cache_wrapper]:
             code = getattr(wrapped, "__code__", None)
             if code is None or code.co_argcount or code.co_kwonlyargcount or code.co_freevars:
                 continue
-            if "is_available" in code.co_names:
+            if _PLATFORM_QUERIES & set(code.co_names):
                 found[id(value)] = value
     return sorted(found.values(), key=lambda f: f.__wrapped__.__qualname__)
 

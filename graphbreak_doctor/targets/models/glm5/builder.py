@@ -13,11 +13,11 @@ import torch
 
 from graphbreak_doctor.model import TargetInfo
 from graphbreak_doctor.targets import Target
-from graphbreak_doctor.targets.glm5 import ops
-from graphbreak_doctor.targets.glm5.config import Glm5Config, check_tp, load_config
-from graphbreak_doctor.targets.glm5.flashinfer_plan import FlashInferPlan, make_plan
-from graphbreak_doctor.targets.glm5.layer import DecoderLayer, GatedMlp, Moe
-from graphbreak_doctor.targets.glm5.weights import BF16_FORMAT, NVFP4_FORMAT
+from graphbreak_doctor.targets.models.glm5 import ops
+from graphbreak_doctor.targets.models.glm5.config import Glm5Config, check_tp, load_config
+from graphbreak_doctor.targets.models.glm5.flashinfer_plan import FlashInferPlan, make_plan
+from graphbreak_doctor.targets.models.glm5.layer import DecoderLayer, GatedMlp, Moe
+from graphbreak_doctor.targets.models.glm5.weights import BF16_FORMAT, NVFP4_FORMAT
 
 
 SPLIT_OPS = (ops.MLA_ATTENTION,)

@@ -2,7 +2,8 @@
 
 ``--sglang-args "ARGS"`` is what follows ``python -m sglang.launch_server``.
 The doctor puts its own in front (the model's config folder as
-``--model-path``, ``--quantization modelopt_fp4``, ``--tp-size 1``; the
+``--model-path``, ``--tp-size 1``, and ``--quantization modelopt_fp4`` for a
+ModelOpt FP4 checkpoint (:func:`doctor_args`); the
 user's later ones win, as on any argparse command line) and hands the whole
 line to SGLang's own parser (``ServerArgs.add_cli_args``, its argparse types
 and choices) and ``ServerArgs.from_cli_args``; the release's own checks run
@@ -38,8 +39,26 @@ from graphbreak_doctor.patching import UndoLog
 from graphbreak_doctor.targets import TargetError
 from graphbreak_doctor.text import one_line
 
-# What the doctor launches with before the user's arguments.
-DOCTOR_ARGS = ("--quantization", "modelopt_fp4", "--tp-size", "1")
+# What the doctor launches with before the user's arguments: one rank.
+DOCTOR_ARGS = ("--tp-size", "1")
+# ModelOpt's quantization algorithm SGLang serves as modelopt_fp4.
+_MODELOPT_FP4 = ("NVFP4",)
+
+
+def doctor_args(config_dir: str) -> tuple[str, ...]:
+    """The doctor's own launch arguments for the model in ``config_dir``:
+    ``--tp-size 1``, and ``--quantization modelopt_fp4`` only for a ModelOpt
+    FP4 checkpoint (its hf_quant_config.json), which releases before
+    SGLang's own detection of that file need to be told; any other
+    checkpoint's quantization is what SGLang reads from its config.json."""
+    path = os.path.join(config_dir, "hf_quant_config.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            algo = (json.load(f).get("quantization") or {}).get("quant_algo")
+    except (OSError, ValueError, AttributeError, RecursionError):
+        return DOCTOR_ARGS  # none, or unreadable: SGLang says what it makes of the folder
+    return (("--quantization", "modelopt_fp4") if isinstance(algo, str) and algo.upper() in _MODELOPT_FP4
+            else ()) + DOCTOR_ARGS
 
 # Resolved server-argument fields that say what a launch compiles and captures.
 _COMPILE_FIELDS = re.compile(r"cuda_graph|piecewise|torch_compile|compile_bs|capture_bs|attention_backend|"
@@ -108,7 +127,7 @@ def parse(server_args_cls: Any, release: str, config_dir: str, user_args: list[s
         raise TargetError("--sglang-args: --config (a file of server arguments) is not read; "
                           "give the arguments themselves")
     parser = _parser(server_args_cls)
-    argv = ["--model-path", config_dir, *DOCTOR_ARGS, *extra, *(piecewise_args(parser) if piecewise else ()),
+    argv = ["--model-path", config_dir, *doctor_args(config_dir), *extra, *(piecewise_args(parser) if piecewise else ()),
             *user_args]
 
     def refuse(message: str) -> None:

@@ -33,7 +33,7 @@ import torch
 
 from graphbreak_doctor.patching import UndoLog
 from graphbreak_doctor.targets import TargetError
-from graphbreak_doctor.targets.glm5.sglang import runtime
+from graphbreak_doctor.targets.frameworks.sglang import runtime
 from graphbreak_doctor.text import one_line
 
 INSTALL = ("sglang.srt.compilation.compile:install_torch_compiled",)

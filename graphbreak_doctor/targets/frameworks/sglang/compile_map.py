@@ -16,11 +16,11 @@ import torch
 from graphbreak_doctor.patching import UndoLog
 from graphbreak_doctor.targets import PhaseNotRun, Target, TargetError
 from graphbreak_doctor.targets.provider import pick_sizes
-from graphbreak_doctor.targets.glm5.sglang import PHASES, decode_compile, forward, prefill_compile, runtime
-from graphbreak_doctor.targets.glm5.sglang import launch as sglang_launch
-from graphbreak_doctor.targets.glm5.sglang.construction import load_model
-from graphbreak_doctor.targets.glm5.sglang.eager import forward_state, run_eagerly
-from graphbreak_doctor.targets.glm5.sglang.target_info import MODEL, fill_target_info, model_note
+from graphbreak_doctor.targets.frameworks.sglang import PHASES, decode_compile, depth, forward, prefill_compile, runtime
+from graphbreak_doctor.targets.frameworks.sglang import launch as sglang_launch
+from graphbreak_doctor.targets.frameworks.sglang.construction import load_model
+from graphbreak_doctor.targets.frameworks.sglang.eager import forward_state, run_eagerly
+from graphbreak_doctor.targets.frameworks.sglang.target_info import fill_target_info, model_note
 from graphbreak_doctor.text import one_line
 
 
@@ -32,7 +32,7 @@ def discover_compile_regions(target: Target, log: UndoLog, phase_scope: Callable
     The forwards run as SGLang runs them outside any compile of its own."""
     settings = forward.settings(log)
     # The map runs every phase, not the one the target's trace is of.
-    target.info.title = f"{MODEL} model forward (reduced), {' and '.join(PHASES)}, SGLang {runtime.version()}"
+    target.info.title = f"{target.info.facts['model']} model forward (reduced), {' and '.join(PHASES)}, SGLang {runtime.version()}"
 
     def publish(rt: runtime.Runtime) -> None:
         # How the launch runs each phase is known before the model is built:
@@ -40,7 +40,7 @@ def discover_compile_regions(target: Target, log: UndoLog, phase_scope: Callable
         target.info.facts["launch"] = rt.launch
 
     rt, model, layers, full, folded = load_model(config_dir, log, piecewise=False, launch_args=launch_args,
-                                                 layers_for=forward.reduced_layer_count, resolved=publish)
+                                                 layers_for=depth.reduced_layer_count, resolved=publish)
     log.enter(torch.no_grad())
     values: list[str] = []
     # Per phase, what the map's phase line adds: SGLang's own compile of the
@@ -83,7 +83,7 @@ def discover_compile_regions(target: Target, log: UndoLog, phase_scope: Callable
         launch["decode_compile"] = compiled.to_dict()
         phases = launch["phases"] = dict(launch.get("phases") or {})
         phases["decode"] = f"{phases.get('decode', '')}; {compiled.describe()}".lstrip("; ")
-    info.notes.insert(0, model_note(info, rt.model_config.hf_config, layers, full))
+    info.notes.insert(0, model_note(info, rt, model, layers, full))
 
 
 def _compile_prefill(rt: runtime.Runtime, model: torch.nn.Module, state: forward.ForwardState, layers: int,

@@ -25,41 +25,54 @@ KV pool and attention metadata (forward.py); a model target also draws the
 compile map (compile_map.py).
 
 What SGLang cannot do on an emulated device without help is in
-emulation/sglang.py, emulation/standins/ and emulation/dsl_dry.py; the
+targets/frameworks/sglang/emulation.py, emulation/standins/ and emulation/dsl_dry.py; the
 findings list what was used (``facts["emulation"]``, ``stand_ins``,
 target_info.py).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from graphbreak_doctor.emulation import sglang as sglang_emulation
+from graphbreak_doctor.targets.frameworks.sglang import emulation as sglang_emulation
 from graphbreak_doctor.emulation import dsl_dry, standins
 from graphbreak_doctor.emulation.device import EmulatedDevice
 from graphbreak_doctor.model import TargetInfo
 from graphbreak_doctor.patching import UndoLog
 from graphbreak_doctor.targets import Target
-from graphbreak_doctor.targets.glm5.config import load_config
-from graphbreak_doctor.targets.glm5.sglang import runtime
-from graphbreak_doctor.targets.glm5.sglang.compile_map import discover_compile_regions
-from graphbreak_doctor.targets.glm5.sglang.prepare import prepare_block, prepare_stack
-from graphbreak_doctor.targets.glm5.sglang.set_up import import_sglang, scratch_folder
-from graphbreak_doctor.targets.glm5.sglang.target_info import MODEL
+from graphbreak_doctor.targets.frameworks.sglang import runtime
+from graphbreak_doctor.targets.frameworks.sglang.compile_map import discover_compile_regions
+from graphbreak_doctor.targets.frameworks.sglang.prepare import prepare_block, prepare_stack
+from graphbreak_doctor.targets.frameworks.sglang.set_up import import_sglang, scratch_folder
 
 
-def build_layer(kind: str, *, config: str | None, tokens: int, device: str, cold: bool, log: UndoLog,
+@dataclass(frozen=True)
+class Served:
+    """What the caller (a target provider) knows of the served model before
+    SGLang reads it: its config folder (SGLang's ``--model-path``), how the
+    findings name it, and for one layer its index and the layers that run the
+    same code. Plain data: the framework reads no model package."""
+
+    config_dir: str
+    name: str  # e.g. "GLM-5 (GlmMoeDsaForCausalLM)"
+    spec: str  # the spec's first word, e.g. "glm5-sglang"
+    provider: str
+    index: int | None = None  # the traced layer (scopes "block" and "layer")
+    same: tuple[int, ...] = ()  # the layers that run the traced layer's code
+    facts: dict[str, Any] = field(default_factory=dict)  # what the provider read (config path, quant profile)
+    shapes: dict[str, int] = field(default_factory=dict)
+
+
+def build_layer(kind: str, *, served: Served, tokens: int, device: str, cold: bool, log: UndoLog,
                 scope: str = "block", phase: str = "extend", launch_args: tuple[str, ...] = ()) -> Target:
     """SGLang's block (scope "block"), whole decoder layer ("layer") for one
-    GLM-5 layer kind, or the reduced model ("model", kind "model"); call
-    inside the device. The module itself is built by the target's
-    ``prepare`` (see the module doc)."""
-    cfg = load_config(config)
-    same = cfg.layer_indices("moe" if kind == "model" else kind)
-    index = same[0]
+    layer kind, or the reduced model ("model", kind "model"); call inside the
+    device. The module itself is built by the target's ``prepare`` (see the
+    module doc)."""
+    index = served.index if kind != "model" else None
     scratch = scratch_folder(device, log)
     installed = standins.install(log)
     sglang_emulation.isolate_caches(log, scratch)
@@ -76,27 +89,28 @@ def build_layer(kind: str, *, config: str | None, tokens: int, device: str, cold
     sglang_emulation.inductor_as_eager(log)
     release = runtime.version()
     if kind == "model":
-        spec, title = f"glm5-sglang:model:{phase}", f"{MODEL} model forward (reduced), {phase}, SGLang {release}"
+        spec = f"{served.spec}:model:{phase}"
+        title = f"{served.name} model forward (reduced), {phase}, SGLang {release}"
     else:
-        spec = f"glm5-sglang:{kind}:{index}" + ("" if scope == "block" else f":layer:{phase}")
+        spec = f"{served.spec}:{kind}:{index}" + ("" if scope == "block" else f":layer:{phase}")
         whole = "" if scope == "block" else f"whole decoder layer, {phase}, "
-        title = f"{MODEL} {kind} layer {index}, {whole}SGLang {release}"
+        title = f"{served.name} {kind} layer {index}, {whole}SGLang {release}"
+    same = served.same
     info = TargetInfo(
         spec=spec,
-        provider="glm5",
+        provider=served.provider,
         title=title,
-        shapes={"hidden_size": cfg.hidden_size},
+        shapes=dict(served.shapes),
         notes=[f"layers {same[0]}-{same[-1]} run the same code"] if len(same) > 1 and kind != "model" else [],
-        facts={"impl": "sglang", "sglang_version": release, "model": MODEL, "layer_kind": kind,
-               "layer_index": index if kind != "model" else None, "config": cfg.path,
-               "quant_profile": cfg.quant.path, "scope": scope, **({} if scope == "block" else {"phase": phase})},
+        facts={"impl": "sglang", "sglang_version": release, "model": served.name, "layer_kind": kind,
+               "layer_index": index, **served.facts, "scope": scope, **({} if scope == "block" else {"phase": phase})},
         stand_ins=installed.lines,
     )
     pin = runtime.torch_pin()
     if pin and pin != torch.__version__.split("+")[0]:
         info.notes.append(f"SGLang {release} pins torch {pin}; traced on torch {torch.__version__.split('+')[0]}")
     target = Target(fn=_not_prepared, info=info)
-    config_dir = str(Path(cfg.path).parent)
+    config_dir = served.config_dir
     if scope == "block":
         target.prepare = lambda mode, mode_log: prepare_block(target, mode, mode_log, kind=kind, index=index,
                                                               config_dir=config_dir, tokens=tokens, cold=cold,
@@ -117,4 +131,4 @@ def _not_prepared(*args: Any, **kwargs: Any) -> Any:
     raise RuntimeError("an SGLang target is traced after its prepare(mode) built the module")
 
 
-__all__ = ["build_layer"]
+__all__ = ["Served", "build_layer"]

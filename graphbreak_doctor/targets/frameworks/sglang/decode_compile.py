@@ -28,7 +28,7 @@ import torch
 
 from graphbreak_doctor.patching import UndoLog
 from graphbreak_doctor.targets import TargetError
-from graphbreak_doctor.targets.glm5.sglang import runtime
+from graphbreak_doctor.targets.frameworks.sglang import runtime
 from graphbreak_doctor.text import one_line
 
 # Where releases keep the three functions (first found wins).

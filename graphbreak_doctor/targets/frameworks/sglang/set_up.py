@@ -10,10 +10,10 @@ from pathlib import Path
 
 import torch
 
-from graphbreak_doctor.emulation import sglang as sglang_emulation
+from graphbreak_doctor.targets.frameworks.sglang import emulation as sglang_emulation
 from graphbreak_doctor.patching import UndoLog
 from graphbreak_doctor.targets import TargetError
-from graphbreak_doctor.targets.glm5.sglang import runtime
+from graphbreak_doctor.targets.frameworks.sglang import runtime
 
 
 def scratch_folder(device: str, log: UndoLog) -> Path:

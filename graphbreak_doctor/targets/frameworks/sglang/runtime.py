@@ -5,7 +5,7 @@ a release that has none of the known forms is refused in one line naming
 what is missing. The calls and their order: docs/design.md, "SGLang's
 set-up calls".
 
-Call inside the platform window (emulation/sglang.py): SGLang reads the
+Call inside the platform window (targets/frameworks/sglang/emulation.py): SGLang reads the
 device while it sets up.
 """
 
@@ -22,7 +22,7 @@ import torch
 
 from graphbreak_doctor.patching import UndoLog
 from graphbreak_doctor.targets import TargetError
-from graphbreak_doctor.targets.glm5.sglang import launch
+from graphbreak_doctor.targets.frameworks.sglang import launch
 from graphbreak_doctor.text import one_line
 
 
@@ -71,7 +71,12 @@ class Runtime:
 
     server_args: Any
     model_config: Any
-    quant_config: Any
+    quant_config: Any  # None: an unquantized (bf16) model
+    # The model class SGLang's registry resolved, and the architecture it matched.
+    model_cls: Any = None
+    architecture: str = ""
+    # The model built for this set-up (forward.build_model), once it is.
+    model: Any = None
     # Context managers to hold while modules are built (e.g. the shared-experts config).
     building: list[Callable[[], Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -149,11 +154,21 @@ def _publish(server_args: Any) -> None:
                             "sglang.srt.server_args:set_global_server_args_for_scheduler")
     if form == 0:
         context = importlib.import_module("sglang.srt.runtime_context")
+        parallel = importlib.import_module("sglang.srt.distributed.parallel_state")
+        # A second set-up in this process (set_up.py, the MoE backend): the
+        # group handles the first one's model-parallel groups recorded are
+        # dropped by the reset, and those groups are not built again
+        # (_model_parallel): they are recorded again after the publish.
+        kept = {}
+        if parallel.model_parallel_is_initialized():
+            stamp = getattr(context.get_parallel(), "_stamp", None) or {}
+            kept = {name: group for name, group in stamp.items() if name.endswith("_group")}
         context.reset_context()
         publish(server_args, role="scheduler", ranks=context.SpawnRanks(world_rank=0, gpu_id=0))
-        parallel = importlib.import_module("sglang.srt.distributed.parallel_state")
         if getattr(parallel, "_WORLD", None) is not None:
-            context.get_parallel().override_permanently(world_group=parallel._WORLD)
+            kept["world_group"] = parallel._WORLD
+        if kept:
+            context.get_parallel().override_permanently(**kept)
     else:
         publish(server_args)
 
@@ -182,10 +197,26 @@ def _expert_recorder(server_args: Any) -> None:
         set_recorder(recorder.init_new(None, rank=0))
 
 
+def model_class(model_config: Any) -> tuple[Any, str]:
+    """The model class SGLang's own registry resolves for the config's
+    architectures, and the architecture it matched: (class, architecture).
+    An architecture the release does not serve is a TargetError with
+    SGLang's own message."""
+    _, resolve = require("sglang.srt.model_loader.utils:get_model_architecture")
+    try:
+        found = resolve(model_config)
+    except (ValueError, KeyError, ImportError, AttributeError) as e:
+        names = getattr(model_config.hf_config, "architectures", None)
+        raise TargetError(f"SGLang {version()} cannot serve the architectures {names!r}: "
+                          f"{type(e).__name__}: {one_line(str(e), 300)}") from e
+    return found if isinstance(found, tuple) else (found, getattr(found, "__name__", "?"))
+
+
 def _shared_experts(runtime: Runtime) -> None:
     """How many shared experts are fused into the routed kernel: decided by
-    the model class (newer releases: a config held while modules are built)."""
-    _, model_cls = require("sglang.srt.models.glm4_moe:GlmMoeDsaForCausalLM")
+    the model class (newer releases: a config held while modules are built;
+    older ones: the class's own method, where it has one)."""
+    model_cls = runtime.model_cls
     hf_config = runtime.model_config.hf_config
     resolve = optional("sglang.srt.layers.moe.utils:resolve_shared_experts_config")
     if resolve is not None:
@@ -194,9 +225,7 @@ def _shared_experts(runtime: Runtime) -> None:
         runtime.building.append(lambda: get_model().override(shared_experts=shared))
         return
     if not hasattr(model_cls, "determine_num_fused_shared_experts"):
-        raise TargetError(f"SGLang {version()} cannot be built by graphbreak-doctor: it has no "
-                          "sglang.srt.layers.moe.utils.resolve_shared_experts_config and no "
-                          "GlmMoeDsaForCausalLM.determine_num_fused_shared_experts")
+        return  # a model without fused shared experts
     holder = model_cls.__new__(model_cls)  # the model without its layers: no weights
     torch.nn.Module.__init__(holder)
     holder.config, holder.quant_config = hf_config, runtime.quant_config
@@ -209,8 +238,8 @@ def moe_backend() -> Any:
 
 def set_up(config_dir: str, log: UndoLog, *, launch_args: tuple[str, ...] = (), piecewise: bool = False,
            moe_runner_backend: str | None = None) -> Runtime:
-    """SGLang's set-up for GLM-5-NVFP4 from ``config_dir`` (config.json +
-    hf_quant_config.json) and the user's launch arguments, parsed and resolved
+    """SGLang's set-up for the model in ``config_dir`` (config.json, and
+    hf_quant_config.json where the checkpoint has one) and the user's launch arguments, parsed and resolved
     by SGLang itself (launch.py); ``piecewise``: the launch asks for the
     tc_piecewise prefill runner, and a release that lacks it or turns it off
     says so (TargetError). Undone with ``log`` where SGLang offers a teardown."""
@@ -235,13 +264,17 @@ def set_up(config_dir: str, log: UndoLog, *, launch_args: tuple[str, ...] = (), 
     _, model_config_cls = require("sglang.srt.configs.model_config:ModelConfig")
     _, load_config_cls = require("sglang.srt.configs.load_config:LoadConfig")
     _, quant_config_of = require("sglang.srt.model_loader.loader:_get_quantization_config")
-    model_config = model_config_cls.from_server_args(server_args)
-    quant_config = quant_config_of(model_config, load_config_cls())
-    if quant_config is None:
-        raise TargetError(f"{config_dir}: SGLang found no quantization config (hf_quant_config.json)")
+    try:
+        model_config = model_config_cls.from_server_args(server_args)
+        quant_config = quant_config_of(model_config, load_config_cls())
+    except (ValueError, TypeError, KeyError, AssertionError, AttributeError, OverflowError) as e:
+        # SGLang's own reading of config.json (and the quantization it names) refused it.
+        raise TargetError(f"SGLang {version()} cannot build the model in {config_dir}: "
+                          f"{type(e).__name__}: {one_line(str(e), 300)}") from e
+    model_cls, architecture = model_class(model_config)
     _dp_attention(server_args, model_config, log)
     _expert_recorder(server_args)
-    runtime = Runtime(server_args, model_config, quant_config, launch={
+    runtime = Runtime(server_args, model_config, quant_config, model_cls=model_cls, architecture=architecture, launch={
         "arguments": list(launch_args), "command_line": argv,
         "resolved": fields, "phases": launch.phases(fields), "sglang_said": said, "sglang_rules": rules})
     _shared_experts(runtime)

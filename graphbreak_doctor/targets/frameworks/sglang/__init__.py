@@ -1,5 +1,6 @@
-"""GLM-5's blocks as SGLang builds them (``--impl sglang``): SGLang's own
-modules, set-up and compile state; builder.py makes the target. The other
+"""The SGLang framework: how its server reads its launch arguments, sets up
+its runtime, builds a model from a config folder through its own loader,
+runs its phases and compiles (builder.py makes the target). The other
 modules import torch; this one does not, so the command line can ask
 whether SGLang is there."""
 

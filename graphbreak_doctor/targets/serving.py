@@ -1,24 +1,33 @@
-"""``--layer dense|moe|all``: GLM-5-NVFP4 decoder layers at real shapes, with
-their own options (``--config``, ``--tokens``, ``--tp``, ``--impl``, ``--cold``).
+"""The served models: ``--layer dense|moe|all``, GLM-5-NVFP4's decoder layers
+at real shapes, and ``--model``, a served model's forward reduced to one
+decoder layer of each kind, with their own options (``--config``,
+``--model-path``, ``--tokens``, ``--tp``, ``--impl``, ``--cold``).
 
 ``--impl`` chooses whose code is traced: ``sglang`` builds SGLang's own
-modules (targets/glm5/sglang/), ``reference`` the project's re-creation of the
-layer, which calls FlashInfer directly (builder.py). The default is sglang
-when SGLang is installed.
+modules (the SGLang framework, targets/frameworks/sglang/), ``reference`` the
+project's re-creation of GLM-5's layer, which calls FlashInfer directly
+(targets/models/glm5/builder.py). The default is sglang when SGLang is
+installed. ``--model-path`` (or ``--sglang-args "--model-path DIR"``) names
+the served model: a config folder (read by targets/model_folder.py, then
+by SGLang itself) or a packaged model (targets/models/packaged.py); a model
+other than GLM-5 is traced as its model forward only.
 """
 
 from __future__ import annotations
 
 import dataclasses
-
+import os
+import re
 import shlex
 from typing import Any, Mapping
 
 from graphbreak_doctor.patching import UndoLog
 from graphbreak_doctor.targets import Target, TargetError
-from graphbreak_doctor.targets.glm5.sglang import PHASES
+from graphbreak_doctor.targets.frameworks.sglang import PHASES
 from graphbreak_doctor.targets.provider import Option, Selection, TargetProvider
 
+GLM5_ARCHITECTURE = "GlmMoeDsaForCausalLM"
+GLM5_NAME = f"GLM-5 ({GLM5_ARCHITECTURE})"
 LAYER_CHOICES = ("dense", "moe", "all")
 IMPL_CHOICES = ("sglang", "reference")
 DEFAULT_TOKENS = 128
@@ -85,7 +94,7 @@ def _first_layer(loaded: Any, kind: str) -> int:
 
 class Glm5Provider(TargetProvider):
     name = "glm5"
-    title = "GLM-5-NVFP4 decoder layers"
+    title = "served models: GLM-5-NVFP4's decoder layers, any model's forward"
     options = (
         Option("--layer", "a GLM-5-NVFP4 decoder layer (all = one dense + one MoE)", choices=LAYER_CHOICES,
                selects=True),
@@ -101,10 +110,15 @@ class Glm5Provider(TargetProvider):
         Option("--whole-layer", "--impl sglang: the whole decoder layer (norms, MLA attention with the DSA "
                                 "indexer, MLP or MoE) called with a ForwardBatch, not only the MLP block",
                switch=True),
-        Option("--model", "SGLang's GLM-5 model forward with its layers cut to one of each kind, as SGLang's "
-                          "piecewise runner compiles it (--impl sglang)", switch=True, selects=True),
+        Option("--model", "the served model's forward as SGLang builds it (GLM-5-NVFP4 unless --model-path), its "
+                          "layers cut to one of each kind, as SGLang's piecewise runner compiles it (--impl sglang)",
+               switch=True, selects=True),
         Option("--forward", "--whole-layer / --model: the batch, extend (prefill; default) or decode",
                choices=PHASES),
+        Option("--model-path", "--impl sglang: the served model's config folder (config.json, and "
+                               "hf_quant_config.json where it has one), or a packaged model: glm5-nvfp4 (the "
+                               "default), deepseek-v3, qwen3-30b-a3b; alone it selects the model forward (--model)",
+               metavar="DIR|NAME", selects=True),
         Option("--sglang-args", "--impl sglang: the server's launch arguments (what follows "
                                 "`python -m sglang.launch_server`), read by the installed SGLang itself; "
                                 "--model-path defaults to the GLM-5-NVFP4 config (--config)", metavar="ARGS",
@@ -112,10 +126,19 @@ class Glm5Provider(TargetProvider):
     )
 
     def select(self, options: Mapping[str, Any]) -> list[Selection]:
-        from graphbreak_doctor.targets.glm5 import sglang
+        from graphbreak_doctor.targets.frameworks import sglang
 
+        launch, config = launch_arguments(options.get("sglang_args"), options.get("config"))
+        if options.get("model_path") is not None:
+            if config is not None:
+                raise ValueError("--model-path names the model, and --config or --sglang-args' --model-path "
+                                 "another: give one")
+            config = options["model_path"]
+        # The model's folder is read first: a bad one is one line, whatever else is installed.
+        _other_model(packaged_or_path(config))
         layer = options.get("layer")
-        model = bool(options.get("model"))
+        # --model-path alone asks for the model forward (the one scope any model has).
+        model = bool(options.get("model")) or (options.get("model_path") is not None and not layer)
         if model and layer:
             raise ValueError("--model traces the model's forward: leave out --layer")
         if not model and options.get("forward") and not options.get("whole_layer"):
@@ -138,12 +161,42 @@ class Glm5Provider(TargetProvider):
         given = options.get("sglang_args") is not None  # --model-path alone leaves no other argument
         if given and not sglang.available():
             raise ValueError("--sglang-args needs SGLang installed: SGLang itself reads them")
-        launch, config = launch_arguments(options.get("sglang_args"), options.get("config"))
         if given and impl != "sglang":
             raise ValueError("--sglang-args applies to --impl sglang (SGLang reads them)")
-        return self.layer_selections("model" if model else layer, impl, config=config,
-                                     tokens=options.get("tokens"), tp=options.get("tp"), cold=bool(options.get("cold")),
-                                     scope=scope, phase=options.get("forward") or "extend", launch=launch)
+        return self.served_selections("model" if model else layer, impl, config=config, tokens=options.get("tokens"),
+                                      tp=options.get("tp"), cold=bool(options.get("cold")), scope=scope,
+                                      phase=options.get("forward") or "extend", launch=launch)
+
+    def served_selections(self, layer: str, impl: str, *, config: str | None = None, tokens: int | None = None,
+                          tp: int | None = None, cold: bool = False, scope: str = "block", phase: str = "extend",
+                          launch: tuple[str, ...] = ()) -> list[Selection]:
+        """The selections for the model in ``config`` (a folder, a packaged
+        model's name; None: GLM-5-NVFP4): GLM-5's layers and model, or
+        another model's forward; whether or not this environment can build
+        them (a matrix cell runs in another one)."""
+        config = packaged_or_path(config)
+        other = _other_model(config)
+        if other is not None:
+            return [self.any_model_selection(other, impl=impl, scope=scope, tokens=tokens, cold=cold, phase=phase,
+                                             launch=launch)]
+        return self.layer_selections(layer, impl, config=config, tokens=tokens, tp=tp, cold=cold, scope=scope,
+                                     phase=phase, launch=launch)
+
+    def any_model_selection(self, folder: Any, *, impl: str, scope: str, tokens: int | None, cold: bool,
+                            phase: str, launch: tuple[str, ...]) -> Selection:
+        """The model forward of a model other than GLM-5 (its config folder
+        read: targets/model_folder.py), as SGLang builds it from the folder."""
+        arch = folder.architectures[0]
+        if impl != "sglang":
+            raise ValueError(f"{folder.path}: {arch} is traced as SGLang builds it: it needs --impl sglang")
+        if scope != "model":
+            raise ValueError(f"{folder.path}: --layer and --whole-layer trace GLM-5's layers; for {arch} give --model "
+                             "(its forward with one decoder layer of each kind)")
+        slug = re.sub(r"forcausallm$", "", re.sub(r"[^a-z0-9]", "", arch.lower())) or "model"
+        options = {"kind": "model", "config": folder.path, "tokens": tokens or DEFAULT_TOKENS, "tp": DEFAULT_TP,
+                   "all": False, "impl": "sglang", "cold": cold, "scope": "model", "phase": phase,
+                   "launch": list(launch), "compile_map": True, "served": {"name": arch, "spec": f"{slug}-sglang"}}
+        return Selection(self.name, f"{slug}-sglang-model-{phase}", options, spec=f"{slug}-sglang:model:{phase}")
 
     def at_size(self, selection: Selection, size: int) -> Selection | None:
         """The same layer or model with ``size`` tokens in its batch."""
@@ -192,9 +245,9 @@ class Glm5Provider(TargetProvider):
                          phase: str = "extend", launch: tuple[str, ...] = ()) -> list[Selection]:
         """The selections of ``--layer`` for ``impl``, whether or not this
         environment can build them (a matrix cell runs in another one)."""
-        from graphbreak_doctor.targets.glm5.config import load_config
+        from graphbreak_doctor.targets.models.glm5.config import load_config
 
-        from graphbreak_doctor.targets.glm5.config import check_tp
+        from graphbreak_doctor.targets.models.glm5.config import check_tp
 
         # Read now, so a bad --config (or a --tp it cannot shard) is a usage
         # error before anything is traced.
@@ -234,13 +287,14 @@ class Glm5Provider(TargetProvider):
         o = selection.options
         try:
             if o.get("impl") == "sglang":
-                from graphbreak_doctor.targets.glm5.sglang import builder as sglang
+                from graphbreak_doctor.targets.frameworks.sglang import builder as sglang
 
-                target = sglang.build_layer(o["kind"], config=o["config"], tokens=o["tokens"], device=device,
-                                            cold=o["cold"], log=log, scope=o.get("scope", "block"),
+                served = _served(o["kind"], o["config"], o.get("served"))
+                target = sglang.build_layer(o["kind"], served=served, tokens=o["tokens"],
+                                            device=device, cold=o["cold"], log=log, scope=o.get("scope", "block"),
                                             phase=o.get("phase", "extend"), launch_args=tuple(o.get("launch", ())))
             else:
-                from graphbreak_doctor.targets.glm5 import builder as glm5
+                from graphbreak_doctor.targets.models.glm5 import builder as glm5
 
                 target = glm5.build_layer(o["kind"], config=o["config"], tokens=o["tokens"], tp=o["tp"],
                                           device=device)
@@ -251,6 +305,50 @@ class Glm5Provider(TargetProvider):
         if o.get("all"):
             target.info.notes.append(ALL_NOTE)
         return target
+
+
+def packaged_or_path(config: str | None) -> str | None:
+    """A packaged model's name (``deepseek-v3``) as its config folder; any
+    other value is a path, as given (a folder of that name wins)."""
+    import os
+
+    from graphbreak_doctor.targets.models.packaged import config_dir
+
+    if config is None or os.path.exists(config) or os.sep in config:
+        return config
+    found = config_dir(config)
+    return str(found) if found is not None else config
+
+
+def _other_model(config: str | None) -> Any:
+    """The config folder read (targets/model_folder.py) when it holds a model
+    other than GLM-5 (which its own reader checks); None for GLM-5."""
+    from graphbreak_doctor.targets.model_folder import read_model_folder
+
+    if config is None:
+        return None
+    folder = read_model_folder(config)
+    return None if GLM5_ARCHITECTURE in folder.architectures else folder
+
+
+def _served(kind: str, config: str, other: dict | None = None) -> Any:
+    """The model as the SGLang framework builds it: its config folder, name,
+    and for one GLM-5 layer kind its first layer and the run of the same kind."""
+    from pathlib import Path
+
+    from graphbreak_doctor.targets.frameworks.sglang.builder import Served
+    from graphbreak_doctor.targets.models.glm5.config import load_config
+
+    if other is not None:
+        folder = config if os.path.isdir(config) else os.path.dirname(config)
+        return Served(config_dir=folder, name=other["name"], spec=other["spec"], provider="glm5",
+                      facts={"config": config})
+
+    cfg = load_config(config)
+    same = cfg.layer_indices("moe" if kind == "model" else kind)
+    return Served(config_dir=str(Path(cfg.path).parent), name=GLM5_NAME, spec="glm5-sglang", provider="glm5",
+                  index=same[0], same=tuple(same), facts={"config": cfg.path, "quant_profile": cfg.quant.path},
+                  shapes={"hidden_size": cfg.hidden_size})
 
 
 PROVIDER = Glm5Provider()

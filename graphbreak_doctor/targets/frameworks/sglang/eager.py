@@ -4,15 +4,14 @@ one line that says where inside SGLang it stopped."""
 
 from __future__ import annotations
 
-import traceback
 from typing import Any, Callable
 
 import torch
 
 from graphbreak_doctor.emulation import flashinfer as flashinfer_emulation
-from graphbreak_doctor.frames import short_path
+from graphbreak_doctor.frames import raised_at
 from graphbreak_doctor.targets import TargetError
-from graphbreak_doctor.targets.glm5.sglang import forward, runtime
+from graphbreak_doctor.targets.frameworks.sglang import forward, runtime
 from graphbreak_doctor.text import one_line
 
 
@@ -25,16 +24,6 @@ def forward_state(rt: runtime.Runtime, layers: int, phase: str, tokens: int) -> 
         raise TargetError(f"SGLang's attention metadata for {'an' if phase[0] in 'aeiou' else 'a'} {phase} batch "
                           "could not be built here: "
                           f"{type(e).__name__}: {one_line(str(e), 200)}{raised_at(e)}") from e
-
-
-def raised_at(error: BaseException) -> str:
-    """" (raised at sglang/srt/...py:LINE in FUNCTION)": the innermost frame of
-    ``error``'s traceback, so a failure inside SGLang says where it stopped."""
-    stack = traceback.extract_tb(error.__traceback__)
-    if not stack:
-        return ""
-    last = stack[-1]
-    return f" (raised at {short_path(last.filename)}:{last.lineno} in {last.name})"
 
 
 def run_eagerly(call: Callable[..., Any], args: tuple, phase: str, what: str) -> None:
