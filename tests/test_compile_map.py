@@ -347,8 +347,11 @@ def test_a_map_whose_phases_stop_keeps_what_they_recorded_and_never_passes_the_g
     found = stopped.value.findings
     assert isinstance(stopped.value.__cause__, AttributeError)
     assert found.outcome == "crashed" and found.fullgraph.crashed and not found.regions
-    assert found.fullgraph.error == ("the phases stopped: AttributeError: 'ModuleNotFoundError' object has no "
-                                     "attribute 'get_num_sms'")
+    # The stop says where it was raised: here, the target's own discover.
+    said, _, where = found.fullgraph.error.partition(" (raised at ")
+    assert said == "the phases stopped: AttributeError: 'ModuleNotFoundError' object has no attribute 'get_num_sms'"
+    assert where.startswith("test_compile_map.py:") or "/test_compile_map.py:" in where, where
+    assert where.endswith(" in discover)"), where
     assert found.device["emulated"]
     text = render(Findings.from_dict(json.loads(json.dumps(found.to_dict()))))
     assert "  extend: no prefill CUDA graph" in text
