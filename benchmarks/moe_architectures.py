@@ -1,8 +1,8 @@
 """Every MoE architecture that both the installed transformers and SGLang's
 model registry know, each traced from a config written from transformers'
 defaults: the compile map of its model forward as SGLang builds it, or the
-one line the doctor refused it with. Prints the Markdown table the README
-holds ("Which MoE architectures the doctor traces").
+one line the doctor refused it with. Prints the Markdown table
+docs/models.md holds ("Which MoE architectures the doctor traces").
 
     .venv-sglang/bin/python benchmarks/moe_architectures.py             # all, one at a time
     .venv-sglang/bin/python benchmarks/moe_architectures.py --jobs 2 --only Mixtral,Olmoe
@@ -33,7 +33,6 @@ def moe_architectures() -> dict[str, str]:
     """architecture -> transformers' model type, for every causal-LM
     architecture transformers maps whose default config has routed experts
     and that SGLang's registry serves (read from both registries)."""
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
     from graphbreak_doctor.targets.frameworks.sglang.served import served_architectures
