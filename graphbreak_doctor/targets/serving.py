@@ -135,7 +135,8 @@ class Glm5Provider(TargetProvider):
                                  "another: give one")
             config = options["model_path"]
         # The model's folder is read first: a bad one is one line, whatever else is installed.
-        _other_model(packaged_or_path(config))
+        config = packaged_or_path(config)
+        other = _other_model(config)
         layer = options.get("layer")
         # --model-path alone asks for the model forward (the one scope any model has).
         model = bool(options.get("model")) or (options.get("model_path") is not None and not layer)
@@ -163,9 +164,9 @@ class Glm5Provider(TargetProvider):
             raise ValueError("--sglang-args needs SGLang installed: SGLang itself reads them")
         if given and impl != "sglang":
             raise ValueError("--sglang-args applies to --impl sglang (SGLang reads them)")
-        return self.served_selections("model" if model else layer, impl, config=config, tokens=options.get("tokens"),
-                                      tp=options.get("tp"), cold=bool(options.get("cold")), scope=scope,
-                                      phase=options.get("forward") or "extend", launch=launch)
+        return self._selections("model" if model else layer, impl, config, other, tokens=options.get("tokens"),
+                                tp=options.get("tp"), cold=bool(options.get("cold")), scope=scope,
+                                phase=options.get("forward") or "extend", launch=launch)
 
     def served_selections(self, layer: str, impl: str, *, config: str | None = None, tokens: int | None = None,
                           tp: int | None = None, cold: bool = False, scope: str = "block", phase: str = "extend",
@@ -175,7 +176,13 @@ class Glm5Provider(TargetProvider):
         another model's forward; whether or not this environment can build
         them (a matrix cell runs in another one)."""
         config = packaged_or_path(config)
-        other = _other_model(config)
+        return self._selections(layer, impl, config, _other_model(config), tokens=tokens, tp=tp, cold=cold,
+                                scope=scope, phase=phase, launch=launch)
+
+    def _selections(self, layer: str, impl: str, config: str | None, other: Any, *, tokens: int | None,
+                    tp: int | None, cold: bool, scope: str, phase: str, launch: tuple[str, ...]) -> list[Selection]:
+        """served_selections for a config already read (``other``: its
+        folder when it is not GLM-5's)."""
         if other is not None:
             return [self.any_model_selection(other, impl=impl, scope=scope, tokens=tokens, cold=cold, phase=phase,
                                              launch=launch)]
