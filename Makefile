@@ -1,6 +1,8 @@
 # Two set-up commands (see README.md): `make trace` runs the main job, `make test`
 # runs the tests. Both create or reuse the virtual environments below and
-# install the pinned dependencies from requirements/.
+# install the pinned dependencies from requirements/ and, for the environments
+# the matrix builds too (ci.txt, the SGLang file pairs), from the package's own
+# graphbreak_doctor/matrix/requirements/ (shipped in the wheel).
 
 PYTHON ?= python3
 VENV := .venv
@@ -8,6 +10,7 @@ VENV063 := .venv-fi063
 VENVSGL := .venv-sglang
 VENVSGL059 := .venv-sglang-0.5.9
 VENVSGL0521 := .venv-sglang-0.5.21
+VENVWHEEL := .venv-wheel
 # --durations=30: every stage lists its slowest tests (CONTRIBUTING.md, where the time goes).
 PYTEST_ARGS ?= --durations=30
 # The traces the tests share (tests/conftest.py): one folder for the stages
@@ -16,16 +19,17 @@ TEST_TRACES := $(CURDIR)/reports/test-traces
 PIP_FLAGS := -q --disable-pip-version-check
 # uv builds the matrix's environments (a dependency of the doctor): every
 # environment here installs the doctor without dependencies, so it gets uv
-# by name, at the version requirements/ci.txt pins.
-UV := $(shell grep -m1 '^uv==' requirements/ci.txt)
+# by name, at the version $(MATRIX_REQ)/ci.txt pins.
+MATRIX_REQ := graphbreak_doctor/matrix/requirements
+UV := $(shell grep -m1 '^uv==' $(MATRIX_REQ)/ci.txt)
 
-.PHONY: trace test test-stages test-sglang-then-fi063 test-main test-fi063 test-both-versions test-sglang test-sglang-0.5.9 test-sglang-0.5.21 chromium bench bench-matrix clean venv
+.PHONY: trace test test-stages test-sglang-then-fi063-then-wheel test-wheel test-main test-fi063 test-both-versions test-sglang test-sglang-0.5.9 test-sglang-0.5.21 chromium bench bench-matrix clean venv
 
 venv: $(VENV)/.installed $(VENV063)/.installed $(VENVSGL)/.installed
 
-$(VENV)/.installed: pyproject.toml requirements/ci.txt requirements/ray.txt requirements/test.txt
+$(VENV)/.installed: pyproject.toml $(MATRIX_REQ)/ci.txt requirements/ray.txt requirements/test.txt
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install $(PIP_FLAGS) -r requirements/ci.txt -r requirements/ray.txt -r requirements/test.txt
+	$(VENV)/bin/pip install $(PIP_FLAGS) -r $(MATRIX_REQ)/ci.txt -r requirements/ray.txt -r requirements/test.txt
 	$(VENV)/bin/pip install $(PIP_FLAGS) --no-deps --no-build-isolation -e .
 	touch $@
 
@@ -39,20 +43,20 @@ $(VENV063)/.installed: pyproject.toml requirements/fi063.txt requirements/test.t
 # Third environment: SGLang 0.5.23 (its Python; the CUDA-only binaries get
 # stand-ins), torch held at 2.13.0. The second file goes in without
 # dependencies (see its header).
-$(VENVSGL)/.installed: pyproject.toml requirements/sglang.txt requirements/sglang-nodeps.txt requirements/test.txt
+$(VENVSGL)/.installed: pyproject.toml $(MATRIX_REQ)/sglang.txt $(MATRIX_REQ)/sglang-nodeps.txt requirements/test.txt
 	$(PYTHON) -m venv $(VENVSGL)
-	$(VENVSGL)/bin/pip install $(PIP_FLAGS) -r requirements/sglang.txt
-	$(VENVSGL)/bin/pip install $(PIP_FLAGS) --no-deps -r requirements/sglang-nodeps.txt
+	$(VENVSGL)/bin/pip install $(PIP_FLAGS) -r $(MATRIX_REQ)/sglang.txt
+	$(VENVSGL)/bin/pip install $(PIP_FLAGS) --no-deps -r $(MATRIX_REQ)/sglang-nodeps.txt
 	$(VENVSGL)/bin/pip install $(PIP_FLAGS) $(UV)
 	$(VENVSGL)/bin/pip install $(PIP_FLAGS) -r requirements/test.txt
 	$(VENVSGL)/bin/pip install $(PIP_FLAGS) --no-deps --no-build-isolation -e .
 	touch $@
 
 # Optional: SGLang 0.5.9, the oldest release with GLM-5 (not part of `make test`).
-$(VENVSGL059)/.installed: pyproject.toml requirements/sglang-0.5.9.txt requirements/sglang-0.5.9-nodeps.txt requirements/test.txt
+$(VENVSGL059)/.installed: pyproject.toml $(MATRIX_REQ)/sglang-0.5.9.txt $(MATRIX_REQ)/sglang-0.5.9-nodeps.txt requirements/test.txt
 	$(PYTHON) -m venv $(VENVSGL059)
-	$(VENVSGL059)/bin/pip install $(PIP_FLAGS) -r requirements/sglang-0.5.9.txt
-	$(VENVSGL059)/bin/pip install $(PIP_FLAGS) --no-deps -r requirements/sglang-0.5.9-nodeps.txt
+	$(VENVSGL059)/bin/pip install $(PIP_FLAGS) -r $(MATRIX_REQ)/sglang-0.5.9.txt
+	$(VENVSGL059)/bin/pip install $(PIP_FLAGS) --no-deps -r $(MATRIX_REQ)/sglang-0.5.9-nodeps.txt
 	$(VENVSGL059)/bin/pip install $(PIP_FLAGS) $(UV)
 	$(VENVSGL059)/bin/pip install $(PIP_FLAGS) -r requirements/test.txt
 	$(VENVSGL059)/bin/pip install $(PIP_FLAGS) --no-deps --no-build-isolation -e .
@@ -89,7 +93,7 @@ trace: $(VENV)/.installed
 # The three stages share their traces (tests/conftest.py) in one folder,
 # emptied first, and run independently: with -j2 (.ci/run) the environments
 # build while a stage runs, the main stage has a core of its own, and the
-# flashinfer 0.6.3 stage follows SGLang's on the other. The tests that compare
+# flashinfer 0.6.3 stage follows SGLang's on the other, then the wheel stage. The tests that compare
 # the two FlashInfer environments (marked `both_versions`) run last, on both
 # stages' traces.
 test:
@@ -97,10 +101,11 @@ test:
 	GRAPHBREAK_DOCTOR_TEST_TRACES=$(TEST_TRACES) $(MAKE) test-stages
 	GRAPHBREAK_DOCTOR_TEST_TRACES=$(TEST_TRACES) $(MAKE) test-both-versions
 
-test-stages: test-main test-sglang-then-fi063
+test-stages: test-main test-sglang-then-fi063-then-wheel
 
-test-sglang-then-fi063: test-sglang $(VENV063)/.installed
+test-sglang-then-fi063-then-wheel: test-sglang $(VENV063)/.installed
 	$(MAKE) test-fi063
+	$(MAKE) test-wheel
 
 test-main: $(VENV)/.installed chromium
 	$(VENV)/bin/python -m pytest -m 'not both_versions' $(PYTEST_ARGS)
@@ -126,6 +131,16 @@ test-both-versions: $(VENV)/.installed $(VENV063)/.installed
 test-sglang: $(VENVSGL)/.installed
 	$(VENVSGL)/bin/python -m pytest -m sglang $(PYTEST_ARGS)
 
+# The doctor as a user installs it: its wheel in an environment of the pinned
+# dependencies alone, every command run outside the checkout (.ci/wheel-stage.sh).
+$(VENVWHEEL)/.installed: $(MATRIX_REQ)/ci.txt
+	$(PYTHON) -m venv $(VENVWHEEL)
+	$(VENVWHEEL)/bin/pip install $(PIP_FLAGS) -r $(MATRIX_REQ)/ci.txt
+	touch $@
+
+test-wheel: $(VENVWHEEL)/.installed
+	bash .ci/wheel-stage.sh $(VENVWHEEL)
+
 test-sglang-0.5.9: $(VENVSGL059)/.installed
 	$(VENVSGL059)/bin/python -m pytest -m sglang $(PYTEST_ARGS)
 
@@ -146,4 +161,4 @@ bench-matrix: $(VENV)/.installed
 	$(VENV)/bin/python benchmarks/matrix.py
 
 clean:
-	rm -rf $(VENV) $(VENV063) $(VENVSGL) $(VENVSGL059) $(VENVSGL0521) reports/*.json reports/*.html
+	rm -rf $(VENV) $(VENV063) $(VENVSGL) $(VENVSGL059) $(VENVSGL0521) $(VENVWHEEL) reports/*.json reports/*.html

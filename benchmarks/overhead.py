@@ -2,7 +2,8 @@
 bare `torch._dynamo.explain` plus `torch.compile(fullgraph=True,
 backend="eager")` of the same target, in the same environment.
 
-Target: the doctor takes at most 1.3x bare Dynamo's wall time on each target.
+Target: on each target the doctor takes at most 1.15x bare Dynamo's wall time
+and 1.5x its CPU time (the doctor runs with --no-cache: every run traces).
 
 Both sides are a fresh process each, measured end to end, alternately
 (doctor, bare, doctor, bare, ...), and the medians compared. The bare side
@@ -10,8 +11,9 @@ builds the target exactly as the doctor does: the same provider, inside the
 same emulated device, so that its fake tensors and stand-ins are the same.
 Then it calls Dynamo directly: no break capture, no classification, no
 worker processes, no outputs. CPU seconds (the process and its children) are
-shown beside wall time: the doctor's two modes run in two workers at once,
-the bare side runs them one after the other in one process.
+shown beside wall time: the doctor's two modes run in two workers at once
+(forked from one process that imported torch once: jobs/shared.py), the
+bare side runs them one after the other in one process.
 
     .venv/bin/python benchmarks/overhead.py [--runs 3] [--targets fixture,dense]
     .venv-sglang/bin/python benchmarks/overhead.py --targets sglang-dense
@@ -28,7 +30,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from layers import measure, measure_command  # noqa: E402
 
-LIMIT = 1.3
+LIMIT = 1.15  # wall time, doctor / bare
+CPU_LIMIT = 1.5  # CPU time, doctor / bare
 
 # name -> the trace command's target arguments.
 TARGETS = {
@@ -84,9 +87,9 @@ def main() -> int:
           f"{Path(python).parent.parent.name}")
     print(f"{'target':<14}{'doctor s':>10}{'bare s':>9}{'ratio':>8}{'doctor CPU s':>14}{'bare CPU s':>12}"
           f"{'CPU ratio':>11}")
-    worst = 0.0
+    worst = worst_cpu = 0.0
     for name in chosen:
-        doctor_argv = ["trace", *TARGETS[name], "--mode", "both", "--no-html"]
+        doctor_argv = ["trace", *TARGETS[name], "--mode", "both", "--no-html", "--no-cache"]
         walls: dict[str, list[float]] = {"doctor": [], "bare": []}
         cpus: dict[str, list[float]] = {"doctor": [], "bare": []}
         for _ in range(args.runs):
@@ -105,10 +108,12 @@ def main() -> int:
         doctor_cpu, plain_cpu = statistics.median(cpus["doctor"]), statistics.median(cpus["bare"])
         ratio = doctor / plain
         worst = max(worst, ratio)
+        worst_cpu = max(worst_cpu, doctor_cpu / plain_cpu)
         print(f"{name:<14}{doctor:>10.1f}{plain:>9.1f}{ratio:>8.2f}{doctor_cpu:>14.1f}{plain_cpu:>12.1f}"
               f"{doctor_cpu / plain_cpu:>11.2f}")
-    print(f"worst wall-time ratio: {worst:.2f} (target: at most {LIMIT})")
-    return 0 if worst <= LIMIT else 1
+    print(f"worst wall-time ratio: {worst:.2f} (target: at most {LIMIT}); "
+          f"worst CPU-time ratio: {worst_cpu:.2f} (target: at most {CPU_LIMIT})")
+    return 0 if worst <= LIMIT and worst_cpu <= CPU_LIMIT else 1
 
 
 if __name__ == "__main__":

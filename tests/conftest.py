@@ -16,6 +16,11 @@ ROOT = Path(__file__).resolve().parents[1]
 # traces; without it each session keeps its own in a temporary folder.
 TRACES_ENV = "GRAPHBREAK_DOCTOR_TEST_TRACES"
 
+# The findings cache (docs/cache.md) is off for the suite: every test's trace
+# is traced, and no test reads or fills a user's cache.
+# tests/test_findings_cache.py turns it on, in a cache folder of its own.
+os.environ["GRAPHBREAK_DOCTOR_NO_CACHE"] = "1"
+
 
 def run_cli(*args: str, cwd: Path = ROOT, env: dict | None = None) -> subprocess.CompletedProcess:
     """Run the installed console entry point the way a user does."""

@@ -29,6 +29,8 @@ REGISTRY = Registry().with_resources(
 VALIDATORS = {kind: Draft202012Validator(doc, registry=REGISTRY) for kind, doc in SCHEMAS.items()}
 
 MARKER = "unchecked_json"
+# What a findings cache entry says it is (graphbreak_doctor/jobs/findings_cache.py: FORMAT).
+CACHE_ENTRY = "graphbreak-doctor findings cache"
 MARKER_HELP = (f"{MARKER}(*names): the test writes these JSON documents by hand on purpose (old formats, "
                "hostile input); they are not validated against the schemas (no names: none is)")
 # The violations shown per file (the first ones, by path).
@@ -63,6 +65,10 @@ def read_document(path: Path) -> tuple[str | None, Any]:
         document = json.loads(data.decode("utf-8-sig"))
     except (ValueError, RecursionError):
         return None, None
+    if isinstance(document, dict) and document.get("format") == CACHE_ENTRY:
+        # A findings cache entry (docs/cache.md): the findings it keeps.
+        outcome = document.get("outcome")
+        return ("findings", outcome["findings"]) if isinstance(outcome, dict) else (None, None)
     return schema.kind_of(document), document
 
 

@@ -300,3 +300,30 @@ def test_no_name_for_an_input_is_taken_as_an_output(tmp_path, name):
         with pytest.raises(UsageError, match="refusing to overwrite an input"):
             check_output(alias, [str(given_input)])
     assert given_input.read_text() == "input"
+
+
+# ------------------------------------------------------ what to change first
+
+
+def test_the_summary_leads_with_the_root_causes_each_fix_once(tmp_path):
+    """The terminal: the verdict, then every root cause with its fix (the
+    user's own function first, the library's next; a shared fix named by
+    number), then the breaks, each naming its root cause, none repeating a fix."""
+    library = ROOT / "fixtures" / "site-packages"
+    done = run_cli("trace", "--target", "fixtures.breaks.through_library.and_user:target", "--device", "cpu",
+                   "--in-process", "--json", str(tmp_path / "f.json"), "--no-html",
+                   env={"PYTHONPATH": os.pathsep.join([str(ROOT), str(library)])})
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    findings = json.loads((tmp_path / "f.json").read_text())
+    verdict = next(i for i, line in enumerate(lines) if line.startswith("fullgraph: FAILED"))
+    causes = [i for i, line in enumerate(lines) if line.startswith("  #")]
+    entries = [i for i, line in enumerate(lines) if line.startswith("  [")]
+    assert verdict < causes[0] and causes[-1] < entries[0] and causes[-1] < 40
+    assert len(causes) == len(findings["root_causes"]) == 3
+    assert [lines[i].split(" at ")[0] for i in causes] == [
+        "  #1 layer (fixtures)", "  #2 toolkit_version (kernelkit)", "  #3 artifact_stamp (kernelkit)"]
+    assert all(lines[i + 1].startswith("      fix: ") for i in causes)
+    for brk in findings["breaks"]:
+        assert done.stdout.count(brk["fix"]["summary"]) == 1
+    assert sum(line.startswith("      fix: root cause #") for line in lines) == len(findings["breaks"])

@@ -23,7 +23,7 @@ import dataclasses
 from typing import Iterable
 
 from graphbreak_doctor.analysis import consequences
-from graphbreak_doctor.analysis.breaks import add_jit, first_break, merge_events
+from graphbreak_doctor.analysis.breaks import add_jit, first_break, fold_lost_callers, merge_events
 from graphbreak_doctor.analysis.fixes import attach_verified
 from graphbreak_doctor.analysis.group import root_causes
 from graphbreak_doctor.capture.result import ModeResult
@@ -168,6 +168,12 @@ def _graph_count(graphs: list[GraphInfo]) -> int:
 
 def _finish(findings: Findings, *, excerpts: bool = False) -> Findings:
     findings.graph_count = _graph_count(findings.graphs)
+    # A report of a break that lost its callers' frames is the same break as
+    # the report that kept them (explain and fullgraph, or another hit).
+    findings.breaks, folded = fold_lost_callers(findings.breaks)
+    findings.fullgraph.break_id = folded.get(findings.fullgraph.break_id, findings.fullgraph.break_id)
+    for item in (*findings.jit_requests, *findings.ladder):
+        item.break_id = folded.get(item.break_id, item.break_id)
     findings.root_causes = root_causes(findings.breaks)
     findings.count_fallbacks()
     if excerpts:

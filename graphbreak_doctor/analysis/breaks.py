@@ -5,6 +5,7 @@ after. graphbreak_doctor.analysis.assemble puts them into findings."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from typing import Iterable
 
@@ -14,7 +15,7 @@ from graphbreak_doctor.analysis.fixes import suggest
 from graphbreak_doctor.analysis.registry import gb_id_for
 from graphbreak_doctor.capture.events import BreakEvent
 from graphbreak_doctor.capture.result import ModeResult
-from graphbreak_doctor.frames import actionable_frame, make_frame, package_of, stdlib_module
+from graphbreak_doctor.frames import actionable_frame, frame_key, make_frame, package_of, stdlib_module
 from graphbreak_doctor.model import Break, Fix, JitRequest
 
 
@@ -118,6 +119,51 @@ def merge_events(results: list[ModeResult]) -> list[Break]:
     out = list(breaks.values())
     consequences.link(out)
     return out
+
+
+def fold_lost_callers(breaks: list[Break]) -> tuple[list[Break], dict[str, str]]:
+    """Breaks whose report lost the callers' frames, folded into the report of
+    the same break that kept them; the breaks and {lost id: kept id}.
+
+    Dynamo may report one break with a stack that ends before any frame
+    someone can change: a repeat printed with its site only (read back from
+    a log whose first report of it is in another file), or one mode's
+    report with fewer frames than the other's. Such a break (no changeable
+    frame on its stack) is the break of another report with the same
+    ``gb_type`` and site whose stack ends with the same frames and has a
+    changeable frame: its hits and modes are added there, and the kept
+    report takes its place in the order. Where the reports that kept their
+    frames disagree about the frame to change (two callers reach the same
+    standard-library line), the lost one stays as it is."""
+    remap: dict[str, str] = {}
+    for lost in breaks:
+        if lost.actionable_frame is not None or lost.id in remap:
+            continue
+        tail = [_at(f) for f in (lost.stack or [lost.site])]
+        donors = [b for b in breaks if b is not lost and b.id not in remap and b.actionable_frame is not None
+                  and b.gb_type == lost.gb_type and _at(b.site) == _at(lost.site)
+                  and [_at(f) for f in b.stack[-len(tail):]] == tail]
+        if not donors or len({frame_key(d.actionable_frame) for d in donors}) > 1:
+            continue
+        kept = donors[0]
+        kept.count += lost.count
+        kept.modes += [m for m in lost.modes if m not in kept.modes]
+        add_jit(kept.jit, (dataclasses.replace(j, break_id=kept.id) for j in lost.jit))
+        remap[lost.id] = kept.id
+    if not remap:
+        return breaks, remap
+    by_id = {b.id: b for b in breaks}
+    out: dict[str, Break] = {}
+    for b in breaks:
+        b = by_id[remap.get(b.id, b.id)]
+        b.caused_by = remap.get(b.caused_by, b.caused_by)
+        out.setdefault(b.id, b)
+    return list(out.values()), remap
+
+
+def _at(frame) -> tuple[str, int]:
+    file, line, _function = frame_key(frame)
+    return file, line
 
 
 def first_break(result: ModeResult) -> Break | None:

@@ -6,11 +6,15 @@ function on its stack that it shares with another break -- e.g. FlashInfer's
 ``get_fp4_quantization_module`` explains several breaks: fix one function,
 remove N breaks. A break that shares nothing but the traced function itself
 stands under its own actionable frame.
+
+The causes are ranked by who can change them: the user's own code first,
+then third-party libraries, then the standard library and torch, so the
+first cause a reader sees is one they can act on (see :func:`owner_rank`).
 """
 
 from __future__ import annotations
 
-from graphbreak_doctor.frames import call_graph, node_id, package_of
+from graphbreak_doctor.frames import INFRASTRUCTURE, call_graph, node_id, package_of
 from graphbreak_doctor.model import Break, Frame, RootCause
 
 
@@ -50,8 +54,28 @@ def root_causes(breaks: list[Break]) -> list[RootCause]:
         )
         for key, members in groups.items()
     ]
-    # Most breaks explained first; ties keep first-seen order.
-    return sorted(causes, key=lambda c: -len(c.break_ids))
+    # The user's own code first, then third-party libraries, then the standard
+    # library and torch (a frame there is a cause only when no report of its
+    # break kept a frame someone can change); in each, most breaks first;
+    # ties keep first-seen order.
+    own = _own_packages(breaks)
+    return sorted(causes, key=lambda c: (owner_rank(c.package, own), -len(c.break_ids)))
+
+
+USER, LIBRARY, INFRA = 0, 1, 2
+
+
+def owner_rank(package: str, own: set[str]) -> int:
+    """Who changes code of ``package``: USER (the traced code's own package),
+    LIBRARY (a third-party package), INFRA (the standard library, torch)."""
+    if package in INFRASTRUCTURE:
+        return INFRA
+    return USER if package in own else LIBRARY
+
+
+def _own_packages(breaks: list[Break]) -> set[str]:
+    """The traced code's packages: those of the outermost frames of the breaks."""
+    return {p for b in breaks if b.stack for p in [package_of(b.stack[0].file)] if p not in INFRASTRUCTURE}
 
 
 def _follow_ups(breaks: list[Break]) -> set[str]:

@@ -14,6 +14,7 @@ import traceback
 from graphbreak_doctor import __version__
 from graphbreak_doctor.cli import (
     baseline,
+    cache,
     check,
     diff,
     fix,
@@ -38,7 +39,7 @@ from graphbreak_doctor.jobs import Interrupted
 from graphbreak_doctor.targets import TargetError
 from graphbreak_doctor.text import escape_controls, one_line
 
-COMMANDS = (trace, report, check, baseline, fix, ingest, diff, matrix)
+COMMANDS = (trace, report, check, baseline, fix, ingest, diff, matrix, cache)
 
 
 def build_parser() -> Parser:

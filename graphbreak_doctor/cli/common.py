@@ -16,7 +16,7 @@ EXIT_NOTHING = 5
 EXIT_SIGNAL_BASE = 128
 
 EXIT_CODES_HELP = """exit codes:
-  0    it ran (trace, report, fix); the gate passed (check): every target was
+  0    it ran (trace, report, fix, cache clear); the gate passed (check): every target was
        traced to the end and every check held
   1    the gate failed (check); the written patch did not hold in a fresh
        process, or nothing could be written (fix --write-patch)

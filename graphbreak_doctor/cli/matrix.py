@@ -32,7 +32,7 @@ NAME = "matrix"
 DEFAULT_TIMEOUT = 900
 
 HELP = """Each (SGLang, FlashInfer) pair gets a virtual environment built with uv from
-requirements/ (torch held at this interpreter's version; kept and reused:
+the pinned requirement files that ship with the doctor (torch held at this interpreter's version; kept and reused:
 --envs). A cell that cannot be built or does not import here is shown as
 "not runnable on torch X: <reason>"; the matrix exits 0 whatever its cells say.
 With --model a cell is SGLang's compile map of the GLM-5 model forward under

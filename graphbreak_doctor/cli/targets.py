@@ -14,7 +14,8 @@ from graphbreak_doctor.cli.common import UsageError, int_at_least
 from graphbreak_doctor.cli.outputs import OutputSet, write_file
 from graphbreak_doctor.emulation.presets import DEFAULT_DEVICE, PRESETS
 from graphbreak_doctor.model import MAP_MODE, MODE_CHOICES, Findings, Rung, modes_for
-from graphbreak_doctor.jobs import Job, Outcome, run_jobs
+from graphbreak_doctor.model.cache_facts import CacheFacts
+from graphbreak_doctor.jobs import Job, Outcome, findings_cache, run_jobs
 from graphbreak_doctor.jobs.job import FIX, MAP, TRACE
 from graphbreak_doctor.jobs.local import run_here
 from graphbreak_doctor.jobs.output import lines, log_sections, with_logs
@@ -89,6 +90,9 @@ def add_target_options(p: argparse.ArgumentParser, default_mode: str = "both") -
     run.add_argument("--in-process", action="store_true",
                      help="trace in this process, one after the other (for debugging; no --timeout or --memory, "
                           "and a target that exits or segfaults ends the doctor)")
+    run.add_argument("--no-cache", action="store_true",
+                     help="trace even when the findings cache holds this job's findings and nothing they were "
+                          "traced from changed (docs/cache.md); the fresh findings replace the cached ones")
     run.add_argument("--verbose", action="store_true",
                      help="also show what the traced code wrote to stdout and stderr (always kept in a log file "
                           "beside the report)")
@@ -154,10 +158,16 @@ def run_jobs_as_asked(args: argparse.Namespace, jobs: list[Job], progress: Progr
         raise UsageError("--memory limits each worker's address space: --in-process runs no worker")
 
     def run_all(logged: list[Job]) -> list[Outcome]:
-        if not args.in_process:
-            return run_jobs(logged, timeout=args.timeout, parallel=args.jobs or os.cpu_count() or 1,
-                            memory=memory_limit(args))
-        return run_here(logged, progress)
+        if not args.in_process:  # the findings cache: its inputs are recorded in the workers
+            return findings_cache.run(
+                logged, lambda traced: run_jobs(traced, timeout=args.timeout, parallel=args.jobs or os.cpu_count() or 1,
+                                                memory=memory_limit(args)),
+                read=not args.no_cache, memory=memory_limit(args))
+        done = run_here(logged, progress)
+        for o in done:
+            if o.findings is not None:
+                o.findings.cache = CacheFacts()
+        return done
 
     outcomes = with_logs(jobs, run_all)
     usage = next((o for o in outcomes if o.usage), None)
@@ -202,8 +212,10 @@ def run_diagnoses(args: argparse.Namespace, selected: list[Selection], progress:
               + [Job(TRACE, s, args.device, m, debug=args.debug) for m in modes] for s in selected]
     outcomes = iter(run_jobs_as_asked(args, [job for group in groups for job in group], progress))
     per_target = [[next(outcomes) for _ in group] for group in groups]
-    return Diagnoses([join([o.as_findings() for o in group], saved_ladder=saved_ladder) for group in per_target],
-                     [log_sections(group) for group in per_target])
+    joined = [join([o.as_findings() for o in group], saved_ladder=saved_ladder) for group in per_target]
+    for findings, group in zip(joined, per_target):
+        findings.cache = CacheFacts.joined([o.findings.cache if o.findings is not None else None for o in group])
+    return Diagnoses(joined, [log_sections(group) for group in per_target])
 
 
 def run_fixes(args: argparse.Namespace, selected: list[Selection], progress: Progress) -> Diagnoses:

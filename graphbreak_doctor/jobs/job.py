@@ -62,6 +62,8 @@ class Outcome:
     usage: bool = False  # the target is bad input (exit 2)
     details: list[str] = field(default_factory=list)  # --debug: the worker's traceback
     log: str = ""  # what the traced code wrote to stdout and stderr (Job.log's text)
+    # What the job read (jobs/inputs.py: manifest), for the findings cache; None: not recorded.
+    inputs: dict[str, Any] | None = None
 
     def as_findings(self) -> Findings:
         """The findings, or findings that record the outcome (for the gate,

@@ -3,7 +3,10 @@ is removed by the next run.
 
 Workers die with the doctor: each worker asks the kernel, first thing, for
 SIGKILL when its parent dies (Linux ``prctl(PR_SET_PDEATHSIG)``, through
-ctypes). The kernel sends it however the doctor ends -- SIGKILL included --
+ctypes). The process the doctor starts is a shared worker (jobs/shared.py),
+which forks each job's worker; a forked worker's supervisor (below) asks for
+SIGTERM when the shared worker dies, so the chain holds: doctor, shared
+worker, supervisor, job. The kernel sends it however the doctor ends -- SIGKILL included --
 and it needs nothing from the worker: a target stuck in C code holding the
 GIL, or one that blocks or ignores signals, dies all the same. (A pipe the
 worker watches would need a thread of the worker to run Python, and so the
@@ -17,7 +20,9 @@ creator keeps locked (``flock``) while it lives; the kernel drops the lock
 when the owner dies. :func:`sweep_temp` -- run by the worker pool and the
 matrix before they create their own -- removes every such folder whose lock
 it can take, after killing the processes still running in it (found by the
-``TMPDIR`` each worker was given, which their children inherit). A
+``TMPDIR`` each worker was given, which their children inherit; a process
+forked below a shared worker, never exec'd, shows the shared worker's, also
+inside the run's folder). A
 half-built matrix environment (no manifest) whose build lock is free is
 removed the same way (matrix/envs.py). A folder whose owner lives is never
 touched.

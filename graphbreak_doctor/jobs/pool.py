@@ -1,5 +1,10 @@
 """Running jobs in worker processes: in parallel, each with a time limit, in
-folders of their own that are removed however the worker ends."""
+folders of their own that are removed however the worker ends.
+
+The jobs that run in the same interpreter (same ``Job.python``, ``Job.path``,
+``Job.cwd``) share one process that imports torch once and forks each job's
+worker from there (jobs/shared.py); each job still gets a process, a pipe
+for its stderr, a folder, a TMPDIR and a time limit of its own."""
 
 from __future__ import annotations
 
@@ -8,7 +13,6 @@ import os
 import selectors
 import shutil
 import signal
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -18,6 +22,7 @@ import graphbreak_doctor
 from graphbreak_doctor.model import CRASHED, TIMED_OUT, Findings
 from graphbreak_doctor.jobs import lifetime
 from graphbreak_doctor.jobs.job import Interrupted, Job, Outcome
+from graphbreak_doctor.jobs.shared import Forked, Shared
 from graphbreak_doctor.patching import UndoLog
 
 _POLL = 0.05  # seconds between looks at the running workers
@@ -101,7 +106,8 @@ class _Running:
     job: Job
     index: int
     folder: Path
-    process: subprocess.Popen
+    shared: Shared
+    process: Forked  # the job's worker, forked by ``shared``
     deadline: float
     relay: _Relay | None = field(default=None)
     memory: int = 0  # the worker's address-space limit, bytes (0: none)
@@ -117,34 +123,54 @@ def _exit_status(code: int) -> str:
     return f"the worker exited with code {code}"
 
 
-def _start(job: Job, index: int, run_dir: Path, timeout: float, memory: int,
-           selector: selectors.BaseSelector) -> _Running:
-    folder = run_dir / f"job-{index}"
-    (folder / "tmp").mkdir(parents=True)
-    # Another environment's interpreter gets only this checkout (PYTHONPATH
-    # below), never this interpreter's site-packages.
-    data = {**job.to_dict(), "sys_path": [] if job.python else [p for p in sys.path if p], "memory": memory,
-            "progress": sys.stderr.isatty()}
-    (folder / "job.json").write_text(json.dumps(data), encoding="utf-8")
-    # Everything the target or the emulation puts in the temporary folder lands
-    # in the worker's own folder, removed with it. (The TMPDIR also names the
-    # worker's processes to the sweep of a later run: jobs/lifetime.py.)
-    env = {**os.environ, "TMPDIR": str(folder / "tmp"), lifetime.PARENT_ENV: str(os.getpid())}
+def _key(job: Job) -> tuple[str, str, str]:
+    """Jobs with the same key share one shared worker."""
+    return job.python, job.path, job.cwd
+
+
+def _sys_path(job: Job) -> list[str]:
+    # Another environment's interpreter gets none of this interpreter's paths:
+    # it imports the doctor installed there (PYTHONPATH below).
+    return [] if job.python else [p for p in sys.path if p]
+
+
+def _shared(job: Job, run_dir: Path, shared: dict[tuple[str, str, str], Shared]) -> Shared:
+    """The shared worker of the job's interpreter, started on first use."""
+    found = shared.get(_key(job))
+    if found is not None and not found.ended:
+        return found
+    # The shared worker's TMPDIR (its folder's tmp) names it and every process
+    # forked below it to the sweep of a later run (jobs/lifetime.py); each
+    # job's worker then uses its own folder's.
+    env = {**os.environ, lifetime.PARENT_ENV: str(os.getpid())}
     # The worker imports this very graphbreak_doctor (a checkout or an install),
-    # whatever the current folder is.
-    home = str(Path(graphbreak_doctor.__file__).resolve().parents[1])
+    # whatever the current folder is. Another environment's interpreter (a
+    # matrix cell's) imports the doctor installed there (matrix/envs.py): the
+    # folder holding this one can be this interpreter's site-packages, whose
+    # torch and FlashInfer would come before the environment's own.
+    home = "" if job.python else str(Path(graphbreak_doctor.__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join([*filter(None, [job.path, home]),
                                          *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))])
-    process = subprocess.Popen(
-        [job.python or sys.executable, "-m", "graphbreak_doctor.jobs.worker", str(folder / "job.json"),
-         str(folder / "result.json")],
-        env=env, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True, cwd=job.cwd or None,
-    )
-    running = _Running(job, index, folder, process, time.monotonic() + timeout, memory=memory)
-    fd = process.stderr.fileno()
-    os.set_blocking(fd, False)
-    running.relay = _Relay(job, fd)
-    selector.register(fd, selectors.EVENT_READ, running)
+    folder = run_dir / f"shared-{len(list(run_dir.glob('shared-*')))}"
+    shared[_key(job)] = started = Shared(job.python or sys.executable, folder, {"sys_path": _sys_path(job)}, env,
+                                         job.cwd or None)
+    return started
+
+
+def _start(job: Job, index: int, run_dir: Path, timeout: float, memory: int,
+           selector: selectors.BaseSelector, shared: dict[tuple[str, str, str], Shared]) -> _Running:
+    folder = run_dir / f"job-{index}"
+    shutil.rmtree(folder, ignore_errors=True)  # a job started again (its shared worker was stopped)
+    (folder / "tmp").mkdir(parents=True)
+    data = {**job.to_dict(), "memory": memory, "progress": sys.stderr.isatty()}
+    (folder / "job.json").write_text(json.dumps(data), encoding="utf-8")
+    # Everything the target or the emulation puts in the temporary folder lands
+    # in the worker's own folder, removed with it.
+    worker = _shared(job, run_dir, shared)
+    process = worker.fork(index, folder / "job.json", folder / "result.json", folder / "tmp")
+    running = _Running(job, index, folder, worker, process, time.monotonic() + timeout, memory=memory)
+    running.relay = _Relay(job, process.stderr)
+    selector.register(process.stderr, selectors.EVENT_READ, running)
     return running
 
 
@@ -185,7 +211,7 @@ def _close(selector: selectors.BaseSelector, running: _Running) -> None:
     except (KeyError, ValueError):
         pass
     relay.close()
-    running.process.stderr.close()
+    os.close(relay.fd)
 
 
 def _ended(selector: selectors.BaseSelector, running: _Running) -> None:
@@ -195,9 +221,14 @@ def _ended(selector: selectors.BaseSelector, running: _Running) -> None:
 
 
 def _kill(running: _Running) -> None:
-    """End a worker and every process below it (jobs/lifetime.py)."""
+    """End a worker and every process below it (jobs/lifetime.py); one not
+    forked yet (its shared worker still imports torch) goes with its shared
+    worker."""
+    if running.process.pid is None:
+        running.shared.kill()
+        return
     lifetime.kill_tree(running.process.pid)
-    running.process.wait()
+    running.shared.wait(running.process)
 
 
 def _end_leftovers(running: _Running) -> None:
@@ -210,6 +241,15 @@ def _end_leftovers(running: _Running) -> None:
 def _finish(running: _Running) -> Outcome:
     result = running.folder / "result.json"
     code = running.process.returncode
+    if not result.exists() and running.process.lost:
+        if not running.shared.told:  # its own last words (a traceback), once
+            running.shared.told = True
+            relay = _Relay(running.job, -1)
+            relay.feed(running.shared.stderr_text().encode())
+            relay.close()
+        return Outcome(running.job, status=CRASHED, message=(
+            f"the worker process that imports torch for this run's jobs ended "
+            f"({_exit_status(code).removeprefix('the worker ')}) before the trace finished"))
     if not result.exists():
         how = _exit_status(code)
         if code == 0:
@@ -222,7 +262,7 @@ def _finish(running: _Running) -> Outcome:
     data = json.loads(result.read_text(encoding="utf-8"))
     findings = Findings.from_dict(data["findings"]) if data["findings"] is not None else None
     return Outcome(running.job, findings=findings, status=data["status"], message=data["message"],
-                   usage=data["usage"])
+                   usage=data["usage"], inputs=data.get("inputs"))
 
 
 def _signals(log: UndoLog) -> None:
@@ -241,24 +281,36 @@ def run_jobs(jobs: list[Job], *, timeout: float, parallel: int, memory: int = 0)
     outcomes: list[Outcome | None] = [None] * len(jobs)
     pending = list(enumerate(jobs))
     running: list[_Running] = []
+    shared: dict[tuple[str, str, str], Shared] = {}
     # What a killed run left (its folder, processes in it) goes first.
     lifetime.sweep_temp()
     with UndoLog() as log:
         run_dir = log.enter(lifetime.owned_folder("graphbreak-doctor-run-"))
         selector = selectors.DefaultSelector()
         log.call_on_undo(selector.close)
+        log.call_on_undo(lambda: [s.close() for s in shared.values()])
         log.call_on_undo(lambda: [(_kill(r), _ended(selector, r)) for r in running])
         _signals(log)
         while pending or running:
             while pending and len(running) < max(1, parallel):
                 index, job = pending.pop(0)
-                running.append(_start(job, index, run_dir, timeout, memory, selector))
+                running.append(_start(job, index, run_dir, timeout, memory, selector, shared))
             _pump(selector, _POLL)
+            for s in shared.values():
+                s.pump()
             for r in list(running):
+                if r not in running:  # started again below
+                    continue
                 if r.process.poll() is not None:
                     _ended(selector, r)
                     outcomes[r.index] = _finish(r)
                 elif time.monotonic() > r.deadline:
+                    if r.process.pid is None:  # its shared worker goes: the jobs waiting on it start again
+                        for other in [o for o in running if o is not r and o.shared is r.shared
+                                      and o.process.pid is None]:
+                            _ended(selector, other)
+                            running.remove(other)
+                            pending.insert(0, (other.index, other.job))
                     _kill(r)
                     _ended(selector, r)
                     outcomes[r.index] = Outcome(r.job, status=TIMED_OUT,
@@ -266,6 +318,11 @@ def run_jobs(jobs: list[Job], *, timeout: float, parallel: int, memory: int = 0)
                 else:
                     continue
                 running.remove(r)
+                r.shared.reap(r.process)
                 _end_leftovers(r)
                 shutil.rmtree(r.folder, ignore_errors=True)
+                # A shared worker no job needs any more ends now.
+                if not any(_key(j) == _key(r.job) for _, j in pending) and not any(
+                        o.shared is r.shared for o in running):
+                    r.shared.close()
     return [o for o in outcomes if o is not None]

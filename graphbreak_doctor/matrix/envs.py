@@ -1,13 +1,16 @@
 """One isolated environment per (SGLang, FlashInfer) pair, built with uv and kept.
 
-An environment starts from the project's own requirement files (requirements/):
-``ci.txt`` without SGLang, else the pair of files of the SGLang profile that
-fits the release (its pins, then its CUDA-only wheels with ``--no-deps``, as
-the Makefile installs them). The pair's versions replace the files' SGLang and
-FlashInfer pins, the packages a release is picky about follow that release's
+An environment starts from the pinned requirement files that ship with the
+package (``matrix/requirements/``, package data; the Makefile installs the
+same files): ``ci.txt`` without SGLang, else the pair of files of the SGLang
+profile that fits the release (its pins, then its CUDA-only wheels with
+``--no-deps``, as the Makefile installs them). The pair's versions replace
+the files' SGLang and FlashInfer pins, the packages a release is picky about follow that release's
 own pins (read from the installed release's metadata), torch is held at the
 version this interpreter runs (a constraint: no other torch is ever chosen),
-and the doctor itself is installed editable from this checkout. An
+and the doctor itself is the one running, as matrix/doctor_source.py installs
+it (a checkout editable; an installed distribution as the wheel of its
+files, whose version and digest are part of the environment's key). An
 environment is ready once its manifest is written, last; a second run finds
 the manifest and builds nothing. uv's cache hard-links the packages, so
 environments share their files.
@@ -37,10 +40,11 @@ from typing import Any
 
 from graphbreak_doctor.cache import cache_root
 from graphbreak_doctor.jobs import lifetime
+from graphbreak_doctor.matrix import doctor_source
 from graphbreak_doctor.text import one_line
 
-ROOT = Path(__file__).resolve().parents[2]
-REQUIREMENTS = ROOT / "requirements"
+# Package data (pyproject.toml): an installed doctor has them as a checkout does.
+REQUIREMENTS = Path(__file__).resolve().parent / "requirements"
 MANIFEST = "matrix-env.json"
 
 # SGLang profiles: (first release, base requirement file, --no-deps file,
@@ -135,6 +139,14 @@ def pip_find_links() -> list[str]:
     return links
 
 
+def running_doctor() -> doctor_source.DoctorSource:
+    """The doctor each environment installs: the running one (EnvError where it cannot be)."""
+    try:
+        return doctor_source.running()
+    except doctor_source.SourceError as e:
+        raise EnvError(str(e)) from None
+
+
 def default_envs_dir() -> Path:
     return cache_root() / "matrix-envs"
 
@@ -157,7 +169,8 @@ def _pin(lines: list[str], package: str, version: str) -> list[str]:
 def _read(name: str) -> list[str]:
     path = REQUIREMENTS / name
     if not path.is_file():
-        raise EnvError(f"{path} is missing: the matrix builds environments from a checkout's requirements/")
+        raise EnvError(f"{path} is missing: the matrix builds its environments from the requirement files "
+                       "that ship with graphbreak-doctor (reinstall it)")
     return path.read_text(encoding="utf-8").splitlines()
 
 
@@ -196,7 +209,7 @@ class EnvSpec:
         }
 
     def key(self, torch: str) -> str:
-        text = json.dumps([sys.version, torch, str(ROOT), self.requirement_files(), FOLLOW_RELEASE,
+        text = json.dumps([sys.version, torch, running_doctor().identity(), self.requirement_files(), FOLLOW_RELEASE,
                            KERNEL_PACKAGES, FOLLOW_TIME, self.profile()[2] if self.sglang else ()])
         return hashlib.sha256(text.encode()).hexdigest()[:10]
 
@@ -240,6 +253,7 @@ class Environments:
         if not self.torch:
             raise EnvError("torch is not installed in this environment: the matrix holds every cell at its version")
         self.uv = uv_binary()  # no environment can be built without it: said before any cell runs
+        self.doctor = running_doctor()  # nor without a doctor to install in it
         links = list(find_links or []) + pip_find_links()
         self.find_links = list(dict.fromkeys(links))
         self.sweep()
@@ -326,11 +340,16 @@ class Environments:
                               what=f"installing sglang {spec.sglang}", constraints=str(constraints))
                 followed, notes = self._follow_release(python, spec, files["base.txt"], files["nodeps.txt"],
                                                 str(constraints))
-            self._install(python, "--no-deps", "-e", str(ROOT), what="installing graphbreak-doctor",
+            try:
+                doctor = self.doctor.install_args(Path(tmp))
+            except doctor_source.SourceError as e:
+                raise EnvError(str(e)) from None
+            self._install(python, "--no-deps", *doctor, what="installing graphbreak-doctor",
                           constraints=str(constraints))
         manifest = {
             "sglang": spec.sglang, "flashinfer": spec.flashinfer, "torch": self.torch,
-            "python": sys.version.split()[0], "followed_release_pins": followed, "notes": notes,
+            "python": sys.version.split()[0], "doctor": self.doctor.identity(),
+            "followed_release_pins": followed, "notes": notes,
             "requirements": files, "seconds": round(time.monotonic() - start, 1),
         }
         (path / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")

@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from graphbreak_doctor.model.cache_facts import CacheFacts
 from graphbreak_doctor.model.json_text import dumps, plain
 from graphbreak_doctor.model.loader import build, expect
 from graphbreak_doctor.model.vocabulary import (
@@ -397,6 +398,9 @@ class Findings:
     # Added after schema 1 shipped: the torch.compile regions the target's own
     # code registered and entered (a serving framework's compile map).
     regions: list[Region] = field(default_factory=list)
+    # Added after schema 1 shipped: where the findings came from (traced now,
+    # or the findings cache); None in findings that do not say.
+    cache: CacheFacts | None = None
 
     def incomplete(self) -> str:
         """Why this diagnosis cannot be vouched for, as a sentence; "" when it is whole."""

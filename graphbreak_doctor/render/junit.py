@@ -12,6 +12,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 from graphbreak_doctor.model import COMPLETE, CaseResult, GateReport, TargetResult
+from graphbreak_doctor.model.cache_facts import cache_note
 from graphbreak_doctor.model.json_text import as_text
 from graphbreak_doctor.render.gate_text import describe_break
 from graphbreak_doctor.render.renderer import GATE, Renderer
@@ -41,6 +42,12 @@ def _case(t: TargetResult, case: CaseResult, device: str) -> ET.Element:
                     lines.extend(describe_break(b))
         fail.text = "\n".join(lines) + "\n"
     out = [f"{len(case.counted)} counted break(s) in {case.mode} mode"]
+    if cache_note(t.findings.cache):
+        out.append(f"verdict {cache_note(t.findings.cache)}")
+        props = ET.Element("properties")
+        ET.SubElement(props, "property", name="cache", value=t.findings.cache.source)
+        ET.SubElement(props, "property", name="cache_stored_at", value=t.findings.cache.stored_at)
+        el.insert(0, props)
     if t.baseline_used and t.disappeared:
         out.append("accepted in the baseline but no longer seen (the baseline can shrink):")
         out.extend(f"  - {e.describe()}" for e in t.disappeared)

@@ -31,6 +31,7 @@ from graphbreak_doctor import __version__
 from graphbreak_doctor.analysis import categories
 from graphbreak_doctor.analysis.categories import CATEGORIES
 from graphbreak_doctor.model import Break, Frame, GateReport, doc_url
+from graphbreak_doctor.model.cache_facts import cache_note
 from graphbreak_doctor.model.json_text import dumps
 from graphbreak_doctor.render.renderer import GATE, Renderer
 
@@ -152,6 +153,8 @@ def render(report: GateReport, root: str | os.PathLike | None = None) -> str:
             }
             if b.gb_id:
                 props["gbId"], props["documentation"] = b.gb_id, doc_url(b.gb_id)
+            if cache_note(t.findings.cache):  # the verdict was read back from the findings cache
+                props["cache"], props["cacheStoredAt"] = t.findings.cache.source, t.findings.cache.stored_at
             if t.baseline_used:
                 props["baseline"] = "new" if b.id in new else "accepted" if b.id in counted else "not counted"
             results.append({
@@ -164,6 +167,7 @@ def render(report: GateReport, root: str | os.PathLike | None = None) -> str:
                 "properties": props,
             })
     crashed = [t for t in report.targets if t.crashed]
+    cached = [t for t in report.targets if cache_note(t.findings.cache)]
     run = {
         "tool": {"driver": {
             "name": "graphbreak-doctor",
@@ -177,6 +181,9 @@ def render(report: GateReport, root: str | os.PathLike | None = None) -> str:
             "toolExecutionNotifications": [
                 {"level": "error", "message": {"text": f"{t.name}: {t.findings.incomplete()}"}}
                 for t in crashed
+            ] + [
+                {"level": "note", "message": {"text": f"{t.name}: verdict {cache_note(t.findings.cache)}"}}
+                for t in cached
             ],
         }],
         "results": results,

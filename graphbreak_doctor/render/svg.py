@@ -12,10 +12,12 @@ short, and drawn as plain SVG by the ``callgraph.svg.j2`` template.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-
-import networkx as nx
+from typing import TYPE_CHECKING
 
 from graphbreak_doctor.model import Frame
+
+if TYPE_CHECKING:  # imported when a picture is drawn: the command line starts without it
+    import networkx as nx
 
 NODE_W, NODE_H = 210, 38
 GAP_X, GAP_Y = 24, 34
@@ -102,6 +104,8 @@ def back_edges(graph: nx.DiGraph) -> set[tuple[str, str]]:
 def _layers(graph: nx.DiGraph, back: set[tuple[str, str]]) -> list[list[str]]:
     """Nodes by call depth: the longest call chain from an entry point, so a
     callee is always below all its callers (back edges aside)."""
+    import networkx as nx
+
     dag = nx.DiGraph()
     dag.add_nodes_from(graph)
     dag.add_edges_from(e for e in graph.edges if e not in back)

@@ -1,8 +1,11 @@
-"""The short terminal summary: verdict, counts per category, one line per distinct break."""
+"""The short terminal summary: the verdict and counts, the root causes with
+their fixes (each fix once), then one entry per distinct break, naming its
+root cause's number instead of repeating the fix."""
 
 from __future__ import annotations
 
 from graphbreak_doctor.model import COMPLETE, MAP_MODE, Findings, Fix
+from graphbreak_doctor.model.cache_facts import cache_note
 from graphbreak_doctor.render import compile_map
 from graphbreak_doctor.frames import at as frame_at
 from graphbreak_doctor.render.renderer import FINDINGS, Renderer
@@ -24,14 +27,24 @@ def describe_device(findings: Findings) -> str:
 
 
 def _fix_lines(fix: Fix) -> list[str]:
+    return _fix_head(fix) + _inside_library(fix)
+
+
+def _fix_head(fix: Fix) -> list[str]:
+    """The fix and, when the fix ladder proved it, how."""
     where = f" ({fix.where})" if fix.where else ""
     lines = [f"      fix: {fix.summary}{where}"]
     if fix.verified:
         lines.append(f"      verified: {fix.verification}")
-    if fix.secondary is not None:
-        inner = f" ({fix.secondary.where})" if fix.secondary.where else ""
-        lines.append(f"      or inside the library: {fix.secondary.summary}{inner}")
     return lines
+
+
+def _inside_library(fix: Fix) -> list[str]:
+    """The change inside the library, for a fix made where the user's code calls it."""
+    if fix.secondary is None:
+        return []
+    inner = f" ({fix.secondary.where})" if fix.secondary.where else ""
+    return [f"      or inside the library: {fix.secondary.summary}{inner}"]
 
 
 def render(findings: Findings) -> str:
@@ -40,6 +53,8 @@ def render(findings: Findings) -> str:
     versions = ", ".join(f"{k} {v}" for k, v in env.items() if v and k != "python")
     lines.append(f"target: {describe_target(findings)}")
     lines.append(f"device: {describe_device(findings)}; {versions}")
+    if cache_note(findings.cache):
+        lines.append(f"cache: {cache_note(findings.cache)}")
     for note in findings.target.notes:
         lines.append(f"note: {note}")
     if findings.unparsed_events:
@@ -79,6 +94,10 @@ def render(findings: Findings) -> str:
         facts = ", ".join(f"{k} {v}" for k, v in findings.message_fallbacks.items())
         lines.append(f"read from Dynamo's message text, not its objects: {read} of "
                      f"{_n(len(findings.breaks), 'break')} ({facts})")
+    numbers = _cause_numbers(findings)
+    lines.extend(_root_cause_lines(findings))
+    if findings.breaks:
+        lines.append("the breaks, as Dynamo reported them:")
     for b in findings.breaks:
         act = b.actionable_frame
         via = f" <- {frame_at(act)} {act.qualname} ({b.package})" if act and act != b.site else ""
@@ -89,7 +108,11 @@ def render(findings: Findings) -> str:
         if b.caused_by:
             lines.append(f"      follows from {b.caused_by}" + (
                 f": {cause.gb_type} at {frame_at(cause.site)}" if cause else ""))
-        lines.extend(_fix_lines(b.fix))
+        if b.id in numbers:  # its fix is its root cause's, shown once above
+            lines.append(f"      fix: root cause #{numbers[b.id]}")
+            lines.extend(_inside_library(b.fix))
+        else:
+            lines.extend(_fix_lines(b.fix))
         for j in b.jit:
             lines.append(f"      JIT: this call {j.action}s {j.name} at trace time")
     lines.extend(_behind_ops(findings))
@@ -111,6 +134,40 @@ def render(findings: Findings) -> str:
             lines.append(f"  {u.source}: {u.reason}")
             lines.extend(f"      | {line[:160]}" for line in u.excerpt.splitlines()[:3])
     return "\n".join(lines) + "\n"
+
+
+def _cause_numbers(findings: Findings) -> dict[str, int]:
+    """Break id -> the number of the root cause it is filed under (from 1)."""
+    numbers: dict[str, int] = {}
+    for i, cause in enumerate(findings.root_causes, 1):
+        for bid in cause.break_ids:
+            numbers.setdefault(bid, i)
+    return numbers
+
+
+def _root_cause_lines(findings: Findings) -> list[str]:
+    """The root causes in the findings' order (the user's own code first), each
+    with the breaks it removes and its fix; a fix shown under an earlier cause
+    is named by that cause's number, not repeated."""
+    if not findings.root_causes:
+        return []
+    fixes = {(b.fix.summary, b.fix.where) for b in findings.breaks if b.fix.summary}
+    lines = [f"root causes (change one, remove its breaks; {_n(len(fixes), 'distinct fix', 'distinct fixes')}):"]
+    shown: dict[tuple[str, str], int] = {}
+    for i, cause in enumerate(findings.root_causes, 1):
+        frame = cause.frame
+        lines.append(f"  #{i} {frame.qualname or frame.function} ({cause.package}) at {frame_at(frame)}: "
+                     f"removes {_n(len(cause.break_ids), 'break')} ({', '.join(cause.break_ids)})")
+        members = [findings.break_by_id(bid) for bid in cause.break_ids]
+        own = {(b.fix.summary, b.fix.where): b.fix for b in members if b is not None and b.fix.summary}
+        for key, fix in own.items():
+            if key in shown:
+                at = fix.where.split(", in ", 1)[0]
+                lines.append(f"      fix: as #{shown[key]}" + (f" ({at})" if at else ""))
+                continue
+            shown[key] = i
+            lines.extend(_fix_head(fix))
+    return lines
 
 
 def _behind_ops(findings: Findings) -> list[str]:

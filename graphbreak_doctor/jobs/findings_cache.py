@@ -1,0 +1,258 @@
+"""The findings cache: a worker job whose inputs have not changed is not
+traced again; its last findings are read back (docs/cache.md).
+
+Two levels. The pre-key -- the job's arguments (less the per-run ``log`` and
+``debug``), the interpreter, the current folder, the import path handed to
+the worker, the memory limit and the environment variables of ``ENV_*`` --
+names the entry, one file per pre-key in ``findings/`` of the doctor's cache
+folder. The entry holds the inputs the worker recorded (jobs/inputs.py:
+every imported module's file, every file read and folder listed, the probed
+JIT and patch folders, the distributions' METADATA and versions); a lookup
+re-stats each and re-hashes only those whose stat changed. Any change is a
+miss: the job is traced and its entry replaced.
+
+Entries are untrusted files: read with a size limit, checked for shape, and
+the paths they name are only stat-ed and hashed (regular files, a capped
+number of bytes). An entry that is not one (corrupt, cut short, another
+format) is ignored with one line on stderr. Standard library and the model
+only: a hit never imports torch.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import os
+import secrets
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+from graphbreak_doctor.cache import cache_root
+from graphbreak_doctor.jobs import inputs
+from graphbreak_doctor.jobs.job import Job, Outcome
+from graphbreak_doctor.model import COMPLETE, Findings
+from graphbreak_doctor.model.cache_facts import CacheFacts
+from graphbreak_doctor.text import escape_controls
+
+FORMAT = "graphbreak-doctor findings cache"
+VERSION = 1
+# The environment the traced code, the emulation and Dynamo read: variables
+# with these prefixes, and these names (docs/cache.md lists them).
+ENV_PREFIXES = ("TORCH_", "TORCHDYNAMO_", "TORCHINDUCTOR_", "PYTORCH_", "FLASHINFER_", "SGLANG_", "SGL_", "VLLM_",
+                "CUDA_", "NVIDIA_", "XDG_", "GRAPHBREAK_DOCTOR_")
+ENV_NAMES = ("PATH", "PYTHONPATH", "HOME", "LD_LIBRARY_PATH", "LD_PRELOAD", "PYTHONHASHSEED", "OMP_NUM_THREADS")
+# Not part of the key: where the cache is, and whether it is used.
+CACHE_ENV = "GRAPHBREAK_DOCTOR_CACHE"
+_NOT_KEYED = (CACHE_ENV, inputs.OFF_ENV)
+ENTRY_LIMIT = 256 << 20  # bytes of one entry, at most
+_LOG_LIMIT = 8 << 20  # what the traced code wrote, kept up to this many characters
+
+
+def folder() -> Path:
+    return cache_root() / "findings"
+
+
+def keyed_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
+    env = os.environ if environ is None else environ
+    return {k: env[k] for k in sorted(env)
+            if (k in ENV_NAMES or k.startswith(ENV_PREFIXES)) and k not in _NOT_KEYED}
+
+
+def pre_key(job: Job, memory: int, environ: dict[str, str] | None = None) -> str:
+    """The name of ``job``'s entry: everything known before the job runs."""
+    args = {k: v for k, v in job.to_dict().items() if k not in ("log", "debug")}
+    python = job.python or sys.executable
+    what = {
+        "format": VERSION,
+        "job": args,
+        "python": python,
+        "cwd": os.path.abspath(job.cwd or os.getcwd()),
+        # The import path the pool hands the worker (jobs/pool.py).
+        "sys_path": [] if job.python else [p for p in sys.path if p],
+        "memory": memory,
+        "env": keyed_environment(environ),
+    }
+    return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()
+
+
+def _entry_path(key: str) -> Path:
+    return folder() / f"{key}.json"
+
+
+def _ignore(path: Path, why: str) -> None:
+    sys.stderr.write(escape_controls(f"graphbreak-doctor: ignoring the cache entry {path}: {why}") + "\n")
+
+
+def _read_entry(path: Path) -> dict[str, Any] | None:
+    """The entry at ``path`` when it is one; None (with one line on stderr
+    when there is a file that is not an entry)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0))
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        _ignore(path, e.strerror or str(e))
+        return None
+    try:
+        with os.fdopen(fd, "rb") as f:
+            if not _regular(f.fileno()):
+                _ignore(path, "not a regular file")
+                return None
+            raw = f.read(ENTRY_LIMIT + 1)
+    except OSError as e:
+        _ignore(path, e.strerror or str(e))
+        return None
+    if len(raw) > ENTRY_LIMIT:
+        _ignore(path, f"larger than {ENTRY_LIMIT >> 20} MiB")
+        return None
+    try:
+        entry = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        _ignore(path, f"not JSON ({type(e).__name__}), perhaps cut short")
+        return None
+    why = _shape(entry)
+    if why:
+        _ignore(path, why)
+        return None
+    return entry
+
+
+def _regular(fd: int) -> bool:
+    import stat
+
+    return stat.S_ISREG(os.fstat(fd).st_mode)
+
+
+def _shape(entry: Any) -> str:
+    """Why ``entry`` is not an entry of this format ("" when it is)."""
+    if not isinstance(entry, dict) or entry.get("format") != FORMAT:
+        return "not a graphbreak-doctor findings cache entry"
+    if entry.get("version") != VERSION:
+        return f"format version {entry.get('version')!r}, this graphbreak-doctor reads version {VERSION}"
+    kinds = {"key": str, "stored_at": str, "inputs": dict, "outcome": dict, "log": str}
+    for name, kind in kinds.items():
+        if not isinstance(entry.get(name), kind):
+            return f"its {name} is missing or not a {kind.__name__}"
+    outcome = entry["outcome"]
+    if not isinstance(outcome.get("message"), str) or not isinstance(outcome.get("findings"), dict):
+        return "its outcome is not whole"
+    return ""
+
+
+def lookup(job: Job, key: str) -> Outcome | None:
+    """The cached outcome of ``job`` when its entry exists and none of its
+    inputs changed; None to trace."""
+    path = _entry_path(key)
+    entry = _read_entry(path)
+    if entry is None:
+        return None
+    if entry["key"] != key:
+        _ignore(path, "it is the entry of another job")
+        return None
+    why = inputs.changed(entry["inputs"])
+    if why:  # stale: traced again, and the entry replaced
+        if job.debug:
+            sys.stderr.write(escape_controls(f"graphbreak-doctor: findings cache: {job.describe()} is traced again: "
+                                             f"{why}") + "\n")
+        return None
+    try:
+        findings = Findings.from_dict(entry["outcome"]["findings"])
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as e:
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        _ignore(path, f"its findings are not graphbreak-doctor findings: {first}")
+        return None
+    findings.cache = CacheFacts(source="cache", stored_at=entry["stored_at"])
+    return Outcome(job, findings=findings, message=entry["outcome"]["message"], log=entry["log"])
+
+
+def storable(outcome: Outcome) -> bool:
+    """Only a whole trace is kept: a crash, a time-out, a bad target or a
+    worker that could not say what it read is traced again next time."""
+    f = outcome.findings
+    return (f is not None and outcome.status == COMPLETE and not outcome.usage and f.outcome == COMPLETE
+            and isinstance(outcome.inputs, dict))
+
+
+def store(job: Job, key: str, outcome: Outcome, log: str) -> None:
+    """Write the entry of ``job`` atomically (a temporary file in the same
+    folder, then renamed over the entry: two doctors writing at once leave
+    one whole entry); a failure to write is one line on stderr."""
+    findings = {**outcome.findings.to_dict(), "cache": None}  # said when read back
+    entry = {
+        "format": FORMAT,
+        "version": VERSION,
+        "key": key,
+        "stored_at": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "job": {k: v for k, v in job.to_dict().items() if k not in ("log", "debug")},
+        "inputs": outcome.inputs,
+        "outcome": {"message": outcome.message, "findings": findings},
+        "log": log[:_LOG_LIMIT],
+    }
+    path = _entry_path(key)
+    tmp = path.with_name(f".{key}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "x", encoding="utf-8") as f:
+            json.dump(entry, f, separators=(",", ":"))
+        os.replace(tmp, path)
+    except OSError as e:
+        sys.stderr.write(escape_controls(f"graphbreak-doctor: the findings cache could not keep {job.describe()}: "
+                                         f"{e.strerror or e}: {e.filename or path}") + "\n")
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+
+
+def _write_log(job: Job, text: str) -> None:
+    """A cached job's log, where the run reads its jobs' logs (jobs/output.py: with_logs)."""
+    if job.log and text:
+        with open(job.log, "a", encoding="utf-8", errors="replace") as f:
+            f.write(text)
+
+
+def run(jobs: list[Job], trace: Callable[[list[Job]], list[Outcome]], *, read: bool,
+        memory: int) -> list[Outcome]:
+    """The outcomes of ``jobs`` in order: each unchanged job's from the cache
+    (unless not ``read``: --no-cache), the others from ``trace`` (worker
+    processes), kept for next time. GRAPHBREAK_DOCTOR_NO_CACHE=1: neither
+    read nor kept."""
+    enabled = not inputs.cache_is_off()
+    read = read and enabled
+    keys = [pre_key(job, memory) if enabled else "" for job in jobs]
+    outcomes: list[Outcome | None] = [lookup(job, key) if read else None for job, key in zip(jobs, keys)]
+    for job, outcome in zip(jobs, outcomes):
+        if outcome is not None:
+            _write_log(job, outcome.log)
+    missed = [i for i, o in enumerate(outcomes) if o is None]
+    for i, outcome in zip(missed, trace([jobs[i] for i in missed]) if missed else []):
+        if outcome.findings is not None:
+            outcome.findings.cache = CacheFacts(source="traced")
+        if enabled and storable(outcome):
+            from graphbreak_doctor.jobs.output import read_log
+
+            store(jobs[i], keys[i], outcome, read_log(jobs[i].log) if jobs[i].log else "")
+        outcomes[i] = outcome
+    return [o for o in outcomes if o is not None]
+
+
+def clear() -> int:
+    """Remove every entry (and a writer's leftover temporary file); how many
+    entries there were."""
+    where = folder()
+    try:
+        names = os.listdir(where)
+    except FileNotFoundError:
+        return 0
+    removed = 0
+    for name in names:
+        if not (name.endswith(".json") or name.endswith(".tmp")):
+            continue
+        try:
+            os.unlink(where / name)
+        except FileNotFoundError:
+            continue  # another doctor removed or replaced it meanwhile
+        removed += name.endswith(".json")
+    return removed
