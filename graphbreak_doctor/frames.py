@@ -12,6 +12,7 @@ import os
 import re
 import sys
 import sysconfig
+import types
 from pathlib import Path
 from typing import Any
 
@@ -153,8 +154,16 @@ def actionable_frame(stack: list[Frame]) -> Frame | None:
 
 @functools.lru_cache(maxsize=512)
 def _function_spans(filename: str) -> tuple[tuple[int, int, str], ...]:
+    """(first line, last line, qualified name) of every def and class in the
+    file. From the compiled code objects where they carry their qualified
+    name (Python 3.11+): compiling is about twice as fast as walking the
+    syntax tree in Python, and a trace pays it for every file on a break's
+    stack. The two agree on every line a frame can stop at; the code objects
+    also cover a decorated function's decorator lines."""
     try:
         source = Path(filename).read_text(encoding="utf-8")
+        if sys.version_info >= (3, 11):
+            return _code_spans(compile(source, filename, "exec", dont_inherit=True))
         tree = ast.parse(source)
     except (OSError, SyntaxError, ValueError):
         return ()
@@ -171,6 +180,22 @@ def _function_spans(filename: str) -> tuple[tuple[int, int, str], ...]:
                 visit(child, prefix)
 
     visit(tree, "")
+    return tuple(spans)
+
+
+def _code_spans(module: types.CodeType) -> tuple[tuple[int, int, str], ...]:
+    """The spans of the code objects nested in ``module``; lambdas and
+    comprehensions (names in angle brackets) are looked through, not named."""
+    spans: list[tuple[int, int, str]] = []
+    pending = [module]
+    while pending:
+        for const in pending.pop().co_consts:
+            if isinstance(const, types.CodeType):
+                pending.append(const)
+                if not const.co_name.startswith("<"):
+                    last = max((line for _, _, line in const.co_lines() if line is not None),
+                               default=const.co_firstlineno)
+                    spans.append((const.co_firstlineno, last, const.co_qualname))
     return tuple(spans)
 
 

@@ -234,12 +234,53 @@ def test_the_key_covers_the_environment_and_leaves_per_run_fields_out():
     assert findings_cache.pre_key(job.__class__(**{**job.__dict__, "device": "sm120"}), 0, base) != key
 
 
+def test_a_file_whose_stat_is_unchanged_is_not_hashed_again(project, tmp_path):
+    """The file-hash memo (jobs/hash_memo.py): a job takes the hash of a file
+    whose size and times are as they were from the memo -- a poisoned hash
+    proves the file was not read -- and hashes a file whose change time moved."""
+    env = {"GRAPHBREAK_DOCTOR_CACHE": str(tmp_path / "cache")}
+    helper = str(project["root"] / "src" / "fcache_target" / "helper.py")
+    library = str(project["root"] / "lib" / "fcache_lib" / "__init__.py")
+    _check(project, env=env, name="memo")
+    memo_path = tmp_path / "cache" / "file-hashes.json"
+    memo = json.loads(memo_path.read_text())
+    real = {p: memo["files"][p][3] for p in (helper, library)}
+    for p in (helper, library):
+        memo["files"][p][3] = "0" * 64
+    memo_path.write_text(json.dumps(memo))
+    os.utime(library)  # same bytes, a new change time
+    _, proc = _check(project, "--no-cache", env=env, name="memo-2")
+    (entry,) = (tmp_path / "cache" / "findings").glob("*.json")
+    files = json.loads(entry.read_text())["inputs"]["files"]
+    assert files[helper][3] == "0" * 64  # from the memo: its stat is as it was
+    assert files[library][3] == real[library]  # hashed again
+    assert "memo" not in proc.stderr
+
+
+def test_a_bad_file_hash_memo_is_ignored_with_one_line(tmp_path, monkeypatch, capsys):
+    from graphbreak_doctor.jobs import hash_memo, inputs
+
+    monkeypatch.setenv("GRAPHBREAK_DOCTOR_CACHE", str(tmp_path))
+    hash_memo.path().write_bytes(b"\x1b[31m{not json")
+    assert hash_memo.load() == {}
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "ignoring the file-hash memo" in err and "\x1b" not in err
+    source = tmp_path / "a.py"
+    source.write_text("x = 1\n")
+    identity = inputs.file_identity(str(source))
+    hash_memo.save({str(source): identity}, {})
+    assert hash_memo.load() == {str(source): identity}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.py", "file-hashes.json"]  # no temporary file left
+
+
 def test_cache_clear_empties_it(project, first):
     assert list(project["cache"].glob("*.json"))
+    assert (project["cache"].parent / "file-hashes.json").exists()
     proc = run_cli("cache", "clear", cwd=project["root"], env=project["env"])
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("findings cache: removed ") and " entr" in proc.stdout
     assert not list(project["cache"].glob("*.json"))
+    assert not (project["cache"].parent / "file-hashes.json").exists()
     again = run_cli("cache", "clear", cwd=project["root"], env=project["env"])
     assert again.returncode == 0 and "removed 0 entries" in again.stdout
     bad = run_cli("cache", "remove", cwd=project["root"], env=project["env"])

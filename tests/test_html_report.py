@@ -23,6 +23,7 @@ from graphbreak_doctor.model import doc_url
 from graphbreak_doctor.diagnose import diagnose, target_builder
 from graphbreak_doctor.model import Findings, Rung
 from graphbreak_doctor.render import html, svg
+from graphbreak_doctor.render.causes import cause_fixes
 
 from conftest import FP4_WRAPPER
 
@@ -200,6 +201,16 @@ def check_document(findings: Findings, page: str, doc: Element) -> None:
         assert members == [f"#break-{i}" for i in cause.break_ids]
         n = len(cause.break_ids)
         assert f"remove {n} break{'s' if n != 1 else ''}" in squash(li.text())
+    # Each cause shows its fix beside it, each fix once: a later cause with
+    # the same fix points at the cause that shows it.
+    for li, fixes in zip(causes, cause_fixes(findings)):
+        shown = [squash(p.text()) for p in li.find_all("p", cls="cause-fix")]
+        assert len(shown) == len(fixes), (shown, fixes)
+        for text, (fix, earlier) in zip(shown, fixes):
+            if earlier:
+                assert text.startswith(f"Fix: as root cause {earlier}") and fix.summary.replace("`", "") not in text
+            else:
+                assert text.startswith(f"Fix: {squash(fix.summary.replace('`', ''))}"), text
     graphs = doc.find_all("details", cls="graph")
     resumes = doc.find_all("details", cls="resume")
     assert len(graphs) == len(findings.graphs) and len(resumes) == len(findings.resume_code)

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from graphbreak_doctor.cache import cache_root
-from graphbreak_doctor.jobs import inputs
+from graphbreak_doctor.jobs import hash_memo, inputs
 from graphbreak_doctor.jobs.job import Job, Outcome
 from graphbreak_doctor.model import COMPLETE, Findings
 from graphbreak_doctor.model.cache_facts import CacheFacts
@@ -239,8 +239,12 @@ def run(jobs: list[Job], trace: Callable[[list[Job]], list[Outcome]], *, read: b
 
 
 def clear() -> int:
-    """Remove every entry (and a writer's leftover temporary file); how many
-    entries there were."""
+    """Remove every entry (and a writer's leftover temporary file) and the
+    file-hash memo; how many entries there were."""
+    try:
+        os.unlink(hash_memo.path())
+    except FileNotFoundError:
+        pass  # none yet, or another doctor removed it meanwhile
     where = folder()
     try:
         names = os.listdir(where)

@@ -27,6 +27,8 @@ import sys
 import tempfile
 from typing import Any
 
+from graphbreak_doctor.jobs import hash_memo
+
 # Files larger than this are not hashed: they are the same when their size
 # and modification time are (docs/cache.md).
 HASH_LIMIT = 64 << 20
@@ -301,8 +303,15 @@ def manifest(job_path: str = "") -> dict[str, Any]:
     files.add(os.path.realpath(sys.executable))
     files = {f for f in files if _kept(f)}
     listings |= set(probed_folders(job_path))
+    known = hash_memo.load()
+    identities = {f: file_identity(f, known.get(f)) for f in sorted(files)}
+    try:
+        hash_memo.save(identities, known)
+    except OSError as e:
+        sys.stderr.write(f"graphbreak-doctor: the file-hash memo was not kept ({type(e).__name__}: "
+                         f"{ascii(str(e))[:200]}); the next job hashes its files again\n")
     return {
-        "files": {f: file_identity(f) for f in sorted(files)},
+        "files": identities,
         "listings": {d: listing_identity(d) for d in sorted(listings)},
         "searched": {d: listing_identity(d, modules_only=True) for d in sorted(searched - listings)},
         "versions": {"python": platform.python_version(), **versions},

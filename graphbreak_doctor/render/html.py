@@ -38,6 +38,7 @@ from graphbreak_doctor.frames import call_graph, node_id, short_path
 from graphbreak_doctor.model import MAP_MODE, Break, Findings, Frame, TargetInfo, doc_url
 from graphbreak_doctor.model.json_text import flat, nests_deeper
 from graphbreak_doctor.render import compile_map, svg
+from graphbreak_doctor.render.causes import cause_fixes
 from graphbreak_doctor.render.renderer import FINDINGS, Renderer
 from graphbreak_doctor.text import counted as _plural
 from graphbreak_doctor.text import escape_controls
@@ -157,7 +158,7 @@ def _card_context(findings: Findings) -> dict[str, Any]:
     for i, cause in enumerate(findings.root_causes, 1):
         for bid in cause.break_ids:
             cause_of.setdefault(bid, (i, cause))
-    return {"cause_of": cause_of}
+    return {"cause_of": cause_of, "cause_fixes": cause_fixes(findings)}
 
 
 def _facets(breaks: list[Break], attribute: str) -> list[tuple[str, int]]:

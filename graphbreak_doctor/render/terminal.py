@@ -7,6 +7,7 @@ from __future__ import annotations
 from graphbreak_doctor.model import COMPLETE, MAP_MODE, Findings, Fix
 from graphbreak_doctor.model.cache_facts import cache_note
 from graphbreak_doctor.render import compile_map
+from graphbreak_doctor.render.causes import cause_fixes
 from graphbreak_doctor.frames import at as frame_at
 from graphbreak_doctor.render.renderer import FINDINGS, Renderer
 from graphbreak_doctor.text import counted as _n
@@ -153,20 +154,16 @@ def _root_cause_lines(findings: Findings) -> list[str]:
         return []
     fixes = {(b.fix.summary, b.fix.where) for b in findings.breaks if b.fix.summary}
     lines = [f"root causes (change one, remove its breaks; {_n(len(fixes), 'distinct fix', 'distinct fixes')}):"]
-    shown: dict[tuple[str, str], int] = {}
-    for i, cause in enumerate(findings.root_causes, 1):
+    for i, (cause, own) in enumerate(zip(findings.root_causes, cause_fixes(findings)), 1):
         frame = cause.frame
         lines.append(f"  #{i} {frame.qualname or frame.function} ({cause.package}) at {frame_at(frame)}: "
                      f"removes {_n(len(cause.break_ids), 'break')} ({', '.join(cause.break_ids)})")
-        members = [findings.break_by_id(bid) for bid in cause.break_ids]
-        own = {(b.fix.summary, b.fix.where): b.fix for b in members if b is not None and b.fix.summary}
-        for key, fix in own.items():
-            if key in shown:
+        for fix, earlier in own:
+            if earlier:
                 at = fix.where.split(", in ", 1)[0]
-                lines.append(f"      fix: as #{shown[key]}" + (f" ({at})" if at else ""))
-                continue
-            shown[key] = i
-            lines.extend(_fix_head(fix))
+                lines.append(f"      fix: as #{earlier}" + (f" ({at})" if at else ""))
+            else:
+                lines.extend(_fix_head(fix))
     return lines
 
 

@@ -1,0 +1,79 @@
+"""The sha256 of files the doctor has already hashed, kept between runs.
+
+Every job that records its inputs (jobs/inputs.py: ``manifest``) hashes each
+file it imported or read -- about 3,000 files and 120 MB for a FlashInfer
+layer -- although almost none of them changed since the last job. A file
+whose size, modification time and change time are as they were when it was
+hashed is not read again: its hash comes from here (the same rule the cache
+uses when it checks an entry). The change time cannot be set back by the
+user's tools, so a rewritten file is always hashed again.
+
+One file, ``file-hashes.json`` in the doctor's cache folder, replaced whole
+(a temporary file, then a rename): two jobs writing at once leave one valid
+memo, holding one of their views. A memo that cannot be read is ignored with
+one line and rewritten; ``cache clear`` removes it. Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from graphbreak_doctor.cache import cache_root
+
+FORMAT = "graphbreak-doctor file hashes"
+VERSION = 1
+NAME = "file-hashes.json"
+# Paths kept, at most: the newest job's first, then the older ones'.
+LIMIT = 50_000
+_BYTES_LIMIT = 64 << 20
+
+
+def path() -> Path:
+    return cache_root() / NAME
+
+
+def load() -> dict[str, list]:
+    """path -> [size, mtime_ns, ctime_ns, sha256] as last hashed ({} when none)."""
+    where = path()
+    try:
+        if where.stat().st_size > _BYTES_LIMIT:
+            raise ValueError(f"larger than {_BYTES_LIMIT} bytes")
+        data = json.loads(where.read_text(encoding="utf-8"))
+        if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("version") != VERSION:
+            raise ValueError("not a memo of this version")
+        files = data.get("files")
+        if not isinstance(files, dict):
+            raise ValueError("no files")
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        sys.stderr.write(f"graphbreak-doctor: ignoring the file-hash memo {ascii(str(where))} "
+                         f"({type(e).__name__}: {ascii(str(e))[:200]}); files are hashed again\n")
+        return {}
+    return {p: v for p, v in files.items()
+            if isinstance(p, str) and isinstance(v, list) and len(v) == 4
+            and all(isinstance(x, int) for x in v[:3]) and isinstance(v[3], str) and len(v[3]) == 64}
+
+
+def save(identities: dict[str, list], known: dict[str, list]) -> None:
+    """Keep the hashed ``identities`` (a manifest's files) with the ``known``
+    ones, unless nothing new was hashed."""
+    fresh = {p: v for p, v in identities.items() if len(v) == 4 and len(v[3]) == 64}
+    if all(known.get(p) == v for p, v in fresh.items()):
+        return
+    merged = {**fresh, **{p: v for p, v in known.items() if p not in fresh}}
+    merged = dict(list(merged.items())[:LIMIT])
+    where = path()
+    where.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=where.parent, prefix=NAME, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump({"format": FORMAT, "version": VERSION, "files": merged}, f)
+        os.replace(tmp, where)
+    except BaseException:
+        os.unlink(tmp)
+        raise
