@@ -6,7 +6,8 @@
 # without dependencies into VENV (the pins of the package's own
 # matrix/requirements/ci.txt, no doctor: the Makefile builds it), and runs
 # every command from a temporary folder outside the checkout, which is then
-# not importable: trace, check --from, report, ingest of a TORCH_TRACE a real
+# not importable: trace (the user's module, then GLM-5's dense layer, the
+# main job), check --from, report, ingest of a TORCH_TRACE a real
 # torch.compile wrote there, and the cheapest real matrix cell (the installed
 # FlashInfer, one device, one mode; its environment in a temporary folder,
 # built from uv's cache or the index, torch from the local wheel folder).
@@ -22,6 +23,9 @@ DOCTOR=$VENV/bin/graphbreak-doctor
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/graphbreak-doctor-wheel.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 unset PYTHONPATH
+# A cache folder of the stage's own: every command here traces (none reads a
+# finding an earlier run kept), and a user's cache is left alone.
+export GRAPHBREAK_DOCTOR_CACHE=$WORK/cache
 START=$SECONDS
 
 say() { echo "test-wheel [$((SECONDS - START)) s]: $*"; }
@@ -37,10 +41,22 @@ expect() {
 
 say "building the wheel"
 mkdir -p "$WORK/source" "$WORK/dist" "$WORK/user"
-cp pyproject.toml README.md "$WORK/source/"
-tar --exclude=__pycache__ --exclude='*.pyc' -cf - graphbreak_doctor | tar -xf - -C "$WORK/source"
+# Every tracked file (tests and fixtures too), so that the check below sees
+# what the build leaves out.
+git ls-files -z | tar --null -T - -cf - | tar -xf - -C "$WORK/source"
 "$PY" -m pip wheel -q --no-deps --no-build-isolation -w "$WORK/dist" "$WORK/source"
 WHEEL=$(ls "$WORK"/dist/graphbreak_doctor-*.whl)
+"$PY" - "$WHEEL" <<'EOF' || fail "the wheel does not hold what the doctor needs, and only that"
+import sys, zipfile
+names = set(zipfile.ZipFile(sys.argv[1]).namelist())
+tops = {n.split("/", 1)[0] for n in names if not n.split("/", 1)[0].endswith((".dist-info", ".data"))}
+assert tops == {"graphbreak_doctor"}, tops  # no tests, no fixtures
+# Package data: the packaged model configs and the JSON Schemas of what the doctor writes.
+assert "graphbreak_doctor/targets/models/glm5/configs/config.json" in names
+missing = {f"graphbreak_doctor/model/schema/{kind}.schema.json"
+           for kind in ("findings", "baseline", "diff", "matrix")} - names
+assert not missing, missing
+EOF
 "$PY" -m pip install -q --no-deps --force-reinstall "$WHEEL"
 
 cd "$WORK/user"
@@ -100,6 +116,22 @@ expect 1 "$DOCTOR" check --from trace.json --junit gate.xml
 expect 0 "$DOCTOR" check --from trace.json --max-breaks 1
 expect 0 "$DOCTOR" report trace.json --html report.html
 grep -q probe_version report.html || fail "report.html does not show the break's function"
+
+# The main job, GLM-5's dense layer, in fullgraph mode (one worker: what a
+# fullgraph compile sees): it stops where the checkout's golden of this
+# FlashInfer says.
+expect 0 "$DOCTOR" trace --layer dense --mode fullgraph --json --no-html
+"$PY" - "$CHECKOUT" <<'EOF' || fail "the installed doctor's dense layer does not stop where the golden says"
+import importlib.metadata, json, sys
+from pathlib import Path
+findings = json.load(open("reports/glm5-dense-sm120-fullgraph.json"))
+golden = Path(sys.argv[1], "tests", "golden",
+              f"glm5-dense-sm120-flashinfer-{importlib.metadata.version('flashinfer-python')}.json")
+first = json.loads(golden.read_text())["fullgraph_first"]
+stopped = next(b for b in findings["breaks"] if b["id"] == findings["fullgraph"]["break_id"])
+assert (stopped["category"], stopped["gb_type"]) == (first["category"], first["gb_type"]), (stopped, first)
+print(f"dense layer: fullgraph stops at {stopped['category']} ({stopped['gb_type']}), as the golden says")
+EOF
 
 say "a TORCH_TRACE of the user's program under torch.compile"
 TORCH_TRACE="$WORK/user/tt" "$PY" user_layer.py

@@ -161,10 +161,10 @@ def test_a_crash_in_one_mode_still_reports_the_other(probe, how, said):
 
 
 def test_a_time_out_in_one_mode_kills_only_that_job(probe):
-    done, runs, findings = _doctor(probe, "--timeout", "60", env={"PROBE_FULLGRAPH": "hang"})
+    done, runs, findings = _doctor(probe, "--timeout", "30", env={"PROBE_FULLGRAPH": "hang"})
     assert done.returncode == 4, done.stdout + done.stderr
     assert runs["explain"]["first_worker"] == runs["fullgraph"]["first_worker"], runs
-    assert "after 60 s (--timeout)" in done.stdout, done.stdout
+    assert "after 30 s (--timeout)" in done.stdout, done.stdout
     assert "explain" in findings["modes"], findings
     assert not _alive(runs["fullgraph"]["pid"]) and not _alive(runs["fullgraph"]["first_worker"])
 
