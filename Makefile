@@ -107,8 +107,12 @@ test-sglang-then-fi063-then-wheel: test-sglang $(VENV063)/.installed
 	$(MAKE) test-fi063
 	$(MAKE) test-wheel
 
+# Its test files in two processes (pytest-xdist; each file's tests in one of
+# them, so a module's set-up runs once): the stage takes what the other
+# stages leave of the two cores. The traces the tests share are traced once
+# (tests/conftest.py: Traces holds a lock per trace).
 test-main: $(VENV)/.installed chromium
-	$(VENV)/bin/python -m pytest -m 'not both_versions' $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest -n 2 --dist loadfile -m 'not both_versions' $(PYTEST_ARGS)
 
 # The browser tests (marked `browser`) drive Debian's chromium: installed here
 # when missing and running as root (CI); otherwise they skip, except under CI=true.

@@ -1,4 +1,5 @@
 import functools
+import fcntl
 import json
 import os
 import subprocess
@@ -102,8 +103,20 @@ class Traces:
             return self._seen[key]
         path = self.path(*args, python=python)
         run = path.with_suffix(".run.json")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # Two test processes of one environment asking for the same trace
+        # (`make test` runs the main stage's files in two): the second waits
+        # for the first's and reads it.
+        with open(path.with_suffix(".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            self._trace(args, python, path, run, timeout)
+        data = json.loads(run.read_text())
+        self._seen[key] = Traced(data["exit"], data["stderr"], path)
+        return self._seen[key]
+
+    @staticmethod
+    def _trace(args: tuple, python: str | Path, path: Path, run: Path, timeout: float) -> None:
         if not run.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
             path.unlink(missing_ok=True)
             env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
             # Each mode in a worker of its own, as a user runs it: not
@@ -114,9 +127,6 @@ class Traces:
             done = subprocess.run([str(python), "-m", "graphbreak_doctor", "trace", *args, "--json", str(path),
                                    "--no-html"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
             run.write_text(json.dumps({"exit": done.returncode, "stderr": done.stderr}))
-        data = json.loads(run.read_text())
-        self._seen[key] = Traced(data["exit"], data["stderr"], path)
-        return self._seen[key]
 
 
 # Every findings, baseline, diff and matrix document a test leaves under the
