@@ -12,7 +12,10 @@ The blocks use torch and the patched library only. Per kind (recipes.Change):
 - ``memo``: the function answers the recorded calls from a table filled before
   capture -- at the start of each torch.compile, through Dynamo's compile-start
   callback, so the warm-up runs in the process that compiles, after whatever
-  set-up that process made (a torch without the callback: at import);
+  set-up that process made (a torch without the callback: at import).
+  ``torch._dynamo.reset()`` empties the callbacks (a test suite between cases,
+  a server that compiles again): the block wraps that emptying, on the
+  callback handler itself, so the warm-up joins again whoever calls it;
 - ``custom_op``: the function becomes ``torch.ops.graphbreak_doctor_patch.<op>``
   with the catalogue's fake (its source pasted) or the shapes a warm-up saw;
 - ``registered_op``: under torch.compile the function calls the library's own
@@ -106,6 +109,15 @@ def _memo(change: Change) -> list[str]:
         "    _warm_up()",
         "else:",
         "    callback_handler.register_start_callback(_warm_up)",
+        "    # torch._dynamo.reset() empties the compile-start callbacks: join them again each time.",
+        "    _clear = callback_handler.clear",
+        "",
+        "    def _clear_and_rejoin(*args, **kwargs):",
+        "        result = _clear(*args, **kwargs)",
+        "        callback_handler.register_start_callback(_warm_up)",
+        "        return result",
+        "",
+        "    callback_handler.clear = _clear_and_rejoin",
     ]
     return lines
 
