@@ -206,7 +206,7 @@ def check_document(findings: Findings, page: str, doc: Element) -> None:
     for li, fixes in zip(causes, cause_fixes(findings)):
         shown = [squash(p.text()) for p in li.find_all("p", cls="cause-fix")]
         assert len(shown) == len(fixes), (shown, fixes)
-        for text, (fix, earlier) in zip(shown, fixes):
+        for text, (fix, earlier, _at) in zip(shown, fixes):
             if earlier:
                 assert text.startswith(f"Fix: as root cause {earlier}") and fix.summary.replace("`", "") not in text
             else:

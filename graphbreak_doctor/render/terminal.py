@@ -158,9 +158,8 @@ def _root_cause_lines(findings: Findings) -> list[str]:
         frame = cause.frame
         lines.append(f"  #{i} {frame.qualname or frame.function} ({cause.package}) at {frame_at(frame)}: "
                      f"removes {_n(len(cause.break_ids), 'break')} ({', '.join(cause.break_ids)})")
-        for fix, earlier in own:
+        for fix, earlier, at in own:
             if earlier:
-                at = fix.where.split(", in ", 1)[0]
                 lines.append(f"      fix: as #{earlier}" + (f" ({at})" if at else ""))
             else:
                 lines.extend(_fix_head(fix))
