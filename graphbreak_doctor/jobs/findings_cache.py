@@ -24,13 +24,13 @@ import datetime
 import hashlib
 import json
 import os
-import secrets
 import sys
 from pathlib import Path
 from typing import Any, Callable
 
 from graphbreak_doctor.cache import cache_root
 from graphbreak_doctor.jobs import hash_memo, inputs
+from graphbreak_doctor.jobs.atomic import replace_json
 from graphbreak_doctor.jobs.job import Job, Outcome
 from graphbreak_doctor.model import COMPLETE, Findings
 from graphbreak_doctor.model.cache_facts import CacheFacts
@@ -191,19 +191,12 @@ def store(job: Job, key: str, outcome: Outcome, log: str) -> None:
         "log": log[:_LOG_LIMIT],
     }
     path = _entry_path(key)
-    tmp = path.with_name(f".{key}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "x", encoding="utf-8") as f:
-            json.dump(entry, f, separators=(",", ":"))
-        os.replace(tmp, path)
+        replace_json(path, entry, compact=True)
     except OSError as e:
         sys.stderr.write(escape_controls(f"graphbreak-doctor: the findings cache could not keep {job.describe()}: "
                                          f"{e.strerror or e}: {e.filename or path}") + "\n")
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
 
 
 def _write_log(job: Job, text: str) -> None:

@@ -17,12 +17,11 @@ one line and rewritten; ``cache clear`` removes it. Standard library only.
 from __future__ import annotations
 
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 from graphbreak_doctor.cache import cache_root
+from graphbreak_doctor.jobs.atomic import replace_json
 
 FORMAT = "graphbreak-doctor file hashes"
 VERSION = 1
@@ -69,11 +68,4 @@ def save(identities: dict[str, list], known: dict[str, list]) -> None:
     merged = dict(list(merged.items())[:LIMIT])
     where = path()
     where.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=where.parent, prefix=NAME, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump({"format": FORMAT, "version": VERSION, "files": merged}, f)
-        os.replace(tmp, where)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    replace_json(where, {"format": FORMAT, "version": VERSION, "files": merged}, compact=True)

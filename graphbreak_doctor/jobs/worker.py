@@ -30,13 +30,6 @@ PRELOAD = ("torch", "graphbreak_doctor.jobs.local", "graphbreak_doctor.diagnose"
            "graphbreak_doctor.emulation.device", "graphbreak_doctor.jobs.output", "graphbreak_doctor.progress")
 
 
-def _write(path: str, data: dict) -> None:
-    tmp = f"{path}.partial"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f)
-    os.replace(tmp, path)
-
-
 def _preload(stderr: str) -> str:
     """Import ``PRELOAD``; returns what this process printed meanwhile (each
     job's worker repeats it where its own output goes)."""
@@ -98,6 +91,7 @@ def main(argv: list[str]) -> int:
         import resource
 
         resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    from graphbreak_doctor.jobs.atomic import replace_json
     from graphbreak_doctor.jobs.job import Job
     from graphbreak_doctor.jobs.local import run_in_process
     from graphbreak_doctor.jobs.output import to_log
@@ -118,7 +112,7 @@ def main(argv: list[str]) -> int:
         for text in outcome.details:
             terminal().write(text)
         terminal().flush()
-    _write(result_path, {
+    replace_json(result_path, {
         "status": outcome.status,
         "message": outcome.message,
         "usage": outcome.usage,
