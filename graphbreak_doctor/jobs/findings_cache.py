@@ -69,8 +69,7 @@ def pre_key(job: Job, memory: int, environ: dict[str, str] | None = None) -> str
         "job": args,
         "python": python,
         "cwd": os.path.abspath(job.cwd or os.getcwd()),
-        # The import path the pool hands the worker (jobs/pool.py).
-        "sys_path": [] if job.python else [p for p in sys.path if p],
+        "sys_path": job.import_path(),
         "memory": memory,
         "env": keyed_environment(environ),
     }

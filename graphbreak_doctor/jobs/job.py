@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import signal
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +45,12 @@ class Job:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Job:
         return cls(**{**data, "selection": Selection(**data["selection"]), "sizes": tuple(data.get("sizes") or ())})
+
+    def import_path(self) -> list[str]:
+        """What the job's worker puts ahead on its import path: this
+        interpreter's (a checkout or a test root on it); none for another
+        environment's interpreter, which imports the doctor installed there."""
+        return [] if self.python else [p for p in sys.path if p]
 
     def describe(self) -> str:
         return f"{self.selection.spec or self.selection.name} ({self.mode}, {self.device})"

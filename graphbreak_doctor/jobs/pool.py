@@ -128,12 +128,6 @@ def _key(job: Job) -> tuple[str, str, str]:
     return job.python, job.path, job.cwd
 
 
-def _sys_path(job: Job) -> list[str]:
-    # Another environment's interpreter gets none of this interpreter's paths:
-    # it imports the doctor installed there (PYTHONPATH below).
-    return [] if job.python else [p for p in sys.path if p]
-
-
 def _shared(job: Job, run_dir: Path, shared: dict[tuple[str, str, str], Shared]) -> Shared:
     """The shared worker of the job's interpreter, started on first use."""
     found = shared.get(_key(job))
@@ -152,7 +146,7 @@ def _shared(job: Job, run_dir: Path, shared: dict[tuple[str, str, str], Shared])
     env["PYTHONPATH"] = os.pathsep.join([*filter(None, [job.path, home]),
                                          *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))])
     folder = run_dir / f"shared-{len(list(run_dir.glob('shared-*')))}"
-    shared[_key(job)] = started = Shared(job.python or sys.executable, folder, {"sys_path": _sys_path(job)}, env,
+    shared[_key(job)] = started = Shared(job.python or sys.executable, folder, {"sys_path": job.import_path()}, env,
                                          job.cwd or None)
     return started
 
