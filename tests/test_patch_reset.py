@@ -27,12 +27,14 @@ import pytest
 from conftest import ROOT, run_cli
 
 TARGET = "fixtures.breaks.subprocess_call:target"
+# A probe whose answer changes per call: its hoist freezes one answer.
+VARIES = "fixtures.breaks.subprocess_varies:target"
 REJOIN = "    callback_handler.clear = _clear_and_rejoin\n"
 
 # The user's program: eager once, then twice a reset and a fullgraph compile.
 PROGRAM = """
 import torch
-from fixtures.breaks.subprocess_call import target
+from {module} import target
 fn, args = target()
 expected = fn(*args)
 for attempt in ("first compile", "second compile"):
@@ -40,28 +42,33 @@ for attempt in ("first compile", "second compile"):
     try:
         got = torch.compile(fn, fullgraph=True, backend="eager")(*args)
     except torch._dynamo.exc.Unsupported as e:
-        raise SystemExit(f"{attempt}: fullgraph failed: {str(e).splitlines()[0]}")
-    assert torch.equal(got, expected), attempt
+        raise SystemExit(f"{{attempt}}: fullgraph failed: {{str(e).splitlines()[0]}}")
+    if not torch.equal(got, expected):
+        raise SystemExit(f"{{attempt}}: outputs differ from eager")
 print("fullgraph ok twice, outputs equal eager")
 """
 
 
-@pytest.fixture(scope="module")
-def written(tmp_path_factory) -> tuple[Path, dict]:
-    tmp = tmp_path_factory.mktemp("patch-reset")
+def _write(tmp: Path, target: str, code: int) -> tuple[Path, dict]:
     folder, out = tmp / "patch", tmp / "fix.json"
-    done = run_cli("fix", "--target", TARGET, "--device", "cpu", "--write-patch", str(folder), "--json", str(out),
+    done = run_cli("fix", "--target", target, "--device", "cpu", "--write-patch", str(folder), "--json", str(out),
                    "--no-html")
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert done.returncode == code, done.stdout[-2000:] + done.stderr[-2000:]
     return folder, json.loads(out.read_text())
 
 
-def _program(folder: Path | None) -> subprocess.CompletedProcess:
+@pytest.fixture(scope="module")
+def written(tmp_path_factory) -> tuple[Path, dict]:
+    return _write(tmp_path_factory.mktemp("patch-reset"), TARGET, 0)
+
+
+def _program(folder: Path | None, target: str = TARGET) -> subprocess.CompletedProcess:
     """The user's program in a fresh interpreter: the patch folder (when
     given) first on PYTHONPATH, then where the user's module lives."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["PYTHONPATH"] = os.pathsep.join([str(p) for p in (folder, ROOT) if p is not None])
-    return subprocess.run([sys.executable, "-c", PROGRAM], cwd=folder.parent if folder else ROOT, env=env,
+    program = PROGRAM.format(module=target.partition(":")[0])
+    return subprocess.run([sys.executable, "-c", program], cwd=folder.parent if folder else ROOT, env=env,
                           capture_output=True, text=True, timeout=300)
 
 
@@ -69,7 +76,12 @@ def test_the_doctor_verifies_the_hoist_in_a_fresh_process(written):
     _folder, findings = written
     patch = findings["fix"]["patch"]
     assert [c["recipe"] for c in findings["fix"]["changes"]] == ["hoist-subprocess"]
-    assert patch["verified"] and patch["summary"] == "verified: fresh process, the target's own size: fullgraph ok"
+    assert patch["verified"], patch["summary"]
+    assert patch["summary"] == ("verified: fresh process, the target's own size: fullgraph ok; the user's program: "
+                                "eager, then a plain torch.compile(fullgraph=True), and again after "
+                                "torch._dynamo.reset(): ok; outputs equal eager")
+    (check,) = patch["checks"]
+    assert check["ok"] and check["outcome"] == "fullgraph ok" and "outputs equal eager" in check["program"]
 
 
 def test_a_plain_compile_holds_after_torch_dynamo_reset(written):
@@ -101,3 +113,20 @@ def test_without_the_patch_and_without_its_rejoining_the_program_fails(written, 
     assert stale.returncode != 0, stale.stdout + stale.stderr
     assert "first compile: fullgraph failed" in stale.stderr, stale.stderr[-2000:]
 
+
+
+def test_a_patch_that_changes_what_the_function_gives_is_not_verified(tmp_path):
+    """The other direction: the hoist of a probe whose answer changes per
+    call compiles with fullgraph -- the doctor's own trace says so -- but
+    the compiled function gives the warm-up's answer where eager gives a
+    new one. The user's program fails on it, and so does the doctor's
+    proof: NOT verified, exit 1, with the user's program's reason."""
+    folder, findings = _write(tmp_path, VARIES, 1)
+    patch = findings["fix"]["patch"]
+    (check,) = patch["checks"]
+    assert check["outcome"].startswith("fullgraph ok")  # the trace alone would have passed it
+    assert not check["ok"] and not patch["verified"]
+    assert "the compiled outputs' values differ from eager's" in check["program"], check["program"]
+    assert patch["summary"].startswith("NOT verified: fresh process"), patch["summary"]
+    done = _program(folder, VARIES)
+    assert done.returncode != 0 and "outputs differ from eager" in done.stderr, done.stdout + done.stderr

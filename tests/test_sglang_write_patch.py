@@ -53,7 +53,8 @@ def test_the_users_story_end_to_end_on_the_piecewise_runner(tmp_path):
     assert patch.sizes == sizes and "piecewise_cuda_graph_tokens" in patch.sizes_from
     picked = [min(sizes), sorted(sizes)[len(sizes) // 2], max(sizes)]
     assert [c.size for c in patch.checks] == picked
-    assert patch.verified and patch.summary == f"verified: fresh process, sizes {', '.join(map(str, picked))}: fullgraph ok"
+    assert patch.verified and patch.summary.startswith(
+        f"verified: fresh process, sizes {', '.join(map(str, picked))}: fullgraph ok; the user's program: ")
     first = next(b for b in fixed.breaks if b.id == fixed.fullgraph.break_id)
     assert not fixed.fullgraph.ok and first.category == "subprocess"
 

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Iterable
 from graphbreak_doctor.cli.common import UsageError
 from graphbreak_doctor.frames import at
 from graphbreak_doctor.jobs import Job, run_jobs
-from graphbreak_doctor.jobs.job import TRACE
+from graphbreak_doctor.jobs.job import PROGRAM, TRACE
 from graphbreak_doctor.jobs.output import log_sections, with_logs
-from graphbreak_doctor.model import Findings, PatchCheck, WrittenPatch
+from graphbreak_doctor.model import COMPLETE, Findings, PatchCheck, WrittenPatch
 from graphbreak_doctor.progress import Progress
 from graphbreak_doctor.targets.provider import Selection, pick_sizes
 from graphbreak_doctor.targets.registry import provider
@@ -137,14 +137,18 @@ def _check_staged(args: argparse.Namespace, selection: Selection, findings: Find
         written.sizes, written.sizes_from = chosen.server_sizes(selection, findings.target)
     checked = [(n, chosen.at_size(selection, n)) for n in pick_sizes(written.sizes)]
     jobs = [(n, s) for n, s in checked if s is not None] or [(None, selection)]
-    progress(f"checking the patch in {len(jobs)} fresh process(es)")
-    checks = [Job(TRACE, s, args.device, "fullgraph", debug=args.debug, path=str(staged.path.resolve()))
-              for _n, s in jobs]
+    # The user's program only where the ladder reached fullgraph: short of
+    # it, a plain fullgraph compile fails by design, and the trace says where.
+    kinds = (TRACE, PROGRAM) if findings.fix and findings.fix.ok else (TRACE,)
+    checks = [Job(kind, s, args.device, "fullgraph", debug=args.debug, path=str(staged.path.resolve()))
+              for _n, s in jobs for kind in kinds]
+    progress(f"checking the patch in {len(checks)} fresh process(es)")
     from graphbreak_doctor.cli.targets import memory_limit
 
     outcomes = with_logs(checks, lambda logged: run_jobs(logged, timeout=args.timeout, memory=memory_limit(args),
                                                          parallel=args.jobs or os.cpu_count() or 1))
-    written.checks = [_check(n, o.as_findings(), findings) for (n, _s), o in zip(jobs, outcomes)]
+    per_size = [outcomes[i:i + len(kinds)] for i in range(0, len(outcomes), len(kinds))]
+    written.checks = [_check(n, [o.as_findings() for o in done], findings) for (n, _s), done in zip(jobs, per_size)]
     written.verified = bool(written.checks) and all(c.ok for c in written.checks)
     written.summary = _summary(written, findings)
     findings.fix.patch = written
@@ -153,20 +157,37 @@ def _check_staged(args: argparse.Namespace, selection: Selection, findings: Find
     return said, log_sections(outcomes)
 
 
-def _check(size: int | None, traced: Findings, fixed: Findings) -> PatchCheck:
-    """Does the fresh trace end as the ladder's last one did?"""
+def _check(size: int | None, done: list[Findings], fixed: Findings) -> PatchCheck:
+    """Does the fresh trace end as the ladder's last one did, and (where it
+    ran) does the user's program hold?"""
+    traced, *program = done
+    ran = _program(program[0]) if program else ""
+    held = not program or bool(program[0].fullgraph.ok)
     verdict = traced.fullgraph
     if verdict.ok:
         ok = bool(fixed.fix and fixed.fix.ok)
-        return PatchCheck(size=size, ok=ok, outcome="fullgraph ok" + ("" if ok else " (the ladder's last trace failed)"))
+        differ = bool(fixed.fix and fixed.fix.outputs_equal_eager is False)
+        return PatchCheck(size=size, ok=ok and held and not differ, program=ran,
+                          outcome="fullgraph ok" + ("" if ok else " (the ladder's last trace failed)")
+                          + (" (but the ladder's fixed outputs differ from eager's)" if differ else ""))
     brk = next((b for b in traced.breaks if b.id == verdict.break_id), None)
     where = f" [{brk.category}] at {at(brk.site)}" if brk and brk.site else ""
     what = "crashed" if verdict.crashed else "fullgraph stops"
     outcome = f"{what}{where}: {one_line(verdict.error or traced.outcome, 160)}"
     expected = fixed.fix.stopped_break if fixed.fix else ""
     if expected and verdict.break_id == expected and not verdict.crashed:
-        return PatchCheck(size=size, ok=True, outcome=f"{outcome} -- where the ladder stopped: every change held")
-    return PatchCheck(size=size, ok=False, outcome=outcome)
+        return PatchCheck(size=size, ok=held, program=ran,
+                          outcome=f"{outcome} -- where the ladder stopped: every change held")
+    return PatchCheck(size=size, ok=False, outcome=outcome, program=ran)
+
+
+def _program(ran: Findings) -> str:
+    """The user's program's result, in one line (fix/user_run.py)."""
+    if ran.fullgraph.ok:
+        return ran.fix.stopped if ran.fix else "held"
+    if ran.outcome != COMPLETE or ran.fullgraph.crashed:
+        return f"the user's program did not finish: {ran.fullgraph.error}"
+    return f"the user's program failed: {ran.fullgraph.error}"
 
 
 def _summary(written: WrittenPatch, fixed: Findings) -> str:
@@ -175,8 +196,9 @@ def _summary(written: WrittenPatch, fixed: Findings) -> str:
              else "the target's own size")
     if written.verified:
         if fixed.fix and fixed.fix.ok:
-            return f"verified: fresh process, {where}: fullgraph ok"
+            return f"verified: fresh process, {where}: fullgraph ok; the user's program: {written.checks[0].program}"
         return f"verified: fresh process, {where}: every change held; fullgraph stops where the ladder stopped"
     failed = [c for c in written.checks if not c.ok]
     return f"NOT verified: fresh process, {where}: " + "; ".join(
-        f"{'size ' + str(c.size) if c.size is not None else 'own size'}: {c.outcome}" for c in failed)
+        f"{'size ' + str(c.size) if c.size is not None else 'own size'}: "
+        f"{c.program if c.outcome.startswith('fullgraph ok') and c.program else c.outcome}" for c in failed)

@@ -24,6 +24,7 @@ from graphbreak_doctor.analysis import categories
 from graphbreak_doctor.analysis.assemble import assemble, stopped_at
 from graphbreak_doctor.capture import trace as capture
 from graphbreak_doctor.fix import emit
+from graphbreak_doctor.fix.outputs import same
 from graphbreak_doctor.model import DEFAULT_FIX_STEPS as DEFAULT_STEPS
 from graphbreak_doctor.model import (
     DEFAULT_DEVICE,
@@ -59,18 +60,6 @@ class LadderOutcome:
     def recipes(self) -> list[str]:
         """Recipes of the rungs that stayed applied, in order."""
         return [r.recipe for r in self.rungs if r.result != RungResult.REJECTED]
-
-
-def _same(a: Any, b: Any) -> bool:
-    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
-        return a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a, b))
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
-    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
-        return False
-    return bool(a == b)
 
 
 class FixSession:
@@ -265,7 +254,7 @@ class FixSession:
             return None
         finally:
             torch._dynamo.reset()
-        return _same(got, expected)
+        return same(got, expected)
 
     # ------------------------------------------------------------- lifecycle
 

@@ -211,7 +211,8 @@ def readme(findings: Findings, written: WrittenPatch, kept: list[PatchChange], l
         "The package refuses, with one line on stderr, to patch any other version.",
         "",
         f"Checked: {written.summary or 'not checked in a fresh process'}",
-        *(f"  {_where(c.size)}: {c.outcome}" for c in written.checks),
+        *(f"  {_where(c.size)}: {c.outcome}" + (f"; the user's program: {c.program}" if c.program else "")
+          for c in written.checks),
         "",
         "Sizes the server uses: " + (f"{', '.join(map(str, written.sizes))} ({written.sizes_from})"
                                      if written.sizes else "none known; checked at the target's own size"),

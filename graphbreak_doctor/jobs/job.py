@@ -12,13 +12,14 @@ from graphbreak_doctor.analysis.assemble import unfinished
 from graphbreak_doctor.model import COMPLETE, CRASHED, Findings, TargetInfo
 from graphbreak_doctor.targets.provider import Selection
 
-# TRACE: one mode; FIX: the fix ladder; MAP: the compile map (compile_map.py).
-TRACE, FIX, MAP = "trace", "fix", "map"
+# TRACE: one mode; FIX: the fix ladder; MAP: the compile map (compile_map.py);
+# PROGRAM: the user's own program, a written patch's proof (fix/user_run.py).
+TRACE, FIX, MAP, PROGRAM = "trace", "fix", "map", "program"
 
 
 @dataclass(frozen=True)
 class Job:
-    kind: str  # TRACE, FIX or MAP
+    kind: str  # TRACE, FIX, MAP or PROGRAM
     selection: Selection
     device: str
     mode: str

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Callable
 
 from graphbreak_doctor.model import CRASHED
-from graphbreak_doctor.jobs.job import FIX, MAP, Interrupted, Job, Outcome
+from graphbreak_doctor.jobs.job import FIX, MAP, PROGRAM, Interrupted, Job, Outcome
 from graphbreak_doctor.targets import TargetError
 from graphbreak_doctor.text import one_line
 
@@ -103,6 +103,10 @@ def run_in_process(job: Job, progress: Callable[[str], None] = lambda _m: None, 
                 findings = map_regions(build, device=job.device, progress=progress)
             except PhasesStopped as e:  # the map as far as it got, crashed with the error
                 return Outcome(job, findings=e.findings, details=[traceback.format_exc()])
+        elif job.kind == PROGRAM:
+            from graphbreak_doctor.fix import user_run
+
+            findings = user_run.run(build, device=job.device, progress=progress)
         else:
             findings = trace_mode(build, job.mode, device=job.device, progress=progress)
     except TargetError as e:

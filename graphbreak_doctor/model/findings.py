@@ -326,9 +326,15 @@ class PatchCheck:
 
     size: int | None = None  # None: the target at its own size
     # The trace ended as the ladder's last one did: fullgraph OK, or the
-    # break the ladder stopped at (so every change held).
+    # break the ladder stopped at (so every change held); and, where the
+    # ladder reached fullgraph, the user's own program held too.
     ok: bool = False
     outcome: str = ""  # "fullgraph ok", or where fullgraph stopped
+    # Added after schema 1 shipped: the user's own program in a fresh process
+    # (fix/user_run.py: a plain torch.compile(fullgraph=True), cold and again
+    # after torch._dynamo.reset(), outputs compared with eager), how it went;
+    # "" when it was not run (the ladder stopped short of fullgraph).
+    program: str = ""
 
 
 @dataclass
