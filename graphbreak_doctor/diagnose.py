@@ -129,6 +129,32 @@ def trace_mode(
                         jit=jit, excerpts=True)
 
 
+def trace_sizes(
+    builds: list[tuple[str, Build]],
+    *,
+    device: str = DEFAULT_DEVICE,
+    progress: Callable[[str], None] = lambda _msg: None,
+) -> Findings:
+    """Build the target at each size (``builds``: (the size as given, its
+    build)) inside one device, and call it compiled once at each, in order,
+    as a server does (graphbreak_doctor.capture.sizes)."""
+    from graphbreak_doctor.analysis.recompiles import judge
+    from graphbreak_doctor.capture import sizes
+    from graphbreak_doctor.model import SIZES_MODE
+
+    with inside_device(device) as (dev, log):
+        built = []
+        for label, build in builds:
+            progress(f"building the target at size {label}")
+            built.append((label, build_target(build, log, "explain", lambda _m: None)))
+        progress(f"calling it compiled at {len(built)} sizes")
+        with contextlib.redirect_stdout(sys.stderr):
+            run = judge(sizes.run(built))
+        first = built[0][1]
+        return Findings(target=first.info, environment=environment(), device=dev.describe(), modes=[SIZES_MODE],
+                        sized=run)
+
+
 def diagnose(
     build: Build,
     *,

@@ -60,7 +60,7 @@ def _op_name(node: torch.fx.Node) -> str:
 
 
 @contextlib.contextmanager
-def _fresh_dynamo():
+def fresh_dynamo():
     """Reset Dynamo (caches, duplicate-break and warn-once memory) around a run."""
     def reset():
         torch._dynamo.reset()
@@ -83,7 +83,7 @@ _NOISY = ("torch", "flashinfer")
 
 
 @contextlib.contextmanager
-def _quiet_torch_logs():
+def quiet_torch_logs():
     """torch/_logging attaches a stderr handler to each of torch's module
     loggers; it would print the target's fake-tensor and Dynamo errors. The
     findings carry what matters. GRAPHBREAK_DOCTOR_TORCH_LOGS=1 keeps them."""
@@ -235,8 +235,8 @@ def trace(target: Target, mode: str, *, decompile: bool = True, on_event: Callab
     with contextlib.ExitStack() as stack:
         if decompile:
             stack.enter_context(UndoLog()).bytecode_hook(_bytecode_hook(result))
-        stack.enter_context(_fresh_dynamo())
-        stack.enter_context(_quiet_torch_logs())
+        stack.enter_context(fresh_dynamo())
+        stack.enter_context(quiet_torch_logs())
         if fullgraph:
             # Dynamo strips the traceback of the error it raises unless verbose;
             # the traceback's frames hold the object Dynamo refused

@@ -13,10 +13,10 @@ from typing import Any
 from graphbreak_doctor.cli.common import UsageError, int_at_least
 from graphbreak_doctor.cli.outputs import OutputSet, write_file
 from graphbreak_doctor.emulation.presets import DEFAULT_DEVICE, PRESETS
-from graphbreak_doctor.model import MAP_MODE, MODE_CHOICES, Findings, Rung, modes_for
+from graphbreak_doctor.model import MAP_MODE, MODE_CHOICES, SIZES_MODE, Findings, Rung, modes_for
 from graphbreak_doctor.model.cache_facts import CacheFacts
 from graphbreak_doctor.jobs import Job, Outcome, findings_cache, run_jobs
-from graphbreak_doctor.jobs.job import FIX, MAP, TRACE
+from graphbreak_doctor.jobs.job import FIX, MAP, SIZES, TRACE
 from graphbreak_doctor.jobs.local import run_here
 from graphbreak_doctor.jobs.output import lines, log_sections, with_logs
 from graphbreak_doctor.jobs.pool import crash_report_line, held_back
@@ -97,6 +97,28 @@ def add_target_options(p: argparse.ArgumentParser, default_mode: str = "both") -
                      help="also show what the traced code wrote to stdout and stderr (always kept in a log file "
                           "beside the report)")
     p.add_argument("--debug", action="store_true", help="show tracebacks and whole error messages")
+
+
+def _size_list(text: str) -> tuple[int | tuple[int, ...], ...]:
+    """argparse type: ``--sizes 1,64,512`` or shapes ``4,4x4,4x4x4``."""
+    from graphbreak_doctor.targets.provider import parse_size
+
+    try:
+        sizes = tuple(parse_size(t) for t in text.split(",") if t.strip())
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from e
+    if not sizes:
+        raise argparse.ArgumentTypeError(f"expected comma-separated sizes, got {text!r}")
+    return sizes
+
+
+def add_sizes_option(p: argparse.ArgumentParser) -> None:
+    """--sizes on trace and check: the run at the server's sizes."""
+    p.add_argument("--sizes", metavar="N,N,...", type=_size_list,
+                   help="also compile the target once and call it at each size in order, as a server does "
+                        "(a --target factory takes size=N, or size=(A, B, ...) for a shape AxB; --layer and "
+                        "--model: tokens in the batch): every recompile with Dynamo's reason, and a verdict when "
+                        "the server would hit Dynamo's recompile limit (check fails then)")
 
 
 def add_memory_option(group: Any) -> None:
@@ -208,14 +230,36 @@ def run_diagnoses(args: argparse.Namespace, selected: list[Selection], progress:
     unmapped = [s.name for s in selected if not s.options.get("compile_map")]
     if args.mode == MAP_MODE and unmapped:
         raise UsageError(f"--mode map: {', '.join(unmapped)} has no compile map (it is a model's: --model)")
+    sizes = tuple(getattr(args, "sizes", None) or ())
+    if sizes:
+        _check_sizes(selected, sizes)
     groups = [[Job(MAP, s, args.device, MAP_MODE, debug=args.debug)] * (mapped and bool(s.options.get("compile_map")))
-              + [Job(TRACE, s, args.device, m, debug=args.debug) for m in modes] for s in selected]
+              + [Job(TRACE, s, args.device, m, debug=args.debug) for m in modes]
+              + [Job(SIZES, s, args.device, SIZES_MODE, debug=args.debug, sizes=sizes)] * bool(sizes)
+              for s in selected]
     outcomes = iter(run_jobs_as_asked(args, [job for group in groups for job in group], progress))
     per_target = [[next(outcomes) for _ in group] for group in groups]
     joined = [join([o.as_findings() for o in group], saved_ladder=saved_ladder) for group in per_target]
     for findings, group in zip(joined, per_target):
         findings.cache = CacheFacts.joined([o.findings.cache if o.findings is not None else None for o in group])
     return Diagnoses(joined, [log_sections(group) for group in per_target])
+
+
+def _check_sizes(selected: list[Selection], sizes: tuple) -> None:
+    """--sizes fits every selected target: it has a size to change, takes
+    shapes where one is given, and can be built at several in one process."""
+    from graphbreak_doctor.targets.registry import provider
+
+    for s in selected:
+        chosen = provider(s.provider)
+        name = s.spec or s.name
+        if chosen.at_size(s, 1) is None:
+            raise UsageError(f"--sizes: {name} has no size to change")
+        if not chosen.shaped_sizes and any(isinstance(n, tuple) for n in sizes):
+            raise UsageError(f"--sizes: {name} takes whole numbers (tokens in the batch), not shapes")
+        if len(sizes) > 1 and not chosen.builds_again_in_process(s):
+            raise UsageError(f"--sizes: {name} is built once per process; it cannot be called at several sizes "
+                             "in one (use --layer, whose decoder blocks build again)")
 
 
 def run_fixes(args: argparse.Namespace, selected: list[Selection], progress: Progress) -> Diagnoses:

@@ -11,6 +11,9 @@ actionable frame belongs to a selected package (``--only-packages`` /
 - baseline: no break whose key is missing from the baseline (keys have no
   line numbers); entries that were not seen any more are reported, not failed.
 
+A target run at the server's sizes (``--sizes``) has one more check: the run
+fails when a call hits Dynamo's recompile limit (or the run did not finish).
+
 A target traced with its compile map (``--model``) has one more check per
 torch.compile region its phases entered, each traced with the options its
 code gave it: a region whose trace crashed, or that asks for
@@ -29,8 +32,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from graphbreak_doctor.analysis.categories import CATEGORIES
-from graphbreak_doctor.model import (FULLGRAPH_MODES, MAP_MODE, REGION_CRASHED, REGION_FAILS, Break, CaseResult,
-                                        CheckFailure, Findings, Region, TargetResult)
+from graphbreak_doctor.model import (FULLGRAPH_MODES, MAP_MODE, REGION_CRASHED, REGION_FAILS, SIZES_MODE, Break,
+                                        CaseResult, CheckFailure, Findings, Region, TargetResult)
 from graphbreak_doctor.gate.baseline import REGION_ORDER, TargetBaseline
 from graphbreak_doctor.text import counted as _n
 
@@ -87,6 +90,11 @@ def evaluate(name: str, findings: Findings, policy: Policy, baseline: TargetBase
     for region in findings.regions:
         if region.verdict:
             result.cases.append(_region_case(name, region, policy, max_breaks, baseline))
+    if findings.sized is not None:  # --sizes: the server's recompile limit is a failure, whatever else is asked
+        case = CaseResult(target=name, mode=SIZES_MODE, counted=[])
+        if findings.sized.verdict:
+            case.failures.append(CheckFailure("recompile-limit", findings.sized.verdict))
+        result.cases.append(case)
     for mode in findings.modes:
         if mode == MAP_MODE:  # the map's checks are its regions', and a map that stopped fails
             if crash:

@@ -13,20 +13,22 @@ from graphbreak_doctor.model import COMPLETE, CRASHED, Findings, TargetInfo
 from graphbreak_doctor.targets.provider import Selection
 
 # TRACE: one mode; FIX: the fix ladder; MAP: the compile map (compile_map.py);
-# PROGRAM: the user's own program, a written patch's proof (fix/user_run.py).
-TRACE, FIX, MAP, PROGRAM = "trace", "fix", "map", "program"
+# PROGRAM: the user's own program, a written patch's proof (fix/user_run.py);
+# SIZES: the target called at the server's sizes (capture/sizes.py).
+TRACE, FIX, MAP, PROGRAM, SIZES = "trace", "fix", "map", "program", "sizes"
 
 
 @dataclass(frozen=True)
 class Job:
-    kind: str  # TRACE, FIX, MAP or PROGRAM
+    kind: str  # TRACE, FIX, MAP, PROGRAM or SIZES
     selection: Selection
     device: str
     mode: str
     steps: int = 0  # FIX: the ladder's step limit
     # FIX: the sizes the server compiles the target at (--sizes); () = what
-    # the target's provider reads from the built target.
-    sizes: tuple[int, ...] = ()
+    # the target's provider reads from the built target. SIZES: the sizes to
+    # call it at, in order (a --target factory's may be shapes: tuples).
+    sizes: tuple[int | tuple[int, ...], ...] = ()
     debug: bool = False
     # The interpreter of another environment (a matrix cell's); "" = this one.
     python: str = ""
@@ -45,7 +47,8 @@ class Job:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Job:
-        return cls(**{**data, "selection": Selection(**data["selection"]), "sizes": tuple(data.get("sizes") or ())})
+        return cls(**{**data, "selection": Selection(**data["selection"]), "sizes": tuple(tuple(n) if isinstance(n, list) else n
+                                                                      for n in data.get("sizes") or ())})
 
     def import_path(self) -> list[str]:
         """What the job's worker puts ahead on its import path: this

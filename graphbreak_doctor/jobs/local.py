@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Callable
 
 from graphbreak_doctor.model import CRASHED
-from graphbreak_doctor.jobs.job import FIX, MAP, PROGRAM, Interrupted, Job, Outcome
+from graphbreak_doctor.jobs.job import FIX, MAP, PROGRAM, SIZES, Interrupted, Job, Outcome
 from graphbreak_doctor.targets import TargetError
 from graphbreak_doctor.text import one_line
 
@@ -38,6 +38,26 @@ def sized_builds(job: Job) -> dict:
         return list(job.sizes) or chosen.server_sizes(job.selection, info)[0]
 
     return {"sizes_of": sizes_of, "at_size": at_size}
+
+
+def sized_selections(job: Job) -> list[tuple[str, Callable]]:
+    """(the size as given, how to build the target at it) for each of a
+    SIZES job's sizes."""
+    from graphbreak_doctor.diagnose import selection_builder
+    from graphbreak_doctor.targets.provider import size_label
+    from graphbreak_doctor.targets.registry import provider
+
+    chosen = provider(job.selection.provider)
+    if len(job.sizes) > 1 and not chosen.builds_again_in_process(job.selection):
+        raise TargetError(f"--sizes: {job.selection.spec or job.selection.name} is built once per process; "
+                          "it cannot be called at several sizes in one")
+    out = []
+    for n in job.sizes:
+        sized = chosen.at_size(job.selection, n)
+        if sized is None:
+            raise TargetError(f"--sizes: {job.selection.spec or job.selection.name} has no size to change")
+        out.append((size_label(n), selection_builder(sized, job.device)))
+    return out
 
 
 def out_of_memory(e: BaseException, memory: int) -> str:
@@ -103,6 +123,10 @@ def run_in_process(job: Job, progress: Callable[[str], None] = lambda _m: None, 
                 findings = map_regions(build, device=job.device, progress=progress)
             except PhasesStopped as e:  # the map as far as it got, crashed with the error
                 return Outcome(job, findings=e.findings, details=[traceback.format_exc()])
+        elif job.kind == SIZES:
+            from graphbreak_doctor.diagnose import trace_sizes
+
+            findings = trace_sizes(sized_selections(job), device=job.device, progress=progress)
         elif job.kind == PROGRAM:
             from graphbreak_doctor.fix import user_run
 

@@ -44,6 +44,7 @@ from graphbreak_doctor.model.vocabulary import (
     FULLGRAPH_MODES,
     INTERRUPTED,
     MAP_MODE,
+    SIZES_MODE,
     MODE_CHOICES,
     REGION_BREAKS,
     REGION_CRASHED,
@@ -60,7 +61,7 @@ __all__ = [
     "BaselineEntry", "Break", "CaseResult", "CheckFailure", "DecompiledCode", "Findings", "Fix", "FixOutcome", "PatchChange", "PatchCheck", "WrittenPatch",
     "Frame", "FullgraphVerdict", "GateReport", "GraphInfo", "Hazard", "JitRequest", "Region", "RootCause", "Rung",
     "SourceExcerpt", "TargetInfo", "TargetResult", "UnparsedEvent", "doc_url",
-    "COMPLETE", "CRASHED", "DEFAULT_DEVICE", "DEFAULT_FIX_STEPS", "FULLGRAPH_MODES", "INTERRUPTED", "MAP_MODE",
+    "COMPLETE", "CRASHED", "DEFAULT_DEVICE", "DEFAULT_FIX_STEPS", "FULLGRAPH_MODES", "INTERRUPTED", "MAP_MODE", "SIZES_MODE",
     "MODE_CHOICES", "REGION_BREAKS", "REGION_CRASHED", "REGION_FAILS", "REGION_OK", "SCHEMA_VERSION", "TIMED_OUT",
     "VERIFIED_RESULTS", "RungResult", "modes_for",
 ]

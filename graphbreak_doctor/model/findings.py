@@ -16,12 +16,14 @@ from typing import Any
 from graphbreak_doctor.model.cache_facts import CacheFacts
 from graphbreak_doctor.model.json_text import dumps, plain
 from graphbreak_doctor.model.loader import build, expect
+from graphbreak_doctor.model.sizes import SizedRun
 from graphbreak_doctor.model.vocabulary import (
     COMPLETE,
     CRASHED,
     FULLGRAPH_MODES,
     INTERRUPTED,
     MAP_MODE,
+    SIZES_MODE,
     SCHEMA_VERSION,
     TIMED_OUT,
 )
@@ -407,6 +409,9 @@ class Findings:
     # Added after schema 1 shipped: where the findings came from (traced now,
     # or the findings cache); None in findings that do not say.
     cache: CacheFacts | None = None
+    # Added after schema 1 shipped: the target called at the server's sizes
+    # in one Dynamo session (--sizes); None when not asked.
+    sized: SizedRun | None = None
 
     def incomplete(self) -> str:
         """Why this diagnosis cannot be vouched for, as a sentence; "" when it is whole."""
@@ -464,7 +469,7 @@ class Findings:
                 f"(this graphbreak-doctor reads version {SCHEMA_VERSION})"
             )
         findings = build(cls, _upgrade(data))
-        known = (*FULLGRAPH_MODES, "explain", MAP_MODE)
+        known = (*FULLGRAPH_MODES, "explain", MAP_MODE, SIZES_MODE)
         odd = [m for m in findings.modes + [m for b in findings.breaks for m in b.modes] if m not in known]
         if odd:  # the gate counts breaks per mode: a mode it does not know would check nothing
             raise ValueError(f"unknown trace mode {odd[0]!r} (the modes are {', '.join(known)})")

@@ -16,6 +16,9 @@ FULLGRAPH_MODES = ("fullgraph", "piecewise")
 # The compile map's run (graphbreak_doctor.compile_map): not a trace mode of the
 # target itself; its findings carry the regions only.
 MAP_MODE = "map"
+# The run at the server's sizes (trace/check --sizes: graphbreak_doctor.capture.sizes):
+# not a trace mode either; its findings carry the recompiles only.
+SIZES_MODE = "sizes"
 
 # How a trace ended: traced to the end, or not.
 COMPLETE, CRASHED, TIMED_OUT, INTERRUPTED = "complete", "crashed", "timed out", "interrupted"

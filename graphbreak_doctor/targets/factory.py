@@ -20,7 +20,7 @@ from typing import Any, Callable, Mapping
 from graphbreak_doctor.model import TargetInfo
 from graphbreak_doctor.patching import UndoLog
 from graphbreak_doctor.targets import Target, TargetError
-from graphbreak_doctor.targets.provider import Option, Selection, TargetProvider
+from graphbreak_doctor.targets.provider import Option, Selection, TargetProvider, size_label
 from graphbreak_doctor.text import one_line
 
 
@@ -112,6 +112,7 @@ class FactoryProvider(TargetProvider):
     name = "factory"
     title = "a target of your own"
     in_matrix = True
+    shaped_sizes = True
     options = (
         Option("--target", "a factory pkg.module:factory returning (fn, args[, kwargs]); repeat it to "
                "trace several targets, each in workers of its own", metavar="M:F", selects=True, repeat=True),
@@ -128,13 +129,16 @@ class FactoryProvider(TargetProvider):
         spec = selection.options["spec"]
         factory = load_factory(spec, log)
         size = selection.options.get("size")
+        if isinstance(size, list):  # a shape, back from JSON
+            size = tuple(size)
         if size is not None:  # --sizes: the factory takes the size by name
             return call_factory(f"{spec} (size={size})", functools.partial(factory, size=size))
         return call_factory(spec, factory)
 
-    def at_size(self, selection: Selection, size: int) -> Selection | None:
-        """The factory called with ``size=N`` (``fix --sizes``)."""
-        return dataclasses.replace(selection, name=f"{selection.name}-size-{size}",
+    def at_size(self, selection: Selection, size: int | tuple[int, ...]) -> Selection | None:
+        """The factory called with ``size=N``, or ``size=(A, B, ...)`` for a
+        shape (``--sizes``)."""
+        return dataclasses.replace(selection, name=f"{selection.name}-size-{size_label(size)}",
                                    options={**selection.options, "size": size})
 
 

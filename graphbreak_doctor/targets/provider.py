@@ -27,6 +27,24 @@ def pick_sizes(sizes: list[int]) -> list[int]:
     return list(dict.fromkeys(chosen))
 
 
+def size_label(size: int | tuple[int, ...]) -> str:
+    """A size as the user gives it (``--sizes``): 64, or a shape 4x4x2."""
+    return "x".join(map(str, size)) if isinstance(size, tuple) else str(size)
+
+
+def parse_size(text: str) -> int | tuple[int, ...]:
+    """One ``--sizes`` item: an integer >= 1, or a shape of them (4x4x2);
+    ValueError otherwise."""
+    parts = text.strip().lower().split("x")
+    try:
+        dims = tuple(int(p) for p in parts)
+    except ValueError:
+        dims = ()
+    if not dims or min(dims) < 1:
+        raise ValueError(f"{text.strip()!r} is not a size (an integer >= 1, or a shape such as 4x4x2)")
+    return dims[0] if len(dims) == 1 else dims
+
+
 @dataclass(frozen=True)
 class Option:
     flag: str
@@ -74,6 +92,8 @@ class TargetProvider:
     # `matrix` offers the provider's options: each selection is traced in
     # every cell's environment (its code must import there).
     in_matrix: bool = False
+    # ``at_size`` takes shapes (tuples) as well as whole numbers (--sizes 4x4x2).
+    shaped_sizes: bool = False
 
     def select(self, options: Mapping[str, Any]) -> list[Selection]:
         """The targets these options ask for; ValueError (one line) if they are wrong."""
