@@ -17,11 +17,14 @@ import sys
 from typing import Any, Callable
 
 from graphbreak_doctor.analysis.assemble import assemble, join
+from graphbreak_doctor.analysis.warm_state import compare
 from graphbreak_doctor.capture import trace as capture
-from graphbreak_doctor.model import DEFAULT_DEVICE, Findings, JitRequest, modes_for
+from graphbreak_doctor.model import DEFAULT_DEVICE, FULLGRAPH_MODES, Findings, JitRequest, modes_for
+from graphbreak_doctor.model.warm_up import WarmUp
 from graphbreak_doctor.patching import UndoLog
 from graphbreak_doctor.targets import Target, TargetError
 from graphbreak_doctor.targets.provider import Selection
+from graphbreak_doctor.text import one_line
 
 # Builds the target inside the device; process-global changes it needs for the
 # whole diagnosis go through the log.
@@ -102,16 +105,49 @@ def build_target(build: Build, log: UndoLog, mode: str, progress: Callable[[str]
     return target
 
 
+def warm_up(target: Target, dev: Any, *, cold: bool, progress: Callable[[str], None]) -> WarmUp:
+    """Put the target in the state a server compiles it in: one eager call
+    at the traced size (servers run their forward before they capture it),
+    unless ``cold`` or the target's framework warms it up itself. An eager
+    call that raises is no verdict: the target is traced cold, and says so."""
+    if target.own_warm_up:
+        return WarmUp(ran=not cold, how="skipped (--cold)" if cold else
+                      "the framework's own warm-up, where the framework runs it")
+    if cold:
+        return WarmUp(how="skipped (--cold)")
+    progress("warming up: one eager call")
+    jit_before, modules_before = len(dev.jit_requests), set(sys.modules)
+    warm = WarmUp(ran=True, how="one eager call at the traced size")
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            target.fn(*target.args, **target.kwargs)
+    except Exception as e:
+        warm.ran, warm.error = False, one_line(f"{type(e).__name__}: {e}", 200)
+    warm.loaded = [f"{r.name} ({r.action})" for r in dev.jit_requests[jit_before:]]
+    warm.imported = sorted(set(sys.modules) - modules_before)
+    return warm
+
+
 def trace_mode(
     build: Build,
     mode: str,
     *,
     device: str = DEFAULT_DEVICE,
     progress: Callable[[str], None] = lambda _msg: None,
+    cold: bool = False,
 ) -> Findings:
-    """Build the target inside the device and trace it in one mode."""
+    """Build the target inside the device, warm it up (``warm_up``; not when
+    ``cold``) and trace it in one mode. A fullgraph mode of a target the
+    doctor warms up is traced cold first, too: when the two stop at
+    different first failures, the findings say so (analysis/warm_state.py)."""
     with inside_device(device) as (dev, log):
         target = build_target(build, log, mode, progress)
+        before = None
+        if mode in FULLGRAPH_MODES and not cold and not target.own_warm_up:
+            with contextlib.redirect_stdout(sys.stderr):
+                progress(f"tracing cold ({mode}), before the warm-up")
+                before = capture.trace(target, mode, decompile=False)
+        warm = warm_up(target, dev, cold=cold, progress=progress)
         # What the build and its warm-up asked for is not a trace-time request.
         already = len(dev.jit_requests)
         current: list[capture.BreakEvent] = []
@@ -125,8 +161,12 @@ def trace_mode(
             dev.on_jit = None
         jit = [JitRequest(name=r.name, action=r.action) for r in dev.jit_requests[already:]]
         progress("analysing")
-        return assemble([result], target=target.info, environment=environment(), device=dev.describe(),
-                        jit=jit, excerpts=True)
+        findings = assemble([result], target=target.info, environment=environment(), device=dev.describe(),
+                            jit=jit, excerpts=True)
+        if before is not None and warm.ran:
+            compare(warm, assemble([before], target=target.info, environment={}, device={}), findings)
+        findings.warm_up = warm
+        return findings
 
 
 def trace_sizes(

@@ -211,6 +211,9 @@ def _join_traces(parts: list[Findings]) -> Findings:
     for part in parts:
         if any(m in FULLGRAPH_MODES for m in part.modes):
             out.fullgraph = dataclasses.replace(part.fullgraph)
+        # The fullgraph mode's account of the warm-up (it also traced cold), else any mode's.
+        if part.warm_up is not None and (out.warm_up is None or part.warm_up.cold):
+            out.warm_up = part.warm_up
         out.graphs += part.graphs
         out.resume_code += part.resume_code
         out.unparsed_events += part.unparsed_events

@@ -5,6 +5,7 @@ process); and turning them into selected targets and their findings."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from dataclasses import dataclass
@@ -77,6 +78,11 @@ def add_target_options(p: argparse.ArgumentParser, default_mode: str = "both") -
                         "both: explain + fullgraph; piecewise: fullgraph with the attention op as a split point; "
                         "map: only the compile map (--model: the torch.compile regions the launch enters) "
                         f"(default: {default_mode})")
+    p.add_argument("--cold", action="store_true",
+                   help="trace without the warm-up: by default each target runs eagerly once before it is traced, "
+                        "as a server runs its forward before it compiles (SGLang's targets: SGLang's own "
+                        "warm-up); its fullgraph verdict is traced cold too, and a first failure that differs is "
+                        "reported")
     emulated = [name for name, preset in PRESETS.items() if preset.emulated]
     p.add_argument("--device", choices=tuple(PRESETS), default=DEFAULT_DEVICE,
                    help=f"emulated GPU preset ({', '.join(emulated)}; default {DEFAULT_DEVICE}), "
@@ -162,9 +168,12 @@ def chosen_provider(args: argparse.Namespace) -> TargetProvider:
 def selections(args: argparse.Namespace) -> list[Selection]:
     provider = chosen_provider(args)
     try:
-        return provider.select(values(args, provider))
+        chosen = provider.select(values(args, provider))
     except ValueError as e:
         raise UsageError(str(e)) from e
+    if getattr(args, "cold", False):  # every target's: its build and its trace read it from the selection
+        chosen = [dataclasses.replace(s, options={**s.options, "cold": True}) for s in chosen]
+    return chosen
 
 
 def stem(selection: Selection, args: argparse.Namespace, what: str | None = None) -> str:

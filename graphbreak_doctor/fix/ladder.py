@@ -302,20 +302,23 @@ def written_changes(outcome: LadderOutcome) -> list[PatchChange]:
 def fix(build: Callable[[UndoLog], Target], *, mode: str = "fullgraph", device: str = DEFAULT_DEVICE,
         max_steps: int = DEFAULT_STEPS, progress: Callable[[str], None] = lambda _m: None,
         sizes_of: Callable[[Any], list[int]] | None = None,
-        at_size: Callable[[int], Callable[[UndoLog], Target] | None] | None = None) -> Findings:
+        at_size: Callable[[int], Callable[[UndoLog], Target] | None] | None = None,
+        cold: bool = False) -> Findings:
     """Climb the fix ladder for the target ``build()`` returns (called inside the device).
 
     ``sizes_of(target.info)``: the sizes the server compiles the target at;
     ``at_size(n)``: how to build the target at size n (None: it has no size).
-    Warm-ups then cover those sizes (recipes/hoist.py).
+    Warm-ups then cover those sizes (recipes/hoist.py). The target is warmed
+    up first as a trace warms it up (diagnose.warm_up), unless ``cold``.
 
     The findings' ``fullgraph`` verdict and ``breaks`` describe the target as
     it is (the unpatched first trace, plus every break met on the ladder);
     ``ladder`` holds the rungs and ``fix`` the outcome."""
-    from graphbreak_doctor.diagnose import build_target, environment, inside_device
+    from graphbreak_doctor.diagnose import build_target, environment, inside_device, warm_up
 
     with inside_device(device) as (dev, log):
         target = build_target(build, log, mode, progress)
+        warm = warm_up(target, dev, cold=cold, progress=progress)
         sizes = sizes_of(target.info) if sizes_of is not None else []
 
         builders = {n: at_size(n) for n in sizes} if at_size is not None else {}
@@ -332,5 +335,7 @@ def fix(build: Callable[[UndoLog], Target], *, mode: str = "fullgraph", device: 
         fixed = FixOutcome(ok=outcome.ok, stopped=outcome.stopped, recipes=outcome.recipes,
                            steps=len(outcome.rungs), max_steps=max_steps, outputs_equal_eager=outcome.outputs_equal,
                            changes=written_changes(outcome), stopped_break=outcome.stopped_break)
-        return assemble(outcome.traces, target=target.info, environment=environment(), device=dev.describe(),
-                        ladder=(outcome.rungs, fixed), excerpts=True)
+        findings = assemble(outcome.traces, target=target.info, environment=environment(), device=dev.describe(),
+                            ladder=(outcome.rungs, fixed), excerpts=True)
+        findings.warm_up = warm
+        return findings

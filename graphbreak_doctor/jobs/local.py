@@ -115,7 +115,7 @@ def run_in_process(job: Job, progress: Callable[[str], None] = lambda _m: None, 
             from graphbreak_doctor.fix.ladder import fix
 
             findings = fix(build, mode=job.mode, device=job.device, max_steps=job.steps, progress=progress,
-                           **sized_builds(job))
+                           cold=bool(job.selection.options.get("cold")), **sized_builds(job))
         elif job.kind == MAP:
             from graphbreak_doctor.compile_map import PhasesStopped, map_regions
 
@@ -132,7 +132,8 @@ def run_in_process(job: Job, progress: Callable[[str], None] = lambda _m: None, 
 
             findings = user_run.run(build, device=job.device, progress=progress)
         else:
-            findings = trace_mode(build, job.mode, device=job.device, progress=progress)
+            findings = trace_mode(build, job.mode, device=job.device, progress=progress,
+                                  cold=bool(job.selection.options.get("cold")))
     except TargetError as e:
         if out_of_memory(e, memory):
             return Outcome(job, status=CRASHED, message=out_of_memory(e, memory), details=[traceback.format_exc()])

@@ -17,6 +17,8 @@ from graphbreak_doctor.model.cache_facts import CacheFacts
 from graphbreak_doctor.model.json_text import dumps, plain
 from graphbreak_doctor.model.loader import build, expect
 from graphbreak_doctor.model.sizes import SizedRun
+from graphbreak_doctor.model.warm_up import WarmUp
+from graphbreak_doctor.model.written_patch import PatchChange, PatchCheck, WrittenPatch
 from graphbreak_doctor.model.vocabulary import (
     COMPLETE,
     CRASHED,
@@ -304,59 +306,6 @@ class Region:
 
 
 @dataclass
-class PatchChange:
-    """A change the ladder kept, as a written patch makes it (graphbreak_doctor.fix.emit)."""
-
-    step: int = 0
-    recipe: str = ""
-    kind: str = ""  # memo, custom_op or registered_op
-    module: str = ""  # the module whose global ``function`` is replaced
-    function: str = ""
-    file: str = ""
-    # The source appended to the module; "" when the change cannot be written
-    # (``why_not`` says why).
-    block: str = ""
-    holds: str = ""  # for which inputs it holds, in words
-    # Whether it holds at every size the server uses (None: no sizes known).
-    every_size: bool | None = None
-    why_not: str = ""
-
-
-@dataclass
-class PatchCheck:
-    """One fresh-process trace with the written patch loaded."""
-
-    size: int | None = None  # None: the target at its own size
-    # The trace ended as the ladder's last one did: fullgraph OK, or the
-    # break the ladder stopped at (so every change held); and, where the
-    # ladder reached fullgraph, the user's own program held too.
-    ok: bool = False
-    outcome: str = ""  # "fullgraph ok", or where fullgraph stopped
-    # Added after schema 1 shipped: the user's own program in a fresh process
-    # (fix/user_run.py: a plain torch.compile(fullgraph=True), cold and again
-    # after torch._dynamo.reset(), outputs compared with eager), how it went;
-    # "" when it was not run (the ladder stopped short of fullgraph).
-    program: str = ""
-
-
-@dataclass
-class WrittenPatch:
-    """What ``fix --write-patch DIR`` wrote, and how its fresh-process check went."""
-
-    folder: str = ""
-    diff: str = ""  # the diff's file name in the folder
-    diff_text: str = ""
-    # Distribution -> version the patch was proven on (it refuses others).
-    versions: dict[str, str] = field(default_factory=dict)
-    sizes: list[int] = field(default_factory=list)  # the sizes the server uses
-    sizes_from: str = ""  # where they come from, in words
-    checks: list[PatchCheck] = field(default_factory=list)
-    # Every check ended as the ladder's last trace did (never true without a check).
-    verified: bool = False
-    summary: str = ""  # "verified: fresh process, sizes 4, 256, 2048: fullgraph ok"
-
-
-@dataclass
 class FixOutcome:
     """Where the fix ladder ended (see graphbreak_doctor.fix)."""
 
@@ -412,6 +361,9 @@ class Findings:
     # Added after schema 1 shipped: the target called at the server's sizes
     # in one Dynamo session (--sizes); None when not asked.
     sized: SizedRun | None = None
+    # Added after schema 1 shipped: the eager warm-up before the trace, and
+    # whether the first failure depends on it; None in findings that do not say.
+    warm_up: WarmUp | None = None
 
     def incomplete(self) -> str:
         """Why this diagnosis cannot be vouched for, as a sentence; "" when it is whole."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from graphbreak_doctor.model import COMPLETE, MAP_MODE, Findings, Fix
 from graphbreak_doctor.model.cache_facts import cache_note
-from graphbreak_doctor.render import compile_map, sizes
+from graphbreak_doctor.render import compile_map, sizes, warm
 from graphbreak_doctor.render.causes import cause_fixes
 from graphbreak_doctor.frames import at as frame_at
 from graphbreak_doctor.render.renderer import FINDINGS, Renderer
@@ -74,6 +74,7 @@ def render(findings: Findings) -> str:
             lines.append(f"fullgraph: FAILED -- {first.gb_type} [{first.category}] at {frame_at(first.site)}")
         elif not fg.crashed:
             lines.append(f"fullgraph: FAILED -- {fg.error}")
+    lines.extend(warm.lines(findings))
     if findings.sized is not None:
         lines.append(f"sizes: {sizes.summary(findings.sized)}")
         lines.extend(f"  {line}" for line in sizes.call_lines(findings.sized))

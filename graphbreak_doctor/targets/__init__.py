@@ -34,6 +34,9 @@ class Target:
     # the torch.compile regions each phase enters are found
     # (graphbreak_doctor.capture.regions). None: the target has no phases.
     discover: Callable[[Any, Callable[[str], Any]], None] | None = None
+    # The target's ``prepare`` runs its framework's own warm-up where the
+    # framework runs it (or leaves it out under --cold): the doctor adds none.
+    own_warm_up: bool = False
 
     @property
     def spec(self) -> str:

@@ -106,7 +106,6 @@ class Glm5Provider(TargetProvider):
         Option("--impl", "whose code: sglang = SGLang's own modules in its compile state, reference = the "
                          "project's re-creation calling FlashInfer directly (default: sglang when installed)",
                choices=IMPL_CHOICES),
-        Option("--cold", "--impl sglang: skip SGLang's eager warm-up before tracing", switch=True),
         Option("--whole-layer", "--impl sglang: the whole decoder layer (norms, MLA attention with the DSA "
                                 "indexer, MLP or MoE) called with a ForwardBatch, not only the MLP block",
                switch=True),
@@ -156,8 +155,6 @@ class Glm5Provider(TargetProvider):
                 raise ValueError("--impl sglang needs SGLang installed (see docs/sglang-glm5.md)")
             if (options.get("tp") or DEFAULT_TP) != 1:
                 raise ValueError("--tp applies to --impl reference: SGLang's tensor parallelism needs one process per rank")
-        elif options.get("cold"):
-            raise ValueError("--cold applies to --impl sglang (the reference layer has no warm-up)")
         scope = "model" if model else "layer" if options.get("whole_layer") else "block"
         given = options.get("sglang_args") is not None  # --model-path alone leaves no other argument
         if given and not sglang.available():

@@ -47,7 +47,7 @@ def prepare_block(target: Target, mode: str, log: UndoLog, *, kind: str, index: 
         except Exception as e:
             raise TargetError(f"SGLang's eager warm-up failed: {type(e).__name__}: {one_line(str(e), 200)} "
                               "(--cold skips it)") from e
-    target.fn, target.args = block.forward, args
+    target.fn, target.args, target.own_warm_up = block.forward, args, True
     fill_target_info(target.info, block, rt, mode=mode, tokens=tokens, cold=cold, folded=folded, launched=launched,
                      mlp=block.mlp)
 
@@ -85,7 +85,7 @@ def prepare_stack(target: Target, mode: str, log: UndoLog, *, scope: str, phase:
                                           layer_model=model.model, forward_batch=state.batch, rt=rt))
     if not cold and warm_inside:
         run_eagerly(call, args, phase, "eager warm-up")
-    target.fn, target.args = call.forward, args
+    target.fn, target.args, target.own_warm_up = call.forward, args, True
     info = target.info
     fill_target_info(info, call, rt, mode=mode, tokens=tokens, cold=cold, folded=folded, launched=launched,
                      mlp=None if scope == "model" else call.layer.mlp)
