@@ -47,7 +47,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from graphbreak_doctor.emulation.preset import GIB, KIB, DevicePreset
-from . import cuda_runtime, device_guard
+from . import cuda_runtime, device_guard, dlpack_stream
 from graphbreak_doctor.patching import UndoLog
 
 
@@ -221,6 +221,7 @@ def install(preset: DevicePreset, log: UndoLog, note: Callable[[str], None] = _i
     tables = dynamo_tables()
     log.call_on_undo(_rule_map_rebuilt_check(tables[0]))
     surface = build_surface(preset, note)
+    _constant_properties(surface["get_device_properties"](0), log)
     for name, replacement in surface.items():
         original = getattr(torch.cuda, name)
         for table in tables:
@@ -233,9 +234,25 @@ def install(preset: DevicePreset, log: UndoLog, note: Callable[[str], None] = _i
     log.setattr(torch.version, "cuda", preset.cuda)
     install_c_surface(log, note)
     device_guard.install(log)
+    dlpack_stream.install(log)
     install_device_switch(log)
     install_mem_pool(log)
     return surface
+
+
+def _constant_properties(props: Any, log: UndoLog) -> None:
+    """On a CUDA build of torch the emulated device's properties are a
+    ``_PlainProperties`` (``device_properties``): Dynamo folds a
+    ``get_device_properties()`` call into a constant only if the result's
+    type is one of its constant types, where ``_CudaDeviceProperties`` is;
+    the stand-in type joins them while the device is emulated."""
+    from torch._dynamo import utils
+
+    kind = type(props)
+    if kind is not _PlainProperties or kind in utils.common_constant_types:
+        return
+    utils.common_constant_types.add(kind)
+    log.call_on_undo(lambda: utils.common_constant_types.discard(kind))
 
 
 def _rule_map_rebuilt_check(rules: dict) -> Callable[[], None]:
@@ -253,7 +270,7 @@ def _rule_map_rebuilt_check(rules: dict) -> Callable[[], None]:
     return check
 
 
-# C functions a CPU build of torch lacks but FlashInfer calls directly:
+# C functions a CPU build of torch lacks (and a CUDA build's ask the driver) but FlashInfer calls directly:
 # flashinfer/utils.py _get_cache_buf keys scratch buffers by
 # torch._C._cuda_getCurrentRawStream(index). Dynamo's rule for them comes from
 # their qualified names in trace_rules.torch_c_binding_in_graph_functions; the
@@ -371,8 +388,63 @@ def _is_placeholder(obj: Any) -> bool:
 _POOL_ID = (1, 0)  # one (emulated) pool id; the pool functions ignore it
 
 
+# A CUDA build's MemPool is a pybind type whose constructor asks the driver,
+# and whose Python subclass must call it; with no GPU the pool and the pool
+# functions `use_mem_pool` calls are these instead, compiled under the file
+# name of torch/cuda/memory.py so that Dynamo treats their frames as it
+# treats torch's own (skipped), as on a CPU build.
+_CUDA_BUILD_POOL = f"""
+class MemPool:
+    def __init__(self, allocator=None, use_on_oom=False, no_split=False):
+        pass
+
+    @property
+    def id(self):
+        return {_POOL_ID!r}
+
+    def use_count(self):
+        return 1
+
+    def snapshot(self, include_traces=True):
+        return []
+
+
+def _cuda_beginAllocateCurrentThreadToPool(device, pool_id):
+    pass
+
+
+def _cuda_beginAllocateToPool(device, pool_id, filter=None):
+    pass
+
+
+def _cuda_endAllocateToPool(device, pool_id):
+    pass
+
+
+def _cuda_releasePool(device, pool_id):
+    pass
+"""
+
+
+def _install_cuda_build_pool(log: UndoLog) -> None:
+    import torch.cuda.memory as memory
+
+    made: dict[str, Any] = {"__name__": memory.__name__}
+    exec(compile(_CUDA_BUILD_POOL, memory.__file__, "exec"), made)  # noqa: S102 (our own source, above)
+    made["MemPool"].__qualname__ = "MemPool"
+    log.setattr(torch.cuda, "MemPool", made["MemPool"])
+    log.setattr(memory, "MemPool", made["MemPool"])
+    for name in POOL_FUNCTIONS:
+        if hasattr(memory, name):
+            log.setattr(memory, name, made[name])
+
+
 def install_mem_pool(log: UndoLog) -> None:
-    """Make `torch.cuda.MemPool()` and `use_mem_pool` run on a CPU build."""
+    """Make `torch.cuda.MemPool()` and `use_mem_pool` run on a CPU build, and
+    on a CUDA build with no GPU."""
+    if torch.backends.cuda.is_built() and getattr(torch.cuda, "MemPool", None) is not None:
+        _install_cuda_build_pool(log)
+        return
     bodies = _pool_bodies()
     base = getattr(torch._C, "_MemPool", None)
     if base is not None and _is_placeholder(base):
@@ -390,14 +462,20 @@ def install_mem_pool(log: UndoLog) -> None:
 
 def install_c_surface(log: UndoLog, note: Callable[[str], None] = _ignore) -> None:
     from torch._dynamo import trace_rules
+    from torch._dynamo.variables import torch as dyn_torch
 
     rule_map = trace_rules.get_torch_obj_rule_map()
+    handlers = dyn_torch.TorchInGraphFunctionVariable._get_handlers()
     for name, replacement in _c_surface(note).items():
-        if hasattr(torch._C, name):  # a CUDA build: the real one answers
-            continue
+        # A CUDA build has the real binding, which asks the driver (and fails
+        # with none): replaced while emulated too, with the binding's rule
+        # and Dynamo handler.
+        real = getattr(torch._C, name, None)
         rule = trace_rules.torch_c_binding_in_graph_functions.get(f"torch._C.{name}")
         if rule is not None:
             log.setitem(rule_map, replacement, rule)
+        if real is not None and real in handlers:
+            log.setitem(handlers, replacement, handlers[real])
         replacement.__module__ = "torch._C"
         replacement.__name__ = replacement.__qualname__ = name
         log.setattr(torch._C, name, replacement)
