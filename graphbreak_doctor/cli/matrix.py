@@ -87,6 +87,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="SGLang releases (default: the installed one)")
     p.add_argument("--flashinfer", type=_version_list, metavar="V1,V2,...",
                    help="FlashInfer releases (default: the installed one)")
+    p.add_argument("--torch", type=_version_list, metavar="V1,V2,...",
+                   help="torch releases, an axis of their own (default: every cell holds this interpreter's "
+                        "torch); another release is installed into the cell's environment by pip, from the wheel "
+                        "folders and indexes pip is configured with")
     p.add_argument("--device", type=_devices, default=(DEFAULT_DEVICE,), metavar="D1,D2,...",
                    help="emulated GPUs, the table's columns (default sm120)")
     p.add_argument("--sglang-args", metavar="ARGS",
@@ -161,7 +165,7 @@ def _plan(args: argparse.Namespace):
         if not flashinfer[0]:
             raise UsageError("give --flashinfer V1,... (FlashInfer is not installed here)")
         return Plan(TARGET, chosen[0].provider, tuple(args.sglang or ()), tuple(flashinfer), tuple(args.device),
-                    args.mode or "both", chosen=chosen)
+                    args.mode or "both", chosen=chosen, torch=tuple(args.torch or ()))
     if args.model:
         if args.impl == "reference":
             raise UsageError("--model maps SGLang's own model forward: leave out --impl reference")
@@ -202,7 +206,8 @@ def _plan(args: argparse.Namespace):
     if not flashinfer[0]:
         raise UsageError("give --flashinfer V1,... (FlashInfer is not installed here)")
     return Plan(MODEL if args.model else args.layer, impl, tuple(sglang), tuple(flashinfer), tuple(args.device),
-                MAP_MODE if args.model else args.mode or "both", launch, config=config)
+                MAP_MODE if args.model else args.mode or "both", launch, config=config,
+                torch=tuple(args.torch or ()))
 
 
 def _bisect_range(args: argparse.Namespace, plan) -> tuple[str, str, str]:

@@ -127,6 +127,40 @@ def add_sizes_option(p: argparse.ArgumentParser) -> None:
                         "the server would hit Dynamo's recompile limit (check fails then)")
 
 
+def add_torch_option(p: argparse.ArgumentParser) -> None:
+    """--torch on trace: the trace in an environment holding that torch."""
+    p.add_argument("--torch", metavar="VERSION",
+                   help="trace in an environment holding this torch release, with this environment's FlashInfer "
+                        "(and SGLang, for its targets): built once by the matrix's machinery (pip installs the "
+                        "torch from the wheel folders and indexes it is configured with) and kept in the cache")
+
+
+def torch_python(args: argparse.Namespace, selected: list[Selection], progress: Progress) -> str:
+    """--torch VERSION: the interpreter of the environment holding it ("" without --torch)."""
+    version = getattr(args, "torch", None)
+    if not version:
+        return ""
+    from packaging.version import InvalidVersion, Version
+
+    from graphbreak_doctor.matrix.envs import Environments, EnvError, EnvSpec, default_envs_dir, installed
+
+    try:
+        Version(version)
+    except InvalidVersion:
+        raise UsageError(f"--torch: not a version: {version!r}") from None
+    if args.in_process:
+        raise UsageError("--torch traces in another environment's workers: --in-process runs none")
+    sglang = installed("sglang") if any(s.options.get("impl") == "sglang" for s in selected) else ""
+    spec = EnvSpec(sglang, installed("flashinfer-python"), version)
+    try:
+        environments = Environments(default_envs_dir())
+        if not environments.ready(spec):
+            progress(f"building an environment with {spec.label} (once; kept in the cache)")
+        return environments.ensure(spec).python
+    except EnvError as e:
+        raise UsageError(f"--torch {version}: {e}") from e
+
+
 def add_memory_option(group: Any) -> None:
     """--memory, for every command that runs targets in workers."""
     group.add_argument("--memory", type=int_at_least(0), default=None, metavar="GB",
@@ -242,9 +276,11 @@ def run_diagnoses(args: argparse.Namespace, selected: list[Selection], progress:
     sizes = tuple(getattr(args, "sizes", None) or ())
     if sizes:
         _check_sizes(selected, sizes)
-    groups = [[Job(MAP, s, args.device, MAP_MODE, debug=args.debug)] * (mapped and bool(s.options.get("compile_map")))
-              + [Job(TRACE, s, args.device, m, debug=args.debug) for m in modes]
-              + [Job(SIZES, s, args.device, SIZES_MODE, debug=args.debug, sizes=sizes)] * bool(sizes)
+    python = torch_python(args, selected, progress)
+    groups = [[Job(MAP, s, args.device, MAP_MODE, debug=args.debug, python=python)]
+              * (mapped and bool(s.options.get("compile_map")))
+              + [Job(TRACE, s, args.device, m, debug=args.debug, python=python) for m in modes]
+              + [Job(SIZES, s, args.device, SIZES_MODE, debug=args.debug, sizes=sizes, python=python)] * bool(sizes)
               for s in selected]
     outcomes = iter(run_jobs_as_asked(args, [job for group in groups for job in group], progress))
     per_target = [[next(outcomes) for _ in group] for group in groups]

@@ -176,14 +176,18 @@ def _read(name: str) -> list[str]:
 
 @dataclass(frozen=True)
 class EnvSpec:
-    """What one environment holds: an SGLang release ("" for none) and a FlashInfer release."""
+    """What one environment holds: an SGLang release ("" for none), a
+    FlashInfer release, and a torch release ("" = the torch this interpreter
+    runs)."""
 
     sglang: str
     flashinfer: str
+    torch: str = ""
 
     @property
     def label(self) -> str:
-        return (f"sglang {self.sglang}, " if self.sglang else "") + f"flashinfer {self.flashinfer}"
+        return ((f"sglang {self.sglang}, " if self.sglang else "") + f"flashinfer {self.flashinfer}"
+                + (f", torch {self.torch}" if self.torch else ""))
 
     def profile(self) -> tuple[str, str, tuple[str, ...]]:
         """The (base, --no-deps) requirement files this release starts from,
@@ -209,13 +213,14 @@ class EnvSpec:
         }
 
     def key(self, torch: str) -> str:
-        text = json.dumps([sys.version, torch, running_doctor().identity(), self.requirement_files(), FOLLOW_RELEASE,
+        text = json.dumps([sys.version, self.torch or torch, running_doctor().identity(), self.requirement_files(), FOLLOW_RELEASE,
                            KERNEL_PACKAGES, FOLLOW_TIME, self.profile()[2] if self.sglang else ()])
         return hashlib.sha256(text.encode()).hexdigest()[:10]
 
     def folder_name(self, torch: str) -> str:
         what = f"sglang-{self.sglang}-" if self.sglang else "reference-"
-        return f"{what}flashinfer-{self.flashinfer}-{self.key(torch)}"
+        held = f"torch-{self.torch}-" if self.torch else ""
+        return f"{what}flashinfer-{self.flashinfer}-{held}{self.key(torch)}"
 
 
 @dataclass
@@ -326,9 +331,12 @@ class Environments:
         files = spec.requirement_files()
         self._uv("venv", "--quiet", "--python", sys.executable, str(path), what="creating the environment")
         python = str(path / "bin" / "python")
+        torch = spec.torch or self.torch
         with lifetime.owned_folder("graphbreak-doctor-env-") as tmp:
             constraints = Path(tmp) / "constraints.txt"
-            constraints.write_text(f"torch=={self.torch}\n", encoding="utf-8")
+            constraints.write_text(f"torch=={torch}\n", encoding="utf-8")
+            if spec.torch and spec.torch != self.torch:
+                self._install_torch(python, spec.torch)
             for name, text in files.items():
                 (Path(tmp) / name).write_text(text, encoding="utf-8")
             self._install(python, "-r", str(Path(tmp) / "base.txt"), what=f"installing {spec.label}",
@@ -347,12 +355,28 @@ class Environments:
             self._install(python, "--no-deps", *doctor, what="installing graphbreak-doctor",
                           constraints=str(constraints))
         manifest = {
-            "sglang": spec.sglang, "flashinfer": spec.flashinfer, "torch": self.torch,
+            "sglang": spec.sglang, "flashinfer": spec.flashinfer, "torch": torch,
             "python": sys.version.split()[0], "doctor": self.doctor.identity(),
             "followed_release_pins": followed, "notes": notes,
             "requirements": files, "seconds": round(time.monotonic() - start, 1),
         }
         (path / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+
+    def _install_torch(self, python: str, version: str) -> None:
+        """torch ``version`` into the environment, by this interpreter's pip
+        with its own configuration: the local wheel folders and package
+        indexes where builds of torch lie (a CPU build, or a CUDA build that
+        runs on the CPU); uv reads none of them, and would download a CUDA
+        build of several GB."""
+        if importlib.util.find_spec("pip") is None:
+            raise EnvError(f"torch {version}: installing another torch than this interpreter's ({self.torch}) "
+                           "needs pip here (it reads the configured wheel folders and indexes)")
+        command = lifetime.command([sys.executable, "-m", "pip", "--python", python, "install", "--quiet",
+                                    "--disable-pip-version-check", f"torch=={version}"])
+        result = subprocess.run(command, check=False, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        if result.returncode != 0:
+            lines = [ln.strip() for ln in result.stderr.splitlines() if ln.strip() and "WARNING" not in ln]
+            raise EnvError(f"installing torch {version}: {one_line(' '.join(lines[-2:]) or 'pip failed')}")
 
     def _follow_release(self, python: str, spec: EnvSpec, base: str, nodeps_text: str,
                         constraints: str) -> tuple[dict[str, str], list[str]]:

@@ -63,9 +63,11 @@ class Plan:
     chosen: tuple = ()
     # The served model's config folder or packaged name (--model-path); None: GLM-5-NVFP4.
     config: str | None = None
+    # torch releases (--torch): an axis of their own; () = this interpreter's torch in every cell.
+    torch: tuple[str, ...] = ()
 
     def specs(self) -> list[EnvSpec]:
-        return [EnvSpec(s, f) for s in (self.sglang or ("",)) for f in self.flashinfer]
+        return [EnvSpec(s, f, t) for s in (self.sglang or ("",)) for f in self.flashinfer for t in self.torch or ("",)]
 
     def kinds(self) -> list[str]:
         return ["dense", "moe"] if self.layer == "all" else [self.layer]
@@ -154,7 +156,8 @@ def run_cells(plan: Plan, environments: Environments, limits: Limits, progress: 
     from graphbreak_doctor.targets.registry import provider
 
     executor = executor or Local()
-    result = MatrixResult(layer=plan.layer, impl=plan.impl, mode=plan.mode, torch=environments.torch,
+    result = MatrixResult(layer=plan.layer, impl=plan.impl, mode=plan.mode,
+                          torch=", ".join(plan.torch) if plan.torch else environments.torch,
                           sglang=list(plan.sglang), flashinfer=list(plan.flashinfer), devices=list(plan.devices),
                           launch=list(plan.launch))
     selections = plan.selections()
@@ -165,7 +168,7 @@ def run_cells(plan: Plan, environments: Environments, limits: Limits, progress: 
         for device in plan.devices:
             for selection in selections:
                 label = provider(selection.provider).cell_label(selection)
-                cells.append(Cell(spec.sglang, spec.flashinfer, device, label, status=OK))
+                cells.append(Cell(spec.sglang, spec.flashinfer, device, label, status=OK, torch=spec.torch))
                 work += [Work(spec, Job(MAP if m == MAP_MODE else TRACE, selection, device, m)) for m in modes]
     start = time.monotonic()
     ran = executor.run(work, environments, limits, progress)
@@ -348,25 +351,36 @@ def neighbour_diffs(result: MatrixResult) -> list[NeighbourDiff]:
     from graphbreak_doctor.gate.diff import diff
 
     out = []
-    for axis, values, others in (("sglang", result.sglang, result.flashinfer),
-                                 ("flashinfer", result.flashinfer, result.sglang or [""])):
-        for older, newer in pairwise(values):
-            for other in others:
-                pair_a, pair_b = ((older, other), (newer, other)) if axis == "sglang" else \
-                    ((other, older), (other, newer))
-                for device in result.devices:
-                    for layer in dict.fromkeys(c.layer for c in result.cells):
-                        a = result.cell(*pair_a, layer, device)
-                        b = result.cell(*pair_b, layer, device)
-                        if a is None or b is None or not (a.decided and b.decided):
-                            continue
-                        d = diff(a.findings, b.findings, f"{axis} {older}", f"{axis} {newer}")
-                        fixed = (f"flashinfer {other}" if axis == "sglang" else
-                                 (f"sglang {other}" if other else
-                                  "without SGLang" if result.layer == TARGET else "reference"))
-                        summary = _map_summary(a, b) if layer == MODEL else _summary(a, b, d)
-                        out.append(NeighbourDiff(axis, older, newer, device, layer, fixed,
-                                                 f"{older} -> {newer}: {summary}", d.to_dict()))
+    torches = list(dict.fromkeys(c.torch for c in result.cells)) or [""]
+    held = lambda torch: f", torch {torch}" if torch else ""  # noqa: E731
+    pairs = []  # (axis, older, newer, the older cell's key, the newer's, what the others hold)
+    for torch in torches:
+        for axis, values, others in (("sglang", result.sglang, result.flashinfer),
+                                     ("flashinfer", result.flashinfer, result.sglang or [""])):
+            for older, newer in pairwise(values):
+                for other in others:
+                    pair_a, pair_b = ((older, other), (newer, other)) if axis == "sglang" else \
+                        ((other, older), (other, newer))
+                    fixed = (f"flashinfer {other}" if axis == "sglang" else
+                             (f"sglang {other}" if other else
+                              "without SGLang" if result.layer == TARGET else "reference"))
+                    pairs.append((axis, older, newer, (*pair_a, torch), (*pair_b, torch), fixed + held(torch)))
+    for older, newer in pairwise(t for t in torches if t):
+        for sglang in result.sglang or [""]:
+            for flashinfer in result.flashinfer:
+                fixed = (f"sglang {sglang} + " if sglang else "") + f"flashinfer {flashinfer}"
+                pairs.append(("torch", older, newer, (sglang, flashinfer, older), (sglang, flashinfer, newer), fixed))
+    for axis, older, newer, key_a, key_b, fixed in pairs:
+        for device in result.devices:
+            for layer in dict.fromkeys(c.layer for c in result.cells):
+                a = result.cell(key_a[0], key_a[1], layer, device, key_a[2])
+                b = result.cell(key_b[0], key_b[1], layer, device, key_b[2])
+                if a is None or b is None or not (a.decided and b.decided):
+                    continue
+                d = diff(a.findings, b.findings, f"{axis} {older}", f"{axis} {newer}")
+                summary = _map_summary(a, b) if layer == MODEL else _summary(a, b, d)
+                out.append(NeighbourDiff(axis, older, newer, device, layer, fixed,
+                                         f"{older} -> {newer}: {summary}", d.to_dict()))
     return out
 
 

@@ -65,16 +65,21 @@ class Cell:
     # What the traced code wrote to stdout/stderr in the cell's workers (one
     # section per mode); kept in the matrix's log file, not in its JSON.
     log: str = ""
+    # The torch the cell's environment holds, where the matrix has a torch
+    # axis (--torch); "" = the matrix's own (MatrixResult.torch).
+    torch: str = ""
 
     @property
     def versions(self) -> str:
-        """The row label: 'sglang 0.5.9 + flashinfer 0.6.3' or 'flashinfer 0.7.4'."""
-        return (f"sglang {self.sglang} + " if self.sglang else "") + f"flashinfer {self.flashinfer}"
+        """The row label: 'sglang 0.5.9 + flashinfer 0.6.3' or 'flashinfer 0.7.4' (+ 'torch 2.14.1')."""
+        return ((f"sglang {self.sglang} + " if self.sglang else "") + f"flashinfer {self.flashinfer}"
+                + (f" + torch {self.torch}" if self.torch else ""))
 
     @property
     def slug(self) -> str:
         what = f"sglang-{self.sglang}-" if self.sglang else ""
-        return f"{what}flashinfer-{self.flashinfer}-{self.device}-{self.layer}"
+        torch = f"-torch-{self.torch}" if self.torch else ""
+        return f"{what}flashinfer-{self.flashinfer}{torch}-{self.device}-{self.layer}"
 
     @property
     def runnable(self) -> bool:
@@ -136,6 +141,7 @@ class Cell:
             "sglang": self.sglang, "flashinfer": self.flashinfer, "device": self.device, "layer": self.layer,
             "status": self.status, "verdict": self.verdict(), "reason": self.reason, "category": self.category,
             "function": self.function, "breaks": self.breaks, "setup_seconds": round(self.setup_seconds, 1),
+            "torch": self.torch,
             "environment": self.environment, "notes": self.notes, "host": self.host,
             **({"prefill": self.prefill, "prefill_fullgraph": self.prefill_fullgraph, "sglang_said": self.sglang_said,
                 "sglang_rules": self.sglang_rules,
@@ -148,7 +154,7 @@ class Cell:
 class NeighbourDiff:
     """Two cells that differ in one version (same device and layer)."""
 
-    axis: str  # "sglang" or "flashinfer"
+    axis: str  # "sglang", "flashinfer" or "torch"
     a: str  # the older version
     b: str  # the newer one
     device: str
@@ -196,11 +202,11 @@ class MatrixResult:
     schema_version: int = MATRIX_SCHEMA_VERSION
     kind: str = KIND
 
-    def rows(self) -> list[tuple[str, str, str]]:
-        """(sglang, flashinfer, layer) in table order."""
-        seen: dict[tuple[str, str, str], None] = {}
+    def rows(self) -> list[tuple[str, str, str, str]]:
+        """(sglang, flashinfer, layer, torch) in table order."""
+        seen: dict[tuple[str, str, str, str], None] = {}
         for c in self.cells:
-            seen.setdefault((c.sglang, c.flashinfer, c.layer))
+            seen.setdefault((c.sglang, c.flashinfer, c.layer, c.torch))
         return list(seen)
 
     def log_text(self) -> str:
@@ -208,9 +214,9 @@ class MatrixResult:
         cells = "".join(f"=== {c.versions}, {c.device}, {c.layer}\n{c.log}" for c in self.cells if c.log)
         return cells + (f"=== the executor\n{self.log}" if self.log.strip() else "")
 
-    def cell(self, sglang: str, flashinfer: str, layer: str, device: str) -> Cell | None:
-        return next((c for c in self.cells if (c.sglang, c.flashinfer, c.layer, c.device)
-                     == (sglang, flashinfer, layer, device)), None)
+    def cell(self, sglang: str, flashinfer: str, layer: str, device: str, torch: str = "") -> Cell | None:
+        return next((c for c in self.cells if (c.sglang, c.flashinfer, c.layer, c.device, c.torch)
+                     == (sglang, flashinfer, layer, device, torch)), None)
 
     def to_dict(self) -> dict[str, Any]:
         b = self.bisection

@@ -13,11 +13,11 @@ def table(m: MatrixResult) -> list[list[str]]:
     """Header row, then one row per (versions, layer)."""
     layers = len({c.layer for c in m.cells}) > 1
     rows = [["versions" + (" / layer" if layers else ""), *m.devices]]
-    for sglang, flashinfer, layer in m.rows():
-        first = next(c for c in m.cells if (c.sglang, c.flashinfer, c.layer) == (sglang, flashinfer, layer))
+    for sglang, flashinfer, layer, torch in m.rows():
+        first = next(c for c in m.cells if (c.sglang, c.flashinfer, c.layer, c.torch) == (sglang, flashinfer, layer, torch))
         label = first.versions + (f" / {layer}" if layers else "")
-        cells = [m.cell(sglang, flashinfer, layer, d) for d in m.devices]
-        rows.append([label, *[c.text(m.torch) if c else "-" for c in cells]])
+        cells = [m.cell(sglang, flashinfer, layer, d, torch) for d in m.devices]
+        rows.append([label, *[c.text(c.torch or m.torch) if c else "-" for c in cells]])
     return rows
 
 
