@@ -23,7 +23,7 @@ PIP_FLAGS := -q --disable-pip-version-check
 MATRIX_REQ := graphbreak_doctor/matrix/requirements
 UV := $(shell grep -m1 '^uv==' $(MATRIX_REQ)/ci.txt)
 
-.PHONY: trace test test-stages test-sglang-then-fi063-then-wheel test-wheel test-main test-fi063 test-both-versions test-sglang test-sglang-0.5.9 test-sglang-0.5.21 chromium bench bench-matrix clean venv
+.PHONY: trace test test-torch test-stages test-sglang-then-fi063-then-wheel test-wheel test-main test-fi063 test-both-versions test-sglang test-sglang-0.5.9 test-sglang-0.5.21 chromium bench bench-matrix clean venv
 
 venv: $(VENV)/.installed $(VENV063)/.installed $(VENVSGL)/.installed
 
@@ -112,7 +112,7 @@ test-sglang-then-fi063-then-wheel: test-sglang $(VENV063)/.installed
 # stages leave of the two cores. The traces the tests share are traced once
 # (tests/conftest.py: Traces holds a lock per trace).
 test-main: $(VENV)/.installed chromium
-	$(VENV)/bin/python -m pytest -n 2 --dist loadfile -m 'not both_versions' $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest -n 2 --dist loadfile -m 'not both_versions and not torch_release' $(PYTEST_ARGS)
 
 # The browser tests (marked `browser`) drive Debian's chromium: installed here
 # when missing and running as root (CI); otherwise they skip, except under CI=true.
@@ -126,6 +126,12 @@ chromium:
 # need FlashInfer but not a version of it, and run in the main stage only).
 test-fi063: $(VENV063)/.installed
 	$(VENV063)/bin/python -m pytest -m 'flashinfer_version and not both_versions' $(PYTEST_ARGS)
+
+# Opt-in, not part of `make test`: torch as a matrix axis against another torch
+# release (2.14.1, a 5.5 GB CUDA build the doctor installs into an environment
+# of its cache with pip; tests/test_torch_axis.py).
+test-torch: $(VENV)/.installed
+	$(VENV)/bin/python -m pytest -m torch_release tests/test_torch_axis.py $(PYTEST_ARGS)
 
 # The FlashInfer 0.6.3 vs 0.7.4 comparisons, on the traces both stages made.
 test-both-versions: $(VENV)/.installed $(VENV063)/.installed

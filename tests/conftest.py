@@ -156,6 +156,10 @@ def traces(tmp_path_factory) -> Traces:
 
 # FlashInfer's FP4 quantization wrapper on an emulated SM120, as .ci/run's gate traces it.
 FP4_WRAPPER = ("--target", "fixtures.flashinfer_targets:fp4_quantize_wrapper", "--device", "sm120", "--mode", "both")
+# The same, cold (no warm-up): a fresh process's first call, with the JIT
+# builds and the first-call breaks (the registry, the stream's scratch
+# buffer) that a warm-up takes away.
+FP4_WRAPPER_COLD = (*FP4_WRAPPER, "--cold")
 
 
 def other_flashinfer_python() -> Path | None:

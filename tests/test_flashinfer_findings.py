@@ -5,7 +5,7 @@ import importlib.metadata
 
 import pytest
 
-from conftest import FP4_WRAPPER
+from conftest import FP4_WRAPPER, FP4_WRAPPER_COLD
 
 pytestmark = pytest.mark.flashinfer_version
 FLASHINFER = importlib.metadata.version("flashinfer-python")
@@ -15,7 +15,7 @@ HAS_OP = not FLASHINFER.startswith("0.6.")
 @pytest.fixture(scope="module")
 def wrapper(traces):
     """The wrapper traced in a process of its own, as a user runs it (the session's traces)."""
-    done = traces.get(*FP4_WRAPPER)
+    done = traces.get(*FP4_WRAPPER_COLD)
     assert done.code == 0, done.stderr[-3000:]
     return done.findings
 
@@ -30,6 +30,20 @@ def test_wrapper_breaks_have_the_four_categories_and_fullgraph_fails_on_subproce
     fs = next(b for b in wrapper.breaks if b.category == "filesystem")
     assert fs.culprit == "posix.stat" and "flashinfer/jit/" in fs.actionable_frame.file
     assert any(f.file.endswith("pathlib.py") for f in fs.stack)
+
+
+def test_warm_the_subprocess_failure_stays_and_the_first_call_breaks_go(traces, wrapper):
+    """The default trace runs the wrapper eagerly first, as a server warms up:
+    FlashInfer's JIT module is built then, not while Dynamo traces, and the
+    breaks only a first call meets are gone; the subprocess probe, which runs
+    on every call, still stops fullgraph -- the failure users report."""
+    warm = traces.get(*FP4_WRAPPER).findings
+    first = warm.break_by_id(warm.fullgraph.break_id)
+    assert warm.fullgraph.ok is False and first.category == "subprocess"
+    assert warm.warm_up.ran and warm.warm_up.how == "one eager call at the traced size"
+    assert any(n.startswith("fp4_quantization_120") for n in warm.warm_up.loaded), warm.warm_up.loaded
+    assert not any(b.jit for b in warm.breaks)
+    assert {b.key() for b in warm.breaks} < {b.key() for b in wrapper.breaks}
 
 
 def test_jit_builds_are_shown_beside_the_break_that_caused_them(wrapper):

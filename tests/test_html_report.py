@@ -25,7 +25,7 @@ from graphbreak_doctor.model import Findings, Rung
 from graphbreak_doctor.render import html, svg
 from graphbreak_doctor.render.causes import cause_fixes
 
-from conftest import FP4_WRAPPER
+from conftest import FP4_WRAPPER_COLD
 
 ROOT = Path(__file__).resolve().parents[1]
 HOSTILE = ("<script>alert(1)</script>", "</textarea>")
@@ -389,7 +389,7 @@ def test_ladder_is_a_timeline_when_present(fixture_reports):
 
 @pytest.mark.flashinfer
 def test_fp4_flashinfer_report(traces):
-    findings = traces.get(*FP4_WRAPPER).findings
+    findings = traces.get(*FP4_WRAPPER_COLD).findings
     page = html.render(findings)
     doc = parse(page)
     check_document(findings, page, doc)

@@ -176,10 +176,11 @@ def test_repeated_breaks_are_counted_like_a_live_trace(tmp_path):
 
 
 def trace_in_a_fresh_process(traces, spec: str, device: str) -> Findings:
-    """`graphbreak-doctor trace` in a process of its own (the session's traces):
-    FlashInfer keeps state between calls (its AutoTuner singleton breaks on a
-    lock only when it is created), so both sides start from a fresh process."""
-    done = traces.get("--target", spec, "--device", device, "--mode", "both")
+    """`graphbreak-doctor trace --cold` in a process of its own (the session's
+    traces): FlashInfer keeps state between calls (its AutoTuner singleton
+    breaks on a lock only when it is created), so both sides start from a
+    fresh process, and neither warms the target up first."""
+    done = traces.get("--target", spec, "--device", device, "--mode", "both", "--cold")
     # 3: Dynamo crashed after the breaks (FlashInfer 0.6.3's AutoTuner in explain mode).
     assert done.code in (0, 3) and done.findings is not None, done.stderr[-3000:]
     return done.findings

@@ -24,6 +24,7 @@ that it dies with the doctor.
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import hashlib
 import importlib.metadata
@@ -205,12 +206,19 @@ class EnvSpec:
     def requirement_files(self) -> dict[str, str]:
         """File name -> text, as installed (base first, then --no-deps)."""
         if not self.sglang:
-            return {"base.txt": "\n".join(_pin(_read("ci.txt"), "flashinfer-python", self.flashinfer)) + "\n"}
+            return {"base.txt": "\n".join(self._torch(_pin(_read("ci.txt"), "flashinfer-python", self.flashinfer)))
+                    + "\n"}
         base, nodeps, _cuda_only = self.profile()
         return {
-            "base.txt": "\n".join(_pin(_read(base), "flashinfer-python", self.flashinfer)) + "\n",
+            "base.txt": "\n".join(self._torch(_pin(_read(base), "flashinfer-python", self.flashinfer))) + "\n",
             "nodeps.txt": "\n".join(_pin(_read(nodeps), "sglang", self.sglang)) + "\n",
         }
+
+    def _torch(self, lines: list[str]) -> list[str]:
+        """The files' torch pin, where there is one, at the environment's torch."""
+        if not self.torch:
+            return lines
+        return [f"torch=={self.torch}" if re.match(r"\s*torch\s*==", line) else line for line in lines]
 
     def key(self, torch: str) -> str:
         text = json.dumps([sys.version, self.torch or torch, running_doctor().identity(), self.requirement_files(), FOLLOW_RELEASE,
@@ -287,8 +295,16 @@ class Environments:
                     removed.append(path)
         return removed
 
+    def held(self, spec: EnvSpec) -> EnvSpec:
+        """``spec`` with its torch left out where it is this interpreter's
+        own release (2.13.0 for 2.13.0+cpu): the environment is the one any
+        cell without a torch axis uses."""
+        if spec.torch and spec.torch == self.torch.split("+", 1)[0]:
+            return dataclasses.replace(spec, torch="")
+        return spec
+
     def path(self, spec: EnvSpec) -> Path:
-        return self.root / spec.folder_name(self.torch)
+        return self.root / self.held(spec).folder_name(self.torch)
 
     def ready(self, spec: EnvSpec) -> bool:
         return (self.path(spec) / MANIFEST).is_file()
@@ -304,7 +320,7 @@ class Environments:
                 return Env(spec, path, built=False, seconds=time.monotonic() - start)
             shutil.rmtree(path, ignore_errors=True)  # a build that did not finish
             try:
-                self._create(spec, path)
+                self._create(self.held(spec), path)
             except BaseException:
                 shutil.rmtree(path, ignore_errors=True)
                 raise
@@ -335,10 +351,10 @@ class Environments:
         with lifetime.owned_folder("graphbreak-doctor-env-") as tmp:
             constraints = Path(tmp) / "constraints.txt"
             constraints.write_text(f"torch=={torch}\n", encoding="utf-8")
-            if spec.torch and spec.torch != self.torch:
-                self._install_torch(python, spec.torch)
             for name, text in files.items():
                 (Path(tmp) / name).write_text(text, encoding="utf-8")
+            if spec.torch:
+                self._install_torch(python, spec.torch, Path(tmp) / "base.txt")
             self._install(python, "-r", str(Path(tmp) / "base.txt"), what=f"installing {spec.label}",
                           constraints=str(constraints))
             followed: dict[str, str] = {}
@@ -362,17 +378,19 @@ class Environments:
         }
         (path / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
 
-    def _install_torch(self, python: str, version: str) -> None:
-        """torch ``version`` into the environment, by this interpreter's pip
-        with its own configuration: the local wheel folders and package
-        indexes where builds of torch lie (a CPU build, or a CUDA build that
-        runs on the CPU); uv reads none of them, and would download a CUDA
-        build of several GB."""
+    def _install_torch(self, python: str, version: str, base: Path) -> None:
+        """torch ``version`` and the base requirements (which pin it) into the
+        environment, by this interpreter's pip with its own configuration:
+        the local wheel folders and package indexes where builds of torch lie
+        (a CPU build, or a CUDA build that runs on the CPU); uv reads none of
+        them, and would download a CUDA build of several GB. One resolution
+        for torch and the rest: the CUDA Python packages a CUDA build of torch
+        brings must agree with those FlashInfer asks for."""
         if importlib.util.find_spec("pip") is None:
             raise EnvError(f"torch {version}: installing another torch than this interpreter's ({self.torch}) "
                            "needs pip here (it reads the configured wheel folders and indexes)")
         command = lifetime.command([sys.executable, "-m", "pip", "--python", python, "install", "--quiet",
-                                    "--disable-pip-version-check", f"torch=={version}"])
+                                    "--disable-pip-version-check", "-r", str(base)])
         result = subprocess.run(command, check=False, capture_output=True, text=True, stdin=subprocess.DEVNULL)
         if result.returncode != 0:
             lines = [ln.strip() for ln in result.stderr.splitlines() if ln.strip() and "WARNING" not in ln]
