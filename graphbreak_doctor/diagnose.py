@@ -124,8 +124,15 @@ def warm_up(target: Target, dev: Any, *, cold: bool, progress: Callable[[str], N
     except Exception as e:
         warm.ran, warm.error = False, one_line(f"{type(e).__name__}: {e}", 200)
     warm.loaded = [f"{r.name} ({r.action})" for r in dev.jit_requests[jit_before:]]
-    warm.imported = sorted(set(sys.modules) - modules_before)
+    warm.imported = _packages(set(sys.modules) - modules_before)
     return warm
+
+
+def _packages(modules: set[str], most: int = 20) -> list[str]:
+    """The packages of newly imported modules, two name parts deep
+    ("flashinfer.jit"), sorted; at most ``most``, then how many more."""
+    names = sorted({".".join(m.split(".")[:2]) for m in modules})
+    return names[:most] + ([f"and {len(names) - most} more"] if len(names) > most else [])
 
 
 def trace_mode(

@@ -51,7 +51,7 @@ def compare(warm: WarmUp, cold: Findings, traced: Findings) -> None:
                        + (f" and {len(warm.loaded) - 4} more" if len(warm.loaded) > 4 else ""))
     if warm.imported:
         changed.append(f"imported {', '.join(warm.imported[:4])}"
-                       + (f" and {len(warm.imported) - 4} more modules" if len(warm.imported) > 4 else ""))
+                       + (f" and {len(warm.imported) - 4} more" if len(warm.imported) > 4 else ""))
     what = "; ".join(changed) or "changed library state the doctor does not watch (caches, registries)"
     warm.state_dependent = (f"the first failure depends on the process state: traced cold (no eager call first), "
                             f"{_at(before)}; after one eager call (as a server warms up), {_at(after)}. "

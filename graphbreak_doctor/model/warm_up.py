@@ -31,7 +31,7 @@ class WarmUp:
     # The eager call raised (one line): the target was traced cold.
     error: str = ""
     # What the warm-up asked FlashInfer's JIT for ("name (action)"), and the
-    # modules it imported that were not imported before it.
+    # packages of the modules it imported (two name parts deep, at most 20).
     loaded: list[str] = field(default_factory=list)
     imported: list[str] = field(default_factory=list)
     # Fullgraph traced cold first, before the warm-up: "ok", "failed" or ""
