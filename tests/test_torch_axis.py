@@ -16,7 +16,7 @@ import json
 import pytest
 
 from conftest import FI_NEW, doctor
-from graphbreak_doctor.matrix.envs import Environments, EnvSpec, installed
+from graphbreak_doctor.matrix.envs import Environments, EnvSpec, installed, release_torch
 
 RUNNING = installed("torch").split("+", 1)[0]
 OTHER = "2.14.1"
@@ -45,6 +45,20 @@ def test_a_reference_cell_says_which_torch_ran(tmp_path, envs_dir):
     (cell,) = data["cells"]
     assert cell["torch"] == RUNNING and cell["status"] == "failed"
     assert cell["findings"]["environment"]["torch"].split("+", 1)[0] == RUNNING
+
+
+def test_each_sglang_release_pins_its_own_torch_read_from_its_wheel():
+    """`--torch release`: each SGLang release's cells hold the torch its wheel
+    pins (0.5.21 the one these machines run, 0.5.23 the CUDA build)."""
+    assert release_torch("0.5.21", []) == "2.13.0"
+    assert release_torch("0.5.23", []) == "2.14.1"
+
+
+def test_torch_release_needs_sglang_releases(tmp_path):
+    proc = doctor("matrix", "--layer", "dense", "--impl", "reference", "--torch", "release", "--no-html",
+                  cwd=tmp_path, timeout=120)
+    assert proc.returncode == 2 and "--torch release holds each SGLang release's own torch" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and not list(tmp_path.iterdir())
 
 
 @pytest.mark.torch_release

@@ -56,6 +56,26 @@ def _version_list(text: str) -> tuple[str, ...]:
     return values
 
 
+def _torch_list(text: str) -> tuple[str, ...]:
+    """--torch: versions, or the word release."""
+    return ("release",) if text.strip() == "release" else _version_list(text)
+
+
+def _pins(args: argparse.Namespace, sglang: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """--torch release: (release, the torch it pins) per SGLang release; () otherwise."""
+    if tuple(args.torch or ()) != ("release",):
+        return ()
+    if not sglang or args.bisect:
+        raise UsageError("--torch release holds each SGLang release's own torch: give --sglang V1,... "
+                         "(not --bisect)")
+    from graphbreak_doctor.matrix.envs import EnvError, release_torch
+
+    try:
+        return tuple((s, release_torch(s, list(args.find_links))) for s in sglang)
+    except EnvError as e:
+        raise UsageError(f"--torch release: {e}") from e
+
+
 def _devices(text: str) -> tuple[str, ...]:
     values = names_list(text)
     emulated = [n for n, p in PRESETS.items() if p.emulated]
@@ -87,9 +107,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="SGLang releases (default: the installed one)")
     p.add_argument("--flashinfer", type=_version_list, metavar="V1,V2,...",
                    help="FlashInfer releases (default: the installed one)")
-    p.add_argument("--torch", type=_version_list, metavar="V1,V2,...",
+    p.add_argument("--torch", type=_torch_list, metavar="V1,V2,...|release",
                    help="torch releases, an axis of their own (default: every cell holds this interpreter's "
-                        "torch); another release is installed into the cell's environment by pip, from the wheel "
+                        "torch); release: each SGLang release's cells hold the torch it pins (read from its "
+                        "wheel); another torch is installed into the cell's environment by pip, from the wheel "
                         "folders and indexes pip is configured with")
     p.add_argument("--device", type=_devices, default=(DEFAULT_DEVICE,), metavar="D1,D2,...",
                    help="emulated GPUs, the table's columns (default sm120)")
@@ -165,7 +186,8 @@ def _plan(args: argparse.Namespace):
         if not flashinfer[0]:
             raise UsageError("give --flashinfer V1,... (FlashInfer is not installed here)")
         return Plan(TARGET, chosen[0].provider, tuple(args.sglang or ()), tuple(flashinfer), tuple(args.device),
-                    args.mode or "both", chosen=chosen, torch=tuple(args.torch or ()))
+                    args.mode or "both", chosen=chosen, torch=tuple(args.torch or ()),
+                    pins=_pins(args, tuple(args.sglang or ())))
     if args.model:
         if args.impl == "reference":
             raise UsageError("--model maps SGLang's own model forward: leave out --impl reference")
@@ -207,7 +229,7 @@ def _plan(args: argparse.Namespace):
         raise UsageError("give --flashinfer V1,... (FlashInfer is not installed here)")
     return Plan(MODEL if args.model else args.layer, impl, tuple(sglang), tuple(flashinfer), tuple(args.device),
                 MAP_MODE if args.model else args.mode or "both", launch, config=config,
-                torch=tuple(args.torch or ()))
+                torch=tuple(args.torch or ()), pins=_pins(args, tuple(sglang)))
 
 
 def _bisect_range(args: argparse.Namespace, plan) -> tuple[str, str, str]:

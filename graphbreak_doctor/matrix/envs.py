@@ -456,6 +456,32 @@ class Environments:
         return followed, notes
 
 
+def release_torch(sglang: str, find_links: list[str]) -> str:
+    """The torch an SGLang release pins (``torch==V`` among its requirements),
+    read from its wheel's metadata, which this interpreter's pip downloads
+    (without dependencies) from its configured indexes and ``find_links``;
+    "" where the release pins none. EnvError where the wheel cannot be had."""
+    import email.parser
+    import zipfile
+
+    links = [a for link in find_links for a in ("--find-links", link)]
+    with lifetime.owned_folder("graphbreak-doctor-pin-") as tmp:
+        out = subprocess.run(lifetime.command([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+                                               "--disable-pip-version-check", "-d", tmp, *links,
+                                               f"sglang=={sglang}"]),
+                             check=False, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        wheels = sorted(Path(tmp).glob("*.whl"))
+        if out.returncode != 0 or not wheels:
+            lines = [ln.strip() for ln in out.stderr.splitlines() if ln.strip() and "WARNING" not in ln]
+            raise EnvError(f"reading sglang {sglang}'s torch pin: {one_line(' '.join(lines[-2:]) or 'no wheel')}")
+        with zipfile.ZipFile(wheels[0]) as wheel:
+            name = next((n for n in wheel.namelist() if n.endswith(".dist-info/METADATA")), None)
+            if name is None:
+                raise EnvError(f"reading sglang {sglang}'s torch pin: its wheel has no METADATA")
+            metadata = email.parser.Parser().parsestr(wheel.read(name).decode("utf-8", "replace"))
+    return _exact_pins(metadata.get_all("Requires-Dist") or []).get("torch", "")
+
+
 def of_its_time(name: str, release: list[str], flashinfer: list[str]) -> tuple[str, str, str] | None:
     """(version, "[extras]", conflict) of ``name`` as FOLLOW_TIME chooses it
     from the release's and the FlashInfer's requirement lines (``conflict``:

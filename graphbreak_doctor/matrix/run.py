@@ -65,9 +65,13 @@ class Plan:
     config: str | None = None
     # torch releases (--torch): an axis of their own; () = this interpreter's torch in every cell.
     torch: tuple[str, ...] = ()
+    # --torch release: (SGLang release, the torch it pins) -- each release's cells hold its own.
+    pins: tuple[tuple[str, str], ...] = ()
 
     def specs(self) -> list[EnvSpec]:
-        return [EnvSpec(s, f, t) for s in (self.sglang or ("",)) for f in self.flashinfer for t in self.torch or ("",)]
+        pinned = dict(self.pins)
+        return [EnvSpec(s, f, t) for s in (self.sglang or ("",)) for f in self.flashinfer
+                for t in ((pinned.get(s, ""),) if self.pins else self.torch or ("",))]
 
     def kinds(self) -> list[str]:
         return ["dense", "moe"] if self.layer == "all" else [self.layer]
@@ -156,8 +160,9 @@ def run_cells(plan: Plan, environments: Environments, limits: Limits, progress: 
     from graphbreak_doctor.targets.registry import provider
 
     executor = executor or Local()
-    result = MatrixResult(layer=plan.layer, impl=plan.impl, mode=plan.mode,
-                          torch=", ".join(plan.torch) if plan.torch else environments.torch,
+    held = (f"{', '.join(dict.fromkeys(t for _s, t in plan.pins))} (each release's own pin)" if plan.pins else
+            ", ".join(plan.torch) if plan.torch else environments.torch)
+    result = MatrixResult(layer=plan.layer, impl=plan.impl, mode=plan.mode, torch=held,
                           sglang=list(plan.sglang), flashinfer=list(plan.flashinfer), devices=list(plan.devices),
                           launch=list(plan.launch))
     selections = plan.selections()
