@@ -42,8 +42,10 @@ def written(tmp_path_factory) -> Written:
     """One `fix --write-patch` of FlashInfer's FP4 wrapper at four server sizes."""
     tmp = tmp_path_factory.mktemp("write-patch")
     folder, out = tmp / "patch", tmp / "fix.json"
+    # Cold: the patch then covers a fresh process's first call too (FlashInfer
+    # 0.6.3's file-system probe, which a warm-up takes away).
     proc = run_cli("fix", "--target", FP4_WRAPPER, "--device", "sm120", "--sizes", ",".join(map(str, SIZES)),
-                   "--write-patch", str(folder), "--json", str(out), "--html", str(tmp / "fix.html"))
+                   "--cold", "--write-patch", str(folder), "--json", str(out), "--html", str(tmp / "fix.html"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     return Written(proc, folder, _findings(out))
 
