@@ -42,6 +42,9 @@ from typing import Any
 from graphbreak_doctor.cache import cache_root
 from graphbreak_doctor.jobs import lifetime
 from graphbreak_doctor.matrix import doctor_source
+# EnvError, of_its_time and release_torch are this module's too (callers import them from here).
+from graphbreak_doctor.matrix.pins import (EnvError, exact_pins, norm_name, of_its_time, release_torch,  # noqa: F401
+                                           version_key)
 from graphbreak_doctor.text import one_line
 
 # Package data (pyproject.toml): an installed doctor has them as a checkout does.
@@ -80,20 +83,6 @@ FOLLOW_TIME = ("nvidia-cutlass-dsl",)
 # (the package was renamed; both install the ``sgl_kernel`` module). The
 # wrappers and the fakes SGLang registers for them change together.
 KERNEL_PACKAGES = ("sgl-kernel", "sglang-kernel")
-
-
-class EnvError(Exception):
-    """An environment could not be built: one line why."""
-
-
-def _norm(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def version_key(text: str):
-    from packaging.version import Version
-
-    return Version(text)
 
 
 def installed(package: str) -> str:
@@ -157,7 +146,7 @@ def _pin(lines: list[str], package: str, version: str) -> list[str]:
     out, found = [], False
     for line in lines:
         name = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", line.split("#", 1)[0])
-        if name and _norm(name.group(1)) == _norm(package):
+        if name and norm_name(name.group(1)) == norm_name(package):
             out.append(f"{package}=={version}")
             found = True
         else:
@@ -409,18 +398,18 @@ class Environments:
         if out.returncode != 0:
             raise EnvError(f"reading sglang {spec.sglang}'s requirements: {one_line(out.stderr)}")
         release_requires, flashinfer_requires, present = json.loads(out.stdout)
-        release = _exact_pins(release_requires)
-        profile = _exact_pins(base.splitlines())
+        release = exact_pins(release_requires)
+        profile = exact_pins(base.splitlines())
         followed: dict[str, str] = {}
         notes: list[str] = []
         for name in FOLLOW_RELEASE:
-            version, current = release.get(_norm(name)), profile.get(_norm(name))
+            version, current = release.get(norm_name(name)), profile.get(norm_name(name))
             if not version or (current and version_key(version) <= version_key(current)):
                 continue
             self._install(python, f"{name}=={version}", what=f"installing sglang {spec.sglang}'s {name} pin",
                           constraints=constraints)
             followed[name] = version
-        nodeps = _exact_pins(nodeps_text.splitlines())
+        nodeps = exact_pins(nodeps_text.splitlines())
         wanted = next(((k, release[k]) for k in KERNEL_PACKAGES if k in release), None)
         current = next(((k, nodeps[k]) for k in KERNEL_PACKAGES if k in nodeps), None)
         if wanted and wanted != current:
@@ -431,12 +420,12 @@ class Environments:
                           what=f"installing sglang {spec.sglang}'s {wanted[0]} pin", constraints=constraints)
             followed[wanted[0]] = wanted[1]
         for name in spec.profile()[2]:
-            version = release.get(_norm(name))
+            version = release.get(norm_name(name))
             if version:
                 self._install(python, "--no-deps", f"{name}=={version}",
                               what=f"installing sglang {spec.sglang}'s {name} pin", constraints=constraints)
                 followed[name] = version
-        installed_versions = {_norm(k): v for k, v in present.items()}
+        installed_versions = {norm_name(k): v for k, v in present.items()}
         for name in FOLLOW_TIME:
             chosen = of_its_time(name, release_requires, flashinfer_requires)
             if chosen is None:
@@ -444,83 +433,13 @@ class Environments:
             version, extras, conflict = chosen
             if conflict:
                 notes.append(f"{name} {version}: {conflict}")
-            if installed_versions.get(_norm(name)) == version:
+            if installed_versions.get(norm_name(name)) == version:
                 continue
             # The package and its companions (the DSL's libraries come as
             # packages of their own in later versions): out, then the version chosen.
-            old = sorted(k for k in installed_versions if k == _norm(name) or k.startswith(f"{_norm(name)}-"))
+            old = sorted(k for k in installed_versions if k == norm_name(name) or k.startswith(f"{norm_name(name)}-"))
             self._uv("pip", "uninstall", "--quiet", "--python", python, *old, what=f"removing {name}")
             self._install(python, f"{name}{extras}=={version}", what=f"installing {name} {version}",
                           constraints=constraints)
             followed[name] = version
         return followed, notes
-
-
-def release_torch(sglang: str, find_links: list[str]) -> str:
-    """The torch an SGLang release pins (``torch==V`` among its requirements),
-    read from its wheel's metadata, which this interpreter's pip downloads
-    (without dependencies) from its configured indexes and ``find_links``;
-    "" where the release pins none. EnvError where the wheel cannot be had."""
-    import email.parser
-    import zipfile
-
-    links = [a for link in find_links for a in ("--find-links", link)]
-    with lifetime.owned_folder("graphbreak-doctor-pin-") as tmp:
-        out = subprocess.run(lifetime.command([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
-                                               "--disable-pip-version-check", "-d", tmp, *links,
-                                               f"sglang=={sglang}"]),
-                             check=False, capture_output=True, text=True, stdin=subprocess.DEVNULL)
-        wheels = sorted(Path(tmp).glob("*.whl"))
-        if out.returncode != 0 or not wheels:
-            lines = [ln.strip() for ln in out.stderr.splitlines() if ln.strip() and "WARNING" not in ln]
-            raise EnvError(f"reading sglang {sglang}'s torch pin: {one_line(' '.join(lines[-2:]) or 'no wheel')}")
-        with zipfile.ZipFile(wheels[0]) as wheel:
-            name = next((n for n in wheel.namelist() if n.endswith(".dist-info/METADATA")), None)
-            if name is None:
-                raise EnvError(f"reading sglang {sglang}'s torch pin: its wheel has no METADATA")
-            metadata = email.parser.Parser().parsestr(wheel.read(name).decode("utf-8", "replace"))
-    return _exact_pins(metadata.get_all("Requires-Dist") or []).get("torch", "")
-
-
-def of_its_time(name: str, release: list[str], flashinfer: list[str]) -> tuple[str, str, str] | None:
-    """(version, "[extras]", conflict) of ``name`` as FOLLOW_TIME chooses it
-    from the release's and the FlashInfer's requirement lines (``conflict``:
-    why it is not the release's own, "" where it is); None where neither names it."""
-    from packaging.requirements import InvalidRequirement, Requirement
-
-    def wanted(lines: list[str]) -> tuple[str, str, Any] | None:
-        for line in lines:
-            try:
-                requirement = Requirement(line)
-            except InvalidRequirement:
-                continue
-            if _norm(requirement.name) != _norm(name) or (requirement.marker and "extra" in str(requirement.marker)):
-                continue
-            pins = [s.version for s in requirement.specifier if s.operator == "=="]
-            floors = sorted((s.version for s in requirement.specifier if s.operator == ">="), key=version_key)
-            extras = f"[{','.join(sorted(requirement.extras))}]" if requirement.extras else ""
-            version = pins[0] if pins else floors[-1] if floors else ""
-            return (version, extras, requirement.specifier) if version else None
-        return None
-
-    mine, theirs = wanted(release), wanted(flashinfer)
-    if mine and (theirs is None or theirs[2].contains(mine[0], prereleases=True)):
-        return mine[0], mine[1], ""
-    if theirs is None:
-        return None
-    conflict = (f"the release asks {name}{mine[2]} ({mine[0]} of its time), the FlashInfer {name}{theirs[2]}: "
-                "the FlashInfer's is installed" if mine else "")
-    return theirs[0], (mine[1] if mine else "") or theirs[1], conflict
-
-
-def _exact_pins(requirements: list[str]) -> dict[str, str]:
-    """name -> version of the ``name==version`` requirements (not an extra's)."""
-    pins = {}
-    for requirement in requirements:
-        text, _, marker = requirement.split("#", 1)[0].partition(";")
-        if "extra" in marker:
-            continue
-        m = re.match(r"\s*([A-Za-z0-9._-]+)\s*==\s*([A-Za-z0-9.+!-]+)\s*$", text)
-        if m:
-            pins[_norm(m.group(1))] = m.group(2)
-    return pins
