@@ -15,7 +15,7 @@ from graphbreak_doctor.diagnose import diagnose, target_builder
 from graphbreak_doctor.model import Findings
 from graphbreak_doctor.render import diff_html, diff_terminal
 
-from conftest import FP4_WRAPPER, other_flashinfer_python
+from conftest import FP4_WRAPPER_COLD, other_flashinfer_python
 from test_glm5_golden import layer_args
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -152,7 +152,8 @@ ONCE = pytest.mark.skipif(not FLASHINFER.startswith("0.6."),
 @pytest.mark.both_versions
 @ONCE
 def test_diff_of_flashinfer_versions_on_fp4(traces):
-    old, new = _both_versions(traces, FP4_WRAPPER)
+    # Cold: the releases differ in what a first call meets (0.6.3's loader probes the file system).
+    old, new = _both_versions(traces, FP4_WRAPPER_COLD)
     assert old.environment["flashinfer"] == "0.6.3" and new.environment["flashinfer"] == "0.7.4"
     d = diff(old, new, "0.6.3", "0.7.4")
     assert [(c.what, c.a, c.b) for c in d.versions] == [("flashinfer", "0.6.3", "0.7.4")]
@@ -179,5 +180,6 @@ def test_diff_of_flashinfer_versions_on_the_dense_layer(traces):
     # Matched as baselines match: category, package, function, gb_type (the goldens hold all four).
     assert short(d.only_a) == _golden("0.6.3") - _golden("0.7.4")
     assert short(d.only_b) == _golden("0.7.4") - _golden("0.6.3")
-    assert ("filesystem", "flashinfer", "JitSpec.is_aot") in {s[:3] for s in short(d.only_a)}
+    # Warm (the default), 0.6.3's autotuner still hashes its runner in Python, which Dynamo cannot trace.
+    assert ("opaque-call", "flashinfer", "TunableRunner.__hash__") in {s[:3] for s in short(d.only_a)}
     assert "flashinfer 0.6.3 -> 0.7.4" in diff_terminal.render(d)
