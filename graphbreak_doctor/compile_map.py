@@ -148,7 +148,13 @@ def map_regions(build: Build, *, device: str = DEFAULT_DEVICE,
             stopped.findings.device = dev.describe()
             raise
         regions = [trace_region(site, progress, target.split_ops) for site in recorder.sites]
-        return mapped(target.info, environment(), dev.describe(), regions)
+        found = mapped(target.info, environment(), dev.describe(), regions)
+        if target.cudagraphs is not None:  # the framework's own CUDA-graph capture, of the model its phases built
+            from graphbreak_doctor.cudagraph.capture import cudagraph_map
+
+            progress("capturing the phases into CUDA graphs")
+            found.cudagraphs = cudagraph_map(target, log)
+        return found
 
 
 __all__ = ["PhasesStopped", "map_regions", "record_phases", "trace_region"]

@@ -202,6 +202,25 @@ def trace_sizes(
                         sized=run)
 
 
+def trace_cudagraphs(
+    build: Build,
+    *,
+    device: str = DEFAULT_DEVICE,
+    progress: Callable[[str], None] = lambda _msg: None,
+) -> Findings:
+    """The target captured into CUDA graphs on the emulated GPU as a server
+    captures it (graphbreak_doctor.cudagraph): its CUDA-graph map."""
+    from graphbreak_doctor.cudagraph.capture import cudagraph_map
+    from graphbreak_doctor.model import CUDAGRAPH_MODE
+
+    with inside_device(device) as (dev, log):
+        target = build_target(build, log, CUDAGRAPH_MODE, progress)
+        progress("capturing it into CUDA graphs")
+        found = cudagraph_map(target, log)
+        return Findings(target=target.info, environment=environment(), device=dev.describe(),
+                        modes=[CUDAGRAPH_MODE], cudagraphs=found)
+
+
 def diagnose(
     build: Build,
     *,

@@ -89,7 +89,7 @@ def test_no_import_cycles_between_parts():
 # The pipeline, first to last (docs/architecture.md): a part imports only
 # parts before it. A new part gets its place here.
 PIPELINE = ("text", "cache", "progress", "patching", "model", "plugins", "frames", "emulation", "targets", "recipes",
-            "capture", "analysis", "diagnose", "compile_map", "fix", "gate", "jobs", "matrix", "ingest", "render",
+            "capture", "analysis", "cudagraph", "diagnose", "compile_map", "fix", "gate", "jobs", "matrix", "ingest", "render",
             "cli", "testing", "__main__")
 
 

@@ -28,6 +28,7 @@ from graphbreak_doctor.analysis.fixes import attach_verified
 from graphbreak_doctor.analysis.group import root_causes
 from graphbreak_doctor.capture.result import ModeResult
 from graphbreak_doctor.frames import make_frame
+from graphbreak_doctor.model.cudagraph import CudaGraphMap
 from graphbreak_doctor.model.sizes import SizedRun
 from graphbreak_doctor.model import (
     COMPLETE,
@@ -35,6 +36,7 @@ from graphbreak_doctor.model import (
     FULLGRAPH_MODES,
     MAP_MODE,
     SIZES_MODE,
+    CUDAGRAPH_MODE,
     Break,
     DecompiledCode,
     Findings,
@@ -105,7 +107,8 @@ def join(parts: list[Findings], *, saved_ladder: tuple[list[Rung], str] | None =
     join the result, and a map that did not finish is a note, not the
     diagnosis's outcome."""
     sized = [p for p in parts if p.modes == [SIZES_MODE]]
-    parts = [p for p in parts if p.modes != [SIZES_MODE]] or sized
+    captured = [p for p in parts if p.modes == [CUDAGRAPH_MODE]]
+    parts = [p for p in parts if p.modes not in ([SIZES_MODE], [CUDAGRAPH_MODE])] or sized or captured
     maps = [p for p in parts if p.modes == [MAP_MODE]]
     traces = [p for p in parts if p.modes != [MAP_MODE]]
     if not traces:  # --mode map: the map alone
@@ -122,10 +125,16 @@ def join(parts: list[Findings], *, saved_ladder: tuple[list[Rung], str] | None =
             why = part.incomplete()
             if why:
                 out.target.notes.append(f"compile map: {why}")
+            if part.cudagraphs is not None:  # the map's worker captured the phases too
+                out.cudagraphs = part.cudagraphs
     for part in sized:  # --sizes: the run at the server's sizes, or why it did not finish
         why = part.incomplete()
         out.sized = part.sized if part.sized is not None and not why else SizedRun(
             verdict=f"the run at the server's sizes did not finish: {why or 'no findings'}")
+    for part in captured:  # --cudagraph: the CUDA-graph map, or why it did not finish
+        why = part.incomplete()
+        out.cudagraphs = part.cudagraphs if part.cudagraphs is not None and not why else CudaGraphMap(
+            error=f"the CUDA-graph capture did not finish: {why or 'no findings'}")
     if saved_ladder is not None:
         attach_verified(out.breaks, *saved_ladder)
     return out

@@ -17,7 +17,7 @@ from graphbreak_doctor.cli.common import (
 )
 from graphbreak_doctor.cli.ingest import add_from_option, nothing_to_gate, read_run, reports_nothing
 from graphbreak_doctor.cli.outputs import check_output, write_file
-from graphbreak_doctor.cli.targets import add_target_options, run_diagnoses, selections
+from graphbreak_doctor.cli.targets import add_cudagraph_option, add_target_options, run_diagnoses, selections
 from graphbreak_doctor.gate import baseline as baselines
 from graphbreak_doctor.progress import Progress
 from graphbreak_doctor.text import escape_controls, one_line
@@ -32,6 +32,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                            description="Trace the selected targets and record their breaks as accepted. An "
                                        "existing file keeps its other targets.")
     add_target_options(write)
+    add_cudagraph_option(write)
     add_from_option(write)
     write.add_argument("-o", "--output", required=True, metavar="FILE", help="the baseline file to write or update")
     write.set_defaults(func=run_write)

@@ -22,6 +22,7 @@ from graphbreak_doctor.cli.common import (
 from graphbreak_doctor.cli.ingest import add_from_option, check_from_options, nothing_to_gate, read_run
 from graphbreak_doctor.cli.outputs import OutputSet, add_output_options, keep_logs
 from graphbreak_doctor.cli.targets import (
+    add_cudagraph_option,
     add_sizes_option,
     add_target_options,
     run_diagnoses,
@@ -61,6 +62,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                    "and a baseline.", epilog=HELP)
     add_target_options(p)
     add_sizes_option(p)
+    add_cudagraph_option(p)
     gate = p.add_argument_group("checks")
     gate.add_argument("--require-fullgraph", action="store_true",
                       help="fail when torch.compile(fullgraph=True) cannot capture the target (needs a fullgraph mode)")

@@ -14,10 +14,10 @@ from typing import Any
 from graphbreak_doctor.cli.common import UsageError, int_at_least
 from graphbreak_doctor.cli.outputs import OutputSet, write_file
 from graphbreak_doctor.emulation.presets import DEFAULT_DEVICE, PRESETS
-from graphbreak_doctor.model import MAP_MODE, MODE_CHOICES, SIZES_MODE, Findings, Rung, modes_for
+from graphbreak_doctor.model import CUDAGRAPH_MODE, MAP_MODE, MODE_CHOICES, SIZES_MODE, Findings, Rung, modes_for
 from graphbreak_doctor.model.cache_facts import CacheFacts
 from graphbreak_doctor.jobs import Job, Outcome, findings_cache, run_jobs
-from graphbreak_doctor.jobs.job import FIX, MAP, SIZES, TRACE
+from graphbreak_doctor.jobs.job import CUDAGRAPH, FIX, MAP, SIZES, TRACE
 from graphbreak_doctor.jobs.local import run_here
 from graphbreak_doctor.jobs.output import lines, log_sections, with_logs
 from graphbreak_doctor.jobs.pool import crash_report_line, held_back
@@ -125,6 +125,15 @@ def add_sizes_option(p: argparse.ArgumentParser) -> None:
                         "(a --target factory takes size=N, or size=(A, B, ...) for a shape AxB; --layer and "
                         "--model: tokens in the batch): every recompile with Dynamo's reason, and a verdict when "
                         "the server would hit Dynamo's recompile limit (check fails then)")
+
+
+def add_cudagraph_option(p: argparse.ArgumentParser) -> None:
+    """--cudagraph on trace and check: the CUDA-graph map."""
+    p.add_argument("--cudagraph", action="store_true",
+                   help="also capture the target into CUDA graphs on the emulated GPU as a server captures it "
+                        "(two eager warm-ups, then the capture; a framework's model: its own capture path), "
+                        "and report the segments, their break points and every capture hazard inside them "
+                        "(check fails on a hazard the baseline lacks)")
 
 
 def add_torch_option(p: argparse.ArgumentParser) -> None:
@@ -281,6 +290,8 @@ def run_diagnoses(args: argparse.Namespace, selected: list[Selection], progress:
               * (mapped and bool(s.options.get("compile_map")))
               + [Job(TRACE, s, args.device, m, debug=args.debug, python=python) for m in modes]
               + [Job(SIZES, s, args.device, SIZES_MODE, debug=args.debug, sizes=sizes, python=python)] * bool(sizes)
+              + [Job(CUDAGRAPH, s, args.device, CUDAGRAPH_MODE, debug=args.debug, python=python)]
+              * bool(getattr(args, "cudagraph", False))
               for s in selected]
     outcomes = iter(run_jobs_as_asked(args, [job for group in groups for job in group], progress))
     per_target = [[next(outcomes) for _ in group] for group in groups]

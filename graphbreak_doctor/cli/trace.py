@@ -8,6 +8,7 @@ from graphbreak_doctor.cli.common import UsageError, add_subcommand, run_exit_co
 from graphbreak_doctor.cli.report import load_findings
 from graphbreak_doctor.cli.outputs import OutputSet, add_output_options, keep_logs
 from graphbreak_doctor.cli.targets import (
+    add_cudagraph_option,
     add_sizes_option,
     add_torch_option,
     add_target_options,
@@ -26,6 +27,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = add_subcommand(sub, NAME, "trace a target and explain every graph break")
     add_target_options(p)
     add_sizes_option(p)
+    add_cudagraph_option(p)
     add_torch_option(p)
     p.add_argument("--ladder", metavar="FIX.json",
                    help="findings written by `fix --json` for this target: the changes its ladder verified "

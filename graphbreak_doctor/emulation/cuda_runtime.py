@@ -60,6 +60,10 @@ CUDA_GENERATOR = "torch.Generator(device='cuda')"
 GENERATOR_STATE = "torch.Generator(cuda) state"
 STREAM = "torch.cuda.Stream()"
 EVENT = "torch.cuda.Event()"
+STREAM_SYNCHRONIZE = "torch.cuda.Stream.synchronize"
+EVENT_SYNCHRONIZE = "torch.cuda.Event.synchronize"
+# The ones that make the host wait for the device.
+HOST_WAITS = (SYNCHRONIZE, STREAM_SYNCHRONIZE, EVENT_SYNCHRONIZE)
 
 _PHILOX_DEFAULT_SEED = 67280421310721  # torch's default_rng_seed_val
 
@@ -183,7 +187,7 @@ class CudaStream(torch.Stream):
         return event if event is not None else cuda_event()
 
     def synchronize(self) -> None:
-        return None
+        _note(STREAM_SYNCHRONIZE)
 
     def query(self) -> bool:
         return True
@@ -199,7 +203,7 @@ class CudaEvent(torch.Event):
         return None
 
     def synchronize(self) -> None:
-        return None
+        _note(EVENT_SYNCHRONIZE)
 
     def query(self) -> bool:
         return True

@@ -47,7 +47,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from graphbreak_doctor.emulation.preset import GIB, KIB, DevicePreset
-from . import cuda_runtime, device_guard, dlpack_stream
+from . import cuda_graph, cuda_runtime, device_guard, dlpack_stream
 from graphbreak_doctor.patching import UndoLog
 
 
@@ -164,7 +164,7 @@ def build_surface(preset: DevicePreset, note: Callable[[str], None] = _ignore) -
         return cuda_runtime.cuda_stream(0, _checked(device))
 
     def is_current_stream_capturing():
-        return False
+        return cuda_graph.capturing()
 
     def mem_get_info(device=None):
         _checked(device)

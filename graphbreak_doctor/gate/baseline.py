@@ -16,15 +16,16 @@ import json
 import os
 from pathlib import Path
 
-from graphbreak_doctor.frames import at
-from graphbreak_doctor.model import Break, Findings
+from graphbreak_doctor.frames import at, package_of
+from graphbreak_doctor.model import CUDAGRAPH_MODE, Break, Findings
+from graphbreak_doctor.model.cudagraph import CudaGraphHazard, CudaGraphMap
 # The data model lives in graphbreak_doctor.model.baseline; the gate's callers
 # reach it through here.
 from graphbreak_doctor.model.baseline import (BASELINE_SCHEMA_VERSION, KEY_FIELDS, KIND, REGION_ORDER, Baseline,
                                               BaselineEntry, BaselineError, Key, RegionEntry, TargetBaseline, parse)
 
 __all__ = ["BASELINE_SCHEMA_VERSION", "KEY_FIELDS", "KIND", "REGION_ORDER", "Baseline", "BaselineEntry", "BaselineError",
-           "RegionEntry", "TargetBaseline", "entries_from", "hint_of", "load", "parse", "target_baseline", "updated",
+           "RegionEntry", "TargetBaseline", "entries_from", "hazard_entries", "hazard_key", "hint_of", "load", "parse", "target_baseline", "updated",
            "version_notes"]
 
 
@@ -52,10 +53,34 @@ def entries_from(breaks: list[Break]) -> list[BaselineEntry]:
     return [by_key[k] for k in sorted(by_key)]
 
 
+def hazard_key(hazard: CudaGraphHazard) -> Key:
+    """A CUDA-graph capture hazard's baseline key: its category, the package
+    and function of the frame to change, and what ran (no line numbers)."""
+    site = hazard.site
+    return (hazard.category, package_of(site.file) if site else "", (site.qualname or site.function) if site else "",
+            hazard.what)
+
+
+def hazard_entries(found: CudaGraphMap | None) -> list[BaselineEntry]:
+    """One entry per hazard key of a CUDA-graph map, sorted."""
+    by_key: dict[Key, BaselineEntry] = {}
+    for hazard in found.hazards() if found is not None else []:
+        key = hazard_key(hazard)
+        entry = by_key.get(key)
+        if entry is None:
+            hint = at(hazard.site, portable=True) if hazard.site else ""
+            by_key[key] = BaselineEntry(*key, [CUDAGRAPH_MODE], 1, hazard.count, hint)
+        else:
+            entry.breaks += 1
+            entry.count += hazard.count
+    return [by_key[k] for k in sorted(by_key)]
+
+
 def target_baseline(findings: Findings, mode: str) -> TargetBaseline:
     regions = sorted((RegionEntry(r.function, r.verdict, len(r.breaks)) for r in findings.regions if r.verdict),
                      key=lambda r: r.function)
-    return TargetBaseline(target=findings.target.spec, mode=mode, entries=entries_from(findings.breaks),
+    return TargetBaseline(target=findings.target.spec, mode=mode,
+                          entries=entries_from(findings.breaks) + hazard_entries(findings.cudagraphs),
                           regions=regions)
 
 

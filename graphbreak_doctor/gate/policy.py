@@ -11,6 +11,11 @@ actionable frame belongs to a selected package (``--only-packages`` /
 - baseline: no break whose key is missing from the baseline (keys have no
   line numbers); entries that were not seen any more are reported, not failed.
 
+A target captured into CUDA graphs (``--cudagraph``) has one more check:
+it fails when the capture did not finish, or on a capture hazard (a
+``cudagraph-*`` finding) whose key -- category, package, function, what ran
+-- the baseline lacks; without a baseline every hazard fails it.
+
 A target run at the server's sizes (``--sizes``) has one more check: the run
 fails when a call hits Dynamo's recompile limit (or the run did not finish).
 
@@ -32,9 +37,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from graphbreak_doctor.analysis.categories import CATEGORIES
-from graphbreak_doctor.model import (FULLGRAPH_MODES, MAP_MODE, REGION_CRASHED, REGION_FAILS, SIZES_MODE, Break,
+from graphbreak_doctor.model import (CUDAGRAPH_MODE, FULLGRAPH_MODES, MAP_MODE, REGION_CRASHED, REGION_FAILS, SIZES_MODE, Break,
                                         CaseResult, CheckFailure, Findings, Region, TargetResult)
-from graphbreak_doctor.gate.baseline import REGION_ORDER, TargetBaseline
+from graphbreak_doctor.frames import at
+from graphbreak_doctor.gate.baseline import REGION_ORDER, TargetBaseline, hazard_key
+from graphbreak_doctor.model.cudagraph import CudaGraphMap
 from graphbreak_doctor.text import counted as _n
 
 
@@ -95,7 +102,11 @@ def evaluate(name: str, findings: Findings, policy: Policy, baseline: TargetBase
         if findings.sized.verdict:
             case.failures.append(CheckFailure("recompile-limit", findings.sized.verdict))
         result.cases.append(case)
+    if findings.cudagraphs is not None:
+        result.cases.append(_cudagraph_case(name, findings.cudagraphs, known if baseline is not None else set()))
     for mode in findings.modes:
+        if mode == CUDAGRAPH_MODE:
+            continue
         if mode == MAP_MODE:  # the map's checks are its regions', and a map that stopped fails
             if crash:
                 result.cases.append(CaseResult(target=name, mode=mode, counted=[], crashed=crash))
@@ -123,6 +134,24 @@ def evaluate(name: str, findings: Findings, policy: Policy, baseline: TargetBase
                 case.failures.append(CheckFailure("baseline", f"{_n(len(new), 'break')} not in the baseline", new))
         result.cases.append(case)
     return result
+
+
+def _cudagraph_case(name: str, found: CudaGraphMap, known: set) -> CaseResult:
+    """The CUDA-graph map's check: it fails when the capture did not finish,
+    or on a capture hazard the baseline does not hold (every hazard, without
+    a baseline)."""
+    case = CaseResult(target=name, mode=CUDAGRAPH_MODE, counted=[])
+    stopped = [f"{p.phase} at size {c.size}: {c.error}" for p in found.phases for c in p.captures if c.error]
+    if found.error or stopped:
+        case.failures.append(CheckFailure("cudagraph", found.error or f"the capture did not finish: {stopped[0]}"))
+    new = [h for h in found.hazards() if hazard_key(h) not in known]
+    if new:
+        first = new[0]
+        where = f" at {at(first.site, portable=True)}" if first.site else ""
+        case.failures.append(CheckFailure(
+            "cudagraph-hazard", f"{_n(len(new), 'capture hazard')} not in the baseline; first: {first.category}"
+                                f"{where}: {first.what}"))
+    return case
 
 
 def _region_case(name: str, region: Region, policy: Policy, max_breaks: int | None,

@@ -14,13 +14,14 @@ from graphbreak_doctor.targets.provider import Selection
 
 # TRACE: one mode; FIX: the fix ladder; MAP: the compile map (compile_map.py);
 # PROGRAM: the user's own program, a written patch's proof (fix/user_run.py);
-# SIZES: the target called at the server's sizes (capture/sizes.py).
-TRACE, FIX, MAP, PROGRAM, SIZES = "trace", "fix", "map", "program", "sizes"
+# SIZES: the target called at the server's sizes (capture/sizes.py);
+# CUDAGRAPH: the target captured into CUDA graphs (graphbreak_doctor.cudagraph).
+TRACE, FIX, MAP, PROGRAM, SIZES, CUDAGRAPH = "trace", "fix", "map", "program", "sizes", "cudagraph"
 
 
 @dataclass(frozen=True)
 class Job:
-    kind: str  # TRACE, FIX, MAP, PROGRAM or SIZES
+    kind: str  # TRACE, FIX, MAP, PROGRAM, SIZES or CUDAGRAPH
     selection: Selection
     device: str
     mode: str

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Callable
 
 from graphbreak_doctor.model import CRASHED
-from graphbreak_doctor.jobs.job import FIX, MAP, PROGRAM, SIZES, Interrupted, Job, Outcome
+from graphbreak_doctor.jobs.job import CUDAGRAPH, FIX, MAP, PROGRAM, SIZES, Interrupted, Job, Outcome
 from graphbreak_doctor.targets import TargetError
 from graphbreak_doctor.text import one_line
 
@@ -127,6 +127,10 @@ def run_in_process(job: Job, progress: Callable[[str], None] = lambda _m: None, 
             from graphbreak_doctor.diagnose import trace_sizes
 
             findings = trace_sizes(sized_selections(job), device=job.device, progress=progress)
+        elif job.kind == CUDAGRAPH:
+            from graphbreak_doctor.diagnose import trace_cudagraphs
+
+            findings = trace_cudagraphs(build, device=job.device, progress=progress)
         elif job.kind == PROGRAM:
             from graphbreak_doctor.fix import user_run
 

@@ -45,6 +45,7 @@ from graphbreak_doctor.model.vocabulary import (
     INTERRUPTED,
     MAP_MODE,
     SIZES_MODE,
+    CUDAGRAPH_MODE,
     MODE_CHOICES,
     REGION_BREAKS,
     REGION_CRASHED,
@@ -62,6 +63,6 @@ __all__ = [
     "Frame", "FullgraphVerdict", "GateReport", "GraphInfo", "Hazard", "JitRequest", "Region", "RootCause", "Rung",
     "SourceExcerpt", "TargetInfo", "TargetResult", "UnparsedEvent", "doc_url",
     "COMPLETE", "CRASHED", "DEFAULT_DEVICE", "DEFAULT_FIX_STEPS", "FULLGRAPH_MODES", "INTERRUPTED", "MAP_MODE", "SIZES_MODE",
-    "MODE_CHOICES", "REGION_BREAKS", "REGION_CRASHED", "REGION_FAILS", "REGION_OK", "SCHEMA_VERSION", "TIMED_OUT",
+    "CUDAGRAPH_MODE",    "MODE_CHOICES", "REGION_BREAKS", "REGION_CRASHED", "REGION_FAILS", "REGION_OK", "SCHEMA_VERSION", "TIMED_OUT",
     "VERIFIED_RESULTS", "RungResult", "modes_for",
 ]

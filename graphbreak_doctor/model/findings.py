@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from graphbreak_doctor.model.cache_facts import CacheFacts
+from graphbreak_doctor.model.cudagraph import CudaGraphMap
+from graphbreak_doctor.model.frame import Frame
 from graphbreak_doctor.model.json_text import dumps, plain
 from graphbreak_doctor.model.loader import build, expect
 from graphbreak_doctor.model.sizes import SizedRun
@@ -22,10 +24,12 @@ from graphbreak_doctor.model.written_patch import PatchChange, PatchCheck, Writt
 from graphbreak_doctor.model.vocabulary import (
     COMPLETE,
     CRASHED,
+    CUDAGRAPH_MODE,
     FULLGRAPH_MODES,
     INTERRUPTED,
     MAP_MODE,
     SIZES_MODE,
+    READABLE_VERSIONS,
     SCHEMA_VERSION,
     TIMED_OUT,
 )
@@ -37,20 +41,6 @@ DOC_URL = "https://meta-pytorch.github.io/compile-graph-break-site/gb/{id}.html"
 def doc_url(gb_id: str) -> str:
     """The documentation page of a break's registry id; "" without one."""
     return DOC_URL.format(id=gb_id.lower()) if gb_id else ""
-
-
-@dataclass(frozen=True)
-class Frame:
-    """One frame of a user stack, as Dynamo reports it."""
-
-    file: str
-    line: int
-    function: str
-    qualname: str = ""
-    code: str = ""
-
-    def location(self) -> str:
-        return f"{self.file}:{self.line}"
 
 
 @dataclass
@@ -364,6 +354,10 @@ class Findings:
     # Added after schema 1 shipped: the eager warm-up before the trace, and
     # whether the first failure depends on it; None in findings that do not say.
     warm_up: WarmUp | None = None
+    # Schema 2: the CUDA-graph map (trace --cudagraph, trace --model): what
+    # the server captures into CUDA graphs and the capture hazards found;
+    # None when not asked.
+    cudagraphs: CudaGraphMap | None = None
 
     def incomplete(self) -> str:
         """Why this diagnosis cannot be vouched for, as a sentence; "" when it is whole."""
@@ -415,13 +409,13 @@ class Findings:
     def from_dict(cls, data: dict[str, Any]) -> Findings:
         expect(data, dict, "findings")
         version = data.get("schema_version")
-        if version != SCHEMA_VERSION:
+        if version not in READABLE_VERSIONS:
             raise ValueError(
                 f"findings schema version {version!r} is not supported "
-                f"(this graphbreak-doctor reads version {SCHEMA_VERSION})"
+                f"(this graphbreak-doctor reads versions {', '.join(map(str, READABLE_VERSIONS))})"
             )
         findings = build(cls, _upgrade(data))
-        known = (*FULLGRAPH_MODES, "explain", MAP_MODE, SIZES_MODE)
+        known = (*FULLGRAPH_MODES, "explain", MAP_MODE, SIZES_MODE, CUDAGRAPH_MODE)
         odd = [m for m in findings.modes + [m for b in findings.breaks for m in b.modes] if m not in known]
         if odd:  # the gate counts breaks per mode: a mode it does not know would check nothing
             raise ValueError(f"unknown trace mode {odd[0]!r} (the modes are {', '.join(known)})")
@@ -433,8 +427,11 @@ class Findings:
 
 
 def _upgrade(data: dict[str, Any]) -> dict[str, Any]:
-    """Findings written before ``target`` was a TargetInfo kept it as a free
-    dict: its other keys become facts, its ladder outcome the ``fix`` field."""
+    """Findings of an older schema version read as the current one: version 1
+    has no CUDA-graph map (read as none), and findings written before
+    ``target`` was a TargetInfo kept it as a free dict: its other keys become
+    facts, its ladder outcome the ``fix`` field."""
+    data = {**data, "schema_version": SCHEMA_VERSION}
     target = data.get("target")
     if not isinstance(target, dict):
         return data

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import enum
 
-SCHEMA_VERSION = 1
+# 2 added the CUDA-graph map (``cudagraphs``); findings of version 1 are read
+# as they are (they have none).
+SCHEMA_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 
 # How a target is traced: explain finds every break; fullgraph gives
 # torch.compile(fullgraph=True)'s verdict, plain or split at registered ops as
@@ -19,6 +22,10 @@ MAP_MODE = "map"
 # The run at the server's sizes (trace/check --sizes: graphbreak_doctor.capture.sizes):
 # not a trace mode either; its findings carry the recompiles only.
 SIZES_MODE = "sizes"
+# The CUDA-graph map's run (trace --cudagraph: graphbreak_doctor.cudagraph):
+# the target captured into CUDA graphs as a server captures it; its findings
+# carry the map only.
+CUDAGRAPH_MODE = "cudagraph"
 
 # How a trace ended: traced to the end, or not.
 COMPLETE, CRASHED, TIMED_OUT, INTERRUPTED = "complete", "crashed", "timed out", "interrupted"

@@ -16,7 +16,7 @@ import functools
 from typing import Any
 
 from graphbreak_doctor import plugins
-from graphbreak_doctor.recipes import custom_op, disable, hoist, manual, registered_op
+from graphbreak_doctor.recipes import cudagraph, custom_op, disable, hoist, manual, registered_op
 from graphbreak_doctor.recipes.recipe import Advice, Change, FixContext, NotApplicable, Plan, Recipe
 
 _FAMILIES: tuple[tuple[Recipe, ...], ...] = (
@@ -25,6 +25,7 @@ _FAMILIES: tuple[tuple[Recipe, ...], ...] = (
     (disable.RECIPE,),
     custom_op.RECIPES,
     manual.RECIPES,
+    cudagraph.RECIPES,
 )
 
 

@@ -37,7 +37,7 @@ from graphbreak_doctor import __version__
 from graphbreak_doctor.frames import call_graph, node_id, short_path
 from graphbreak_doctor.model import MAP_MODE, Break, Findings, Frame, TargetInfo, doc_url
 from graphbreak_doctor.model.json_text import flat, nests_deeper
-from graphbreak_doctor.render import compile_map, sizes, svg, warm
+from graphbreak_doctor.render import compile_map, cudagraph, sizes, svg, warm
 from graphbreak_doctor.render.causes import cause_fixes
 from graphbreak_doctor.render.renderer import FINDINGS, Renderer
 from graphbreak_doctor.text import counted as _plural
@@ -203,6 +203,11 @@ def render(findings: Findings) -> str:
         sizes_summary=sizes.summary(findings.sized) if findings.sized else "",
         sizes_lines=sizes.call_lines(findings.sized) if findings.sized else [],
         sizes_fix=sizes.fix_line(findings.sized) if findings.sized else "",
+        cudagraph_summary=cudagraph.summary(findings.cudagraphs) if findings.cudagraphs else "",
+        cudagraph_phase=cudagraph.phase_line,
+        cudagraph_capture=cudagraph.capture_line,
+        cudagraph_hazard=cudagraph.hazard_line,
+        cudagraph_fix=cudagraph.fix_line,
         warm_lines=warm.lines(findings),
         warm_how=warm.how(findings),
         **_card_context(findings),

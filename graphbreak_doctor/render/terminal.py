@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from graphbreak_doctor.model import COMPLETE, MAP_MODE, Findings, Fix
 from graphbreak_doctor.model.cache_facts import cache_note
-from graphbreak_doctor.render import compile_map, sizes, warm
+from graphbreak_doctor.render import compile_map, cudagraph, sizes, warm
 from graphbreak_doctor.render.causes import cause_fixes
 from graphbreak_doctor.frames import at as frame_at
 from graphbreak_doctor.render.renderer import FINDINGS, Renderer
@@ -80,6 +80,9 @@ def render(findings: Findings) -> str:
         lines.extend(f"  {line}" for line in sizes.call_lines(findings.sized))
         if sizes.fix_line(findings.sized):
             lines.append(f"  fix: {sizes.fix_line(findings.sized)}")
+    if findings.cudagraphs is not None:
+        lines.append(f"CUDA-graph map: {cudagraph.summary(findings.cudagraphs)}")
+        lines.extend(f"  {line}" for line in cudagraph.lines(findings.cudagraphs))
     hits = sum(b.count for b in findings.breaks)
     explain_graphs = sum(1 for g in findings.graphs if g.mode == "explain")
     pieces = [g.pieces for g in findings.graphs if g.pieces]

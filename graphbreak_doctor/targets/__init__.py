@@ -37,6 +37,11 @@ class Target:
     # The target's ``prepare`` runs its framework's own warm-up where the
     # framework runs it (or leaves it out under --cold): the doctor adds none.
     own_warm_up: bool = False
+    # The target's framework captures it into CUDA graphs itself: called with
+    # the build's undo log and the CUDA-graph recorder's session, it runs the
+    # framework's own capture path per phase (graphbreak_doctor.cudagraph).
+    # None: the target is captured as one call (cudagraph/capture.py).
+    cudagraphs: Callable[[Any, Any], list] | None = None
 
     @property
     def spec(self) -> str:

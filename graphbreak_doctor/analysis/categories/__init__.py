@@ -14,6 +14,8 @@ from typing import Any
 from graphbreak_doctor import plugins
 from graphbreak_doctor.analysis.categories import (
     compiler_disable,
+    cudagraph_frozen_value,
+    cudagraph_sync,
     data_dependent,
     filesystem,
     logging,
@@ -32,6 +34,8 @@ _BUILT_IN: tuple[Category, ...] = (
     unsupported_builtin.CATEGORY,
     data_dependent.CATEGORY,
     logging.CATEGORY,
+    cudagraph_sync.CATEGORY,
+    cudagraph_frozen_value.CATEGORY,
 )
 # The category a break gets when no rule matches.
 FALLBACK = other.CATEGORY.name

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import torch
 
+from graphbreak_doctor.emulation.standins import catalogue
 from graphbreak_doctor.emulation.standins.binaries import StandIns, no_op
 from graphbreak_doctor.emulation.standins.cudart import map_cuda_runtime
 from graphbreak_doctor.emulation.standins.deep_gemm_libs import install_deep_gemm
@@ -59,11 +60,14 @@ def register_missing_fakes(out: StandIns) -> None:
     arguments) a no-op fake. An op that returns values keeps the fake the
     framework registered; one without a fake is left so: a traced call to it
     fails, naming the op, as no stand-in can know its outputs."""
-    theirs, ours, unanswered = [], [], []
+    theirs, ours, unanswered, known = [], [], [], []
     for name in out.declared:
         qualname = f"sgl_kernel::{name}"
         if torch._C._dispatch_has_kernel_for_dispatch_key(qualname, "Meta") or _has_fake(qualname):
             theirs.append(name)
+        elif name in catalogue.FAKES:
+            torch.library.register_fake(qualname, catalogue.FAKES[name][0], lib=out.library)
+            known.append(name)
         elif getattr(torch.ops.sgl_kernel, name).default._schema.returns:
             unanswered.append(name)
         else:
@@ -75,6 +79,9 @@ def register_missing_fakes(out: StandIns) -> None:
     if theirs:
         out.lines.append(f"sgl_kernel::{{{', '.join(theirs)}}}: the library's schemas, no kernel (the framework "
                          "registers their fakes)")
+    for name in known:
+        out.lines.append(f"sgl_kernel::{name}: the library's schema, no kernel, a fake from the doctor's catalogue "
+                         f"({catalogue.FAKES[name][1]})")
     if unanswered:
         out.lines.append(f"sgl_kernel::{{{', '.join(unanswered)}}}: the library's schemas, no kernel and no fake "
                          "(they return values the framework registers no fake for: a traced call fails, naming the op)")

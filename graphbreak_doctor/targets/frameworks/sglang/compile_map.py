@@ -16,7 +16,8 @@ import torch
 from graphbreak_doctor.patching import UndoLog
 from graphbreak_doctor.targets import PhaseNotRun, Target, TargetError
 from graphbreak_doctor.targets.provider import pick_sizes
-from graphbreak_doctor.targets.frameworks.sglang import PHASES, decode_compile, depth, forward, prefill_compile, runtime
+from graphbreak_doctor.targets.frameworks.sglang import (PHASES, cudagraphs, decode_compile, depth, forward,
+                                                          prefill_compile, runtime)
 from graphbreak_doctor.targets.frameworks.sglang import launch as sglang_launch
 from graphbreak_doctor.targets.frameworks.sglang.construction import load_model
 from graphbreak_doctor.targets.frameworks.sglang.eager import forward_state, run_eagerly
@@ -84,6 +85,8 @@ def discover_compile_regions(target: Target, log: UndoLog, phase_scope: Callable
         phases = launch["phases"] = dict(launch.get("phases") or {})
         phases["decode"] = f"{phases.get('decode', '')}; {compiled.describe()}".lstrip("; ")
     info.notes.insert(0, model_note(info, rt, model, layers, full))
+    # The CUDA-graph map captures the model this build made (cudagraphs.py).
+    target.cudagraphs = functools.partial(cudagraphs.capture_phases, rt, model, layers)
 
 
 def _compile_prefill(rt: runtime.Runtime, model: torch.nn.Module, state: forward.ForwardState, layers: int,

@@ -1,0 +1,328 @@
+"""What one CUDA-graph capture does on the emulated GPU: its segments, the
+eager calls between them, and every operation inside a segment that a real
+capture refuses or that replay gets wrong.
+
+The recorder listens to the emulated capture (emulation/cuda_graph.py): a
+segment is open from a graph's ``capture_begin`` to its ``capture_end``,
+wherever the code under test calls them. A segment that ends and is followed
+by another within the same capture is a break point: the call that ended it
+is found on the stack (the first frame outside the file that called
+``capture_end``) and named by the expression it calls there. Nothing is
+listed: a framework's own break points show up as what they are.
+
+Inside a segment, each operator is checked as it runs (a dispatch mode over
+the emulated GPU's), by what torch says about it, not by name lists:
+
+- ``cudagraph-sync``: a value of a device tensor read on the host
+  (``aten._local_scalar_dense``: ``.item()``, ``int()``, a branch), an
+  operator whose output size the emulated GPU's fake tensors cannot know
+  because it needs the device's values (``nonzero``, a boolean mask: the
+  fake mode's own verdict, so an integer index is not one), a blocking
+  device-to-host copy, and the emulated ``synchronize`` entry points;
+- ``cudagraph-frozen-value``: a value of a host tensor read (``.item()``,
+  ``.tolist()``, a branch on it), and a host-to-device copy from host memory
+  that is not pinned (not a runner's static buffer).
+
+``.tolist()`` of a host tensor reads its memory without an operator, so a
+function mode sees that call. A device value the emulation cannot know (a
+fake tensor's) is answered with 1 so the capture can go on; each such answer
+is kept (``assumed``) and said in the findings.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import functools
+import inspect
+import linecache
+import os
+import sys
+import types
+from typing import Any, Iterator
+
+import torch
+from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException, FakeTensor
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+import graphbreak_doctor
+from graphbreak_doctor.emulation import cuda_graph, cuda_runtime
+from graphbreak_doctor.frames import actionable_frame, make_frame
+from graphbreak_doctor.model.cudagraph import CudaGraphCapture, CudaGraphHazard, EagerCall
+from graphbreak_doctor.model.frame import Frame
+from graphbreak_doctor.patching import UndoLog
+
+SYNC, FROZEN = "cudagraph-sync", "cudagraph-frozen-value"
+
+aten = torch.ops.aten
+_READ = aten._local_scalar_dense.default
+_COPIES = {aten._to_copy.default, aten.copy_.default}
+_DOCTOR = os.path.dirname(os.path.abspath(graphbreak_doctor.__file__)) + os.sep
+_TORCH = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+
+
+def _on_device(t: Any) -> bool:
+    return isinstance(t, torch.Tensor) and (isinstance(t, FakeTensor) or t.device.type != "cpu")
+
+
+def _user_stack(frame: types.FrameType | None) -> list[Frame]:
+    """The stack outside the doctor, outermost first."""
+    out: list[Frame] = []
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if not os.path.abspath(name).startswith(_DOCTOR):
+            out.append(make_frame(name, frame.f_lineno, frame.f_code.co_name))
+        frame = frame.f_back
+    return out[::-1]
+
+
+def _called_at(frame: types.FrameType) -> str:
+    """The expression a frame calls at its current instruction
+    (``self._eager_attention``); its source line where that cannot be read."""
+    positions = list(frame.f_code.co_positions())
+    index = frame.f_lasti // 2
+    start, end, col, end_col = positions[index] if index < len(positions) else (None,) * 4
+    line = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
+    if start is None or end is None or col is None or end_col is None:
+        return line
+    lines = [linecache.getline(frame.f_code.co_filename, n) for n in range(start, end + 1)]
+    if not all(lines):
+        return line
+    lines[-1] = lines[-1][:end_col]
+    lines[0] = lines[0][col:]
+    try:
+        node = ast.parse("".join(lines).strip(), mode="eval").body
+    except SyntaxError:
+        return line
+    if not isinstance(node, ast.Call):
+        return line
+    return _qualname(_resolve(node.func, frame)) or ast.unparse(node.func)
+
+
+def _resolve(node: ast.AST, frame: types.FrameType) -> Any:
+    """The object a name or attribute chain names in ``frame``, looked up
+    without running code (no properties, no ``__getattr__``); None if unknown."""
+    if isinstance(node, ast.Name):
+        for scope in (frame.f_locals, frame.f_globals, frame.f_builtins):
+            if node.id in scope:
+                return scope[node.id]
+        return None
+    if isinstance(node, ast.Attribute):
+        base = _resolve(node.value, frame)
+        try:
+            return inspect.getattr_static(base, node.attr) if base is not None else None
+        except AttributeError:
+            return None
+    return None
+
+
+def _qualname(obj: Any) -> str:
+    """The name of the function a callable wraps ("RadixAttention._eager_attention"); "" if none."""
+    for _ in range(8):
+        if isinstance(obj, functools.partial):
+            obj = obj.func
+            continue
+        wrapped = vars(obj).get("__wrapped__") if hasattr(obj, "__dict__") else None
+        if wrapped is None:
+            break
+        obj = wrapped
+    name = getattr(obj, "__qualname__", None) if isinstance(obj, (types.FunctionType, types.MethodType)) else (
+        vars(obj).get("__qualname__") if hasattr(obj, "__dict__") else None)
+    return name if isinstance(name, str) else ""
+
+
+def _break_point() -> tuple[str, Frame | None]:
+    """Where the code ended a segment: the first frame outside the file that
+    called ``capture_end`` (the capture's own machinery), and what it calls."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code is not cuda_graph.EmulatedGraph.capture_end.__code__:
+        frame = frame.f_back
+    caller = frame.f_back if frame is not None else None
+    machinery = caller.f_code.co_filename if caller is not None else ""
+    while caller is not None and caller.f_code.co_filename == machinery:
+        caller = caller.f_back
+    if caller is None:
+        return "", None
+    return _called_at(caller), make_frame(caller.f_code.co_filename, caller.f_lineno, caller.f_code.co_name)
+
+
+class Recorder:
+    """One capture (one size): the emulated capture's listener, and the
+    checks the modes below call."""
+
+    def __init__(self, size: int) -> None:
+        self.capture = CudaGraphCapture(size=size)
+        self._breaks: dict[tuple, EagerCall] = {}
+        self._hazards: dict[tuple, CudaGraphHazard] = {}
+        self._ended: tuple[str, Frame | None] | None = None
+        self.assumed: list[str] = []
+
+    # -- the emulated capture's listener
+    def begin(self, graph: Any) -> None:
+        self.capture.segments += 1
+        if self._ended is not None:  # the previous segment ended at a break point
+            function, site = self._ended
+            key = (function, site)
+            if key in self._breaks:
+                self._breaks[key].count += 1
+            else:
+                self._breaks[key] = EagerCall(function=function, site=site)
+            self._ended = None
+
+    def end(self, graph: Any) -> None:
+        self._ended = _break_point()
+
+    # -- the checks
+    def hazard(self, category: str, what: str) -> None:
+        if not cuda_graph.capturing():
+            return
+        stack = _user_stack(sys._getframe(1))
+        site = actionable_frame(stack)
+        if site is not None:  # what runs below the frame to change is torch's own
+            stack = stack[:len(stack) - stack[::-1].index(site)]
+        key = (category, site.file if site else "", site.line if site else 0, what)
+        if key in self._hazards:
+            self._hazards[key].count += 1
+            return
+        self._hazards[key] = CudaGraphHazard(category=category, what=what, site=site, stack=stack,
+                                             segment=self.capture.segments)
+
+    def assume(self, what: str) -> None:
+        if what not in self.assumed:
+            self.assumed.append(what)
+
+    def done(self, error: str = "") -> CudaGraphCapture:
+        self.capture.breaks = list(self._breaks.values())
+        self.capture.hazards = list(self._hazards.values())
+        self.capture.error = error
+        return self.capture
+
+
+class _Operators(TorchDispatchMode):
+    """Each operator, checked while a segment is open (see the module doc)."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        super().__init__()
+        self.recorder = recorder
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if cuda_graph.capturing():
+            self._check(func, args, kwargs)
+        try:
+            return func(*args, **kwargs)
+        except DynamicOutputShapeException:
+            # Its output size needs the device's values (nonzero, a boolean
+            # mask): the emulated GPU cannot answer, and neither can a capture.
+            self.recorder.hazard(SYNC, f"{func.overloadpacket.__name__} on a device tensor: its output size "
+                                       "needs the device's values")
+            raise
+        except DataDependentOutputException:
+            if func is not _READ:
+                raise
+            dtype = args[0].dtype
+            value = True if dtype == torch.bool else 1.0 if dtype.is_floating_point else 1
+            self.recorder.assume(f"a device value read on the host ({dtype}): {value!r}")
+            return value
+
+    def _check(self, func: Any, args: tuple, kwargs: dict) -> None:
+        flat, _ = tree_flatten((args, kwargs))
+        device = any(_on_device(a) for a in flat)
+        if func is _READ:
+            if device:
+                self.recorder.hazard(SYNC, "a device tensor's value read on the host (.item(), int(), a branch)")
+            else:
+                self.recorder.hazard(FROZEN, "a host tensor's value read (.item(), int(), a branch on it)")
+        elif func in _COPIES:
+            self._check_copy(func, args, kwargs)
+
+    def _check_copy(self, func: Any, args: tuple, kwargs: dict) -> None:
+        if func is aten.copy_.default:
+            dst, src = args[0], args[1]
+            to_host = _on_device(src) and not _on_device(dst)
+            from_host = not _on_device(src) and _on_device(dst)
+            non_blocking = bool(args[2] if len(args) > 2 else kwargs.get("non_blocking", False))
+        else:
+            src = args[0]
+            target = kwargs.get("device")
+            to_device = target is not None and torch.device(target).type != "cpu"
+            to_host = _on_device(src) and target is not None and not to_device
+            from_host = not _on_device(src) and to_device
+            non_blocking = bool(kwargs.get("non_blocking", False))
+        if to_host and not non_blocking:
+            self.recorder.hazard(SYNC, "a blocking device-to-host copy")
+        elif from_host and isinstance(src, torch.Tensor) and not src.is_pinned():
+            self.recorder.hazard(FROZEN, "a host-to-device copy from unpinned host memory: replay copies what "
+                                         "that memory holds then, not this batch's values")
+
+
+class _HostLists(TorchFunctionMode):
+    """``.tolist()`` and ``.numpy()`` read memory without an operator."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        super().__init__()
+        self.recorder = recorder
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if cuda_graph.capturing() and func in (torch.Tensor.tolist, torch.Tensor.numpy) and args:
+            name = func.__name__
+            if _on_device(args[0]):
+                self.recorder.hazard(SYNC, f"a device tensor read on the host (.{name}())")
+            else:
+                self.recorder.hazard(FROZEN, f"a host tensor's values read (.{name}())")
+        return func(*args, **kwargs)
+
+
+class _Listener:
+    """The emulated capture's listener for the whole run: it hands each event
+    to the recorder of the capture under way."""
+
+    def __init__(self) -> None:
+        self.recorder: Recorder | None = None
+
+    def begin(self, graph: Any) -> None:
+        if self.recorder is not None:
+            self.recorder.begin(graph)
+
+    def end(self, graph: Any) -> None:
+        if self.recorder is not None:
+            self.recorder.end(graph)
+
+
+class Session:
+    """The emulated GPU able to capture CUDA graphs, with a recorder per
+    captured size (``recording``)."""
+
+    def __init__(self, log: UndoLog) -> None:
+        self._listener = _Listener()
+        self.assumed: list[str] = []
+        cuda_graph.install(log, self._listener)
+        noted = cuda_runtime._note
+
+        def note(name: str) -> None:
+            noted(name)
+            if name in cuda_runtime.HOST_WAITS and self._listener.recorder is not None:
+                self._listener.recorder.hazard(SYNC, f"{name}()")
+
+        log.setattr(cuda_runtime, "_note", note)
+        # A torch.compile region inside the captured code runs as its own
+        # Python here: its operators are what the recorder checks.
+        log.set_option(torch._dynamo.config, "disable", True)
+
+    @contextlib.contextmanager
+    def recording(self, size: int) -> Iterator[Recorder]:
+        """Record what runs inside (warm-ups and the capture) for ``size``."""
+        recorder = Recorder(size)
+        self._listener.recorder = recorder
+        try:
+            with _Operators(recorder), _HostLists(recorder):
+                yield recorder
+        finally:
+            self._listener.recorder = None
+            self.assumed.extend(a for a in recorder.assumed if a not in self.assumed)
+
+
+__all__ = ["FROZEN", "SYNC", "Recorder", "Session"]

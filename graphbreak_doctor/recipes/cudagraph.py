@@ -1,0 +1,42 @@
+"""Advice for the CUDA-graph capture hazards (the ``cudagraph-*``
+categories): the change is in where the captured code reads host values or
+waits for the device, which only a person can move. Advice only: the fix
+ladder has nothing to apply."""
+
+from __future__ import annotations
+
+from graphbreak_doctor.recipes.recipe import Advice, Recipe
+
+RECIPES = (
+    Recipe(
+        "sync-outside-capture",
+        Advice(
+            "Move {call} in {function} out of the captured segment",
+            "A captured segment cannot wait for the device: reading a device value on the host (.item(), "
+            ".tolist(), a Python branch on a CUDA tensor), a device-to-host copy, an operator whose output size "
+            "depends on values (nonzero) or a synchronize is refused while a stream captures. Keep the value on "
+            "the device (torch.where, a fixed-size kernel), compute it before capture from the runner's inputs, "
+            "or run the code in an eager call between segments (a breakable graph's break point).",
+            "# before (inside the captured forward)\n"
+            "n = int(lengths.max().item())\n\n"
+            "# after: the bound is the captured size, known before capture\n"
+            "n = max_tokens",
+            unnamed_call="the host read",
+        ),
+    ),
+    Recipe(
+        "read-at-replay",
+        Advice(
+            "Read {call} in {function} at replay, not at capture",
+            "A value read on the host while a segment captures is frozen into the graph: every replay reuses it, "
+            "whatever the batch. Read request state inside an eager call between segments (it runs again at "
+            "every replay), or keep it in the runner's static device buffer that is refilled before each replay.",
+            "# before (inside the captured forward)\n"
+            "if batch.seq_lens_cpu.max() > 2048: ...\n\n"
+            "# after: the decision runs at every replay\n"
+            "@eager_on_graph\n"
+            "def choose(batch): ...",
+            unnamed_call="the host value",
+        ),
+    ),
+)

@@ -1,0 +1,112 @@
+"""`trace --cudagraph` / `check --cudagraph`: a target captured into a CUDA
+graph on the emulated GPU as a server captures it (two eager warm-ups, then
+torch's own `torch.cuda.graph` around one call), and every capture hazard
+inside the captured segment with its category, line and fix.
+
+The targets (fixtures/cudagraph_hazards.py) each hold one hazard -- an
+`.item()` on a device tensor, a branch on a CPU tensor -- and their fixed
+versions hold none; the line reported is found by its text in the fixture,
+not written here.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import ROOT, run_cli
+from graphbreak_doctor.model import Findings
+
+FIXTURE = ROOT / "fixtures" / "cudagraph_hazards.py"
+SPEC = "fixtures.cudagraph_hazards:{}"
+
+
+def _line(text: str) -> int:
+    return next(i for i, line in enumerate(FIXTURE.read_text().splitlines(), 1) if text in line)
+
+
+@pytest.fixture(scope="module")
+def captured() -> dict[str, Findings]:
+    """Each fixture target's CUDA-graph map, captured in this process."""
+    from graphbreak_doctor.diagnose import target_builder, trace_cudagraphs
+
+    return {name: trace_cudagraphs(target_builder(SPEC.format(name)), device="sm120")
+            for name in ("item_in_capture", "item_fixed", "host_branch", "host_branch_fixed")}
+
+
+@pytest.mark.parametrize("name, category, text, fix", [
+    ("item_in_capture", "cudagraph-sync", "scale.item()", "sync-outside-capture"),
+    ("host_branch", "cudagraph-frozen-value", "if LENGTHS.max() > 4:", "read-at-replay"),
+])
+def test_a_hazard_in_the_captured_segment_is_found_at_its_line(captured, name, category, text, fix):
+    found = captured[name].cudagraphs
+    (phase,) = found.phases
+    assert phase.backend == "full" and phase.sizes == [16]
+    (capture,) = phase.captures
+    assert capture.error == "" and capture.segments == 1 and capture.breaks == []
+    (hazard,) = capture.hazards
+    assert hazard.category == category and hazard.fix == fix and hazard.segment == 1
+    assert hazard.site.file == str(FIXTURE) and hazard.site.line == _line(text), hazard.site
+    assert text in hazard.fix_text and hazard.site.function in hazard.fix_text
+    assert hazard.stack[-1] == hazard.site
+
+
+@pytest.mark.parametrize("name", ["item_fixed", "host_branch_fixed"])
+def test_the_fixed_targets_have_no_hazard(captured, name):
+    found = captured[name].cudagraphs
+    (capture,) = found.phases[0].captures
+    assert capture.error == "" and capture.segments == 1 and capture.hazards == []
+
+
+def test_reads_outside_the_capture_are_no_hazard(captured):
+    # The warm-ups run the same `.item()` twice before the capture: only the
+    # captured call counts.
+    (hazard,) = captured["item_in_capture"].cudagraphs.hazards()
+    assert hazard.count == 1
+
+
+def test_findings_of_schema_1_are_read_without_a_cudagraph_map(captured):
+    data = captured["item_fixed"].to_dict()
+    assert data["schema_version"] == 2
+    data["schema_version"] = 1
+    data.pop("cudagraphs")
+    old = Findings.from_dict(data)
+    assert old.cudagraphs is None and old.schema_version == 2
+    again = Findings.from_json(captured["item_in_capture"].to_json())
+    assert again.cudagraphs == captured["item_in_capture"].cudagraphs
+
+
+def test_check_fails_on_a_hazard_the_baseline_lacks_and_passes_on_the_same_one(tmp_path):
+    spec = SPEC.format("item_in_capture")
+    common = ("--target", spec, "--cudagraph", "--mode", "explain")
+    out = tmp_path / "check.json"
+    bare = run_cli("check", *common, "--max-breaks", "5", "--json", str(out))
+    assert bare.returncode == 1, bare.stderr[-2000:]
+    assert "cudagraph-hazard: 1 capture hazard not in the baseline; first: cudagraph-sync" in bare.stdout
+    written = run_cli("baseline", "write", *common, "-o", str(tmp_path / "b.json"))
+    assert written.returncode == 0, written.stderr[-2000:]
+    baseline = json.loads((tmp_path / "b.json").read_text())
+    entries = baseline["targets"][0]["entries"]
+    assert [e["modes"] for e in entries if e["category"] == "cudagraph-sync"] == [["cudagraph"]]
+    same = run_cli("check", *common, "--baseline", str(tmp_path / "b.json"))
+    assert same.returncode == 0, same.stdout + same.stderr[-2000:]
+    # The baseline without the hazard: the same run is a new hazard again.
+    baseline["targets"][0]["entries"] = [e for e in entries if e["category"] != "cudagraph-sync"]
+    (tmp_path / "lacks.json").write_text(json.dumps(baseline))
+    lacks = run_cli("check", *common, "--baseline", str(tmp_path / "lacks.json"))
+    assert lacks.returncode == 1 and "cudagraph-hazard" in lacks.stdout, lacks.stdout
+
+
+def test_the_report_shows_the_map_in_every_output(tmp_path):
+    spec = SPEC.format("host_branch")
+    out, page = tmp_path / "f.json", tmp_path / "f.html"
+    done = run_cli("trace", "--target", spec, "--cudagraph", "--mode", "explain", "--json", str(out),
+                   "--html", str(page))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "CUDA-graph map: 1 phase captured: 1 capture hazard (cudagraph-frozen-value 1)" in done.stdout
+    assert f"cudagraph-frozen-value at fixtures/cudagraph_hazards.py:{_line('LENGTHS.max()')}" in done.stdout
+    findings = json.loads(out.read_text())
+    assert findings["cudagraphs"]["phases"][0]["captures"][0]["hazards"][0]["fix"] == "read-at-replay"
+    html = page.read_text()
+    assert 'id="cudagraphs"' in html and "cat-cudagraph-frozen-value" in html and "read-at-replay" in html
