@@ -1,11 +1,14 @@
 """Wall time and peak RSS of the compile map: discovery (SGLang imported with
 torch.compile recorded, the reduced GLM-5 model built, one extend and one
-decode forward) plus tracing every region a phase entered.
+decode forward), tracing every region a phase entered, and the CUDA-graph map
+(SGLang's own capture backends at three sizes per captured phase, in the same
+worker, of the same model).
 
 Runs `graphbreak-doctor trace --model --mode map` as a user does, once per
 model and launch, and reads the peak RSS of the process tree from the kernel
-(RUSAGE_CHILDREN: the largest of the doctor and its worker). Target: <= 120 s
-and <= 3 GB for each packaged model's default launch on a 2-CPU machine.
+(RUSAGE_CHILDREN: the largest of the doctor and its worker). Targets, for each
+packaged model's default launch on a 2-CPU machine: the compile map <= 120 s
+and <= 3 GB; with the CUDA-graph map (the same run) <= 150 s and <= 3 GB.
 
     .venv-sglang/bin/python benchmarks/compile_map.py
     .venv-sglang/bin/python benchmarks/compile_map.py --model-path glm5-nvfp4 --model-path qwen3-30b-a3b
@@ -26,6 +29,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 LIMIT_S, LIMIT_MIB = 120, 3 * 1024
+CUDAGRAPH_LIMIT_S = 150  # the compile map and the CUDA-graph map together
 
 
 def measure(model: str, launch: str, tokens: int, device: str) -> dict:
@@ -56,6 +60,10 @@ def measure(model: str, launch: str, tokens: int, device: str) -> dict:
             regions = data.get("regions", [])
             result["entered"] = sum(1 for r in regions if r.get("calls"))
             result["registered"] = len(regions)
+            graphs = data.get("cudagraphs") or {}
+            result["cudagraph"] = "; ".join(
+                f"{p['phase']} {p['backend']} {sum(1 for c in p['captures'] if not c['error'])}/{len(p['captures'])}"
+                f" ({sum(len(c['hazards']) for c in p['captures'])} hazards)" for p in graphs.get("phases", []))
     return result
 
 
@@ -76,16 +84,17 @@ def main() -> int:
     print(f"compile map (trace --model --mode map --tokens {args.tokens} --device {args.device}), "
           f"{os.cpu_count()} CPUs")
     print(f"{'model':<16} {'launch':<28} {'exit':>4} {'wall s':>7} {'peak MiB':>9} {'entered':>8} {'registered':>10}  "
-          "target")
+          "target; CUDA-graph map (captures finished / run)")
     failed = False
     for model in args.model_path:
       for launch in launches:
         r = measure(model, launch, args.tokens, args.device)
-        ok = r["wall_s"] <= LIMIT_S and r["peak_mib"] <= LIMIT_MIB
+        limit = CUDAGRAPH_LIMIT_S if r.get("cudagraph") else LIMIT_S
+        ok = r["wall_s"] <= limit and r["peak_mib"] <= LIMIT_MIB
         failed |= not ok and not launch
         print(f"{model:<16} {launch or '(default)':<28} {r['exit']:>4} {r['wall_s']:>7} {r['peak_mib']:>9} "
               f"{r.get('entered', '-'):>8} {r.get('registered', '-'):>10}  "
-              f"{'met' if ok else 'MISSED'} (<= {LIMIT_S} s, <= {LIMIT_MIB} MiB)")
+              f"{'met' if ok else 'MISSED'} (<= {limit} s, <= {LIMIT_MIB} MiB); {r.get('cudagraph') or '-'}")
         if r["exit"] not in (0,):
             print(f"    stderr: {r['stderr'].strip()[-300:]}")
     return 1 if failed else 0

@@ -55,7 +55,7 @@ def test_trace_prints_summary_and_writes_json(cli, tmp_path):
     assert "subprocess_call.py:10" in result.stdout
     assert f"JSON findings written to {out}" in result.stdout
     data = json.loads(out.read_text())
-    assert data["schema_version"] == 1
+    assert data["schema_version"] == 2
     assert data["fullgraph"]["ok"] is False
     assert data["environment"]["torch"]
     assert [b["category"] for b in data["breaks"]] == ["subprocess"]

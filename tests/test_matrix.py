@@ -268,6 +268,9 @@ def test_model_cell_is_the_releases_compile_map(tmp_path):
     assert [r.function for r in findings.regions if r.entered] == [r["function"] for r in cell["regions"]]
     row = next(ln for ln in proc.stdout.splitlines() if ln.startswith("sglang 0.5.23 "))
     assert "prefill: breakable CUDA graph" in row and f"{len(cell['regions'])} region" in row
+    # The same worker captured both phases with SGLang's own CUDA-graph backends.
+    assert "CUDA graphs: decode full (1 segment), prefill breakable (" in row and "no capture hazard" in row, row
+    assert [p.backend for p in findings.cudagraphs.phases] == ["full", "breakable"]
     page = (tmp_path / "m.html").read_text()
     assert "_biased_grouped_topk_postprocess" in page and "breakable CUDA graph" in page
     # What SGLang printed in the workers is in the log beside the JSON, not on the terminal.

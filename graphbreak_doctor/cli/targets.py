@@ -290,8 +290,9 @@ def run_diagnoses(args: argparse.Namespace, selected: list[Selection], progress:
               * (mapped and bool(s.options.get("compile_map")))
               + [Job(TRACE, s, args.device, m, debug=args.debug, python=python) for m in modes]
               + [Job(SIZES, s, args.device, SIZES_MODE, debug=args.debug, sizes=sizes, python=python)] * bool(sizes)
+              # A model's map captures its phases with the framework's own path already.
               + [Job(CUDAGRAPH, s, args.device, CUDAGRAPH_MODE, debug=args.debug, python=python)]
-              * bool(getattr(args, "cudagraph", False))
+              * bool(getattr(args, "cudagraph", False) and not (mapped and s.options.get("compile_map")))
               for s in selected]
     outcomes = iter(run_jobs_as_asked(args, [job for group in groups for job in group], progress))
     per_target = [[next(outcomes) for _ in group] for group in groups]

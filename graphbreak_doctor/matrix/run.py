@@ -285,6 +285,12 @@ def _classify_map(cell: Cell, outcomes: list) -> Cell:
         findings = join([findings, prefill.as_findings()])
     cell.findings = findings
     cell.breaks = len(findings.breaks)
+    hazards = findings.cudagraphs.hazards() if findings.cudagraphs is not None else []
+    if hazards and cell.status == OK:  # the server's CUDA-graph capture fails, or replays a frozen value
+        first = hazards[0]
+        cell.status, cell.category = FAILED, first.category
+        cell.function = first.site.function if first.site else ""
+        cell.reason = one_line(first.what)
     return cell
 
 
@@ -320,6 +326,8 @@ def _map_summary(a: Cell, b: Cell) -> str:
     if (a.prefill, a.prefill_fullgraph) != (b.prefill, b.prefill_fullgraph):
         parts.append(f"prefill: {a.prefill or '?'}{' -> fullgraph ' + a.prefill_fullgraph if a.prefill_fullgraph else ''}"
                      f" => {b.prefill or '?'}{' -> fullgraph ' + b.prefill_fullgraph if b.prefill_fullgraph else ''}")
+    if a.cudagraph_text() != b.cudagraph_text():
+        parts.append(f"{a.cudagraph_text() or 'no CUDA-graph map'} => {b.cudagraph_text() or 'no CUDA-graph map'}")
     ra = {r["function"]: r["verdict"] for r in a.regions}
     rb = {r["function"]: r["verdict"] for r in b.regions}
     short = lambda name: name.rsplit(".", 1)[-1]  # noqa: E731

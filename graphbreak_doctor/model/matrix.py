@@ -111,7 +111,28 @@ class Cell:
             verdicts[r["verdict"] or "not traced"] = verdicts.get(r["verdict"] or "not traced", 0) + 1
         shown = ", ".join(f"{n} {v}" for v, n in verdicts.items())
         parts.append(f"{counted(len(self.regions), 'region')} entered" + (f" ({shown})" if shown else ""))
+        graphs = self.cudagraph_text()
+        if graphs:
+            parts.append(graphs)
         return "; ".join(parts)
+
+    def cudagraph_text(self) -> str:
+        """A MODEL cell's CUDA-graph map in a few words: per captured phase its
+        backend and segments (at its largest captured size), then the hazards."""
+        found = self.findings.cudagraphs if self.findings is not None else None
+        if found is None:
+            return ""
+        phases = []
+        for p in found.phases:
+            done = [c for c in p.captures if not c.error]
+            if done:
+                phases.append(f"{p.phase} {p.backend} ({counted(done[-1].segments, 'segment')})")
+            elif p.captures:
+                phases.append(f"{p.phase} {p.backend} (capture did not finish)")
+        hazards = found.hazards()
+        kinds = sorted({h.category for h in hazards})
+        said = f"{counted(len(hazards), 'capture hazard')} ({', '.join(kinds)})" if hazards else "no capture hazard"
+        return f"CUDA graphs: {', '.join(phases) or 'none captured'}, {said}"
 
     def text(self, torch: str) -> str:
         """The table cell: fullgraph ok / the first failure's category / breaks;
