@@ -112,6 +112,8 @@ def _capture(resolve: Callable[[Any], Any], phase: str, sizes: list[int], rt: ru
                 error = ""
                 try:
                     state = forward_state(rt, layers, BATCH_PHASE[phase], size)
+                    if phase == "decode":
+                        _capture_metadata(state, size)
                     if backend is None:
                         backend = resolve(_runner_view(state.runner))
                         session_scope.enter_context(capture_mode())
@@ -125,6 +127,20 @@ def _capture(resolve: Callable[[Any], Any], phase: str, sizes: list[int], rt: ru
             if error and backend is None:
                 break
     return sorted(done, key=lambda c: c.size)
+
+
+def _capture_metadata(state: Any, size: int) -> None:
+    """What SGLang's decode runner prepares before it captures a batch size:
+    the attention backend's CUDA-graph state (for the largest size it will
+    capture; the doctor's backend serves one size) and the metadata kept
+    outside the graph, made for capture (releases whose backends split it)."""
+    attention = state.backend
+    out_of_graph = getattr(attention, "init_forward_metadata_out_graph", None)
+    if out_of_graph is None:
+        return
+    with state.context():
+        attention.init_cuda_graph_state(size, size)
+        out_of_graph(state.batch, in_capture=True)
 
 
 def _said(e: BaseException) -> str:
