@@ -47,7 +47,7 @@ def measure(model: str, launch: str, tokens: int, device: str) -> dict:
     with tempfile.TemporaryDirectory() as folder:
         argv = [sys.executable, "-m", "graphbreak_doctor", "trace", "--model", "--model-path", model,
                 "--mode", "map", "--device", device, "--tokens", str(tokens),
-                "--json", os.path.join(folder, "map.json"), "--no-html"]
+                "--json", os.path.join(folder, "map.json"), "--no-html", "--no-cache"]
         if launch:
             argv += ["--sglang-args", launch]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}

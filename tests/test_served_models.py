@@ -93,3 +93,19 @@ def test_a_fullgraph_trace_of_the_model_forward_ends_in_a_verdict(traces, model)
     assert findings.fullgraph.ran and not findings.fullgraph.crashed
     # The verdict: a clean graph, or the break that ended it, listed.
     assert findings.fullgraph.ok or findings.break_by_id(findings.fullgraph.break_id) is not None
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_each_phase_is_captured_by_the_backend_sglang_resolved_for_it(traces, model):
+    """The CUDA-graph map of the same run: each phase's backend is the
+    launch's, and every capture the doctor ran (three sizes per captured
+    phase) finished on the model's own attention backend."""
+    _, findings = traced(traces, model)
+    config = findings.target.facts["launch"]["resolved"]["cuda_graph_config"]
+    for phase in findings.cudagraphs.phases:
+        assert phase.backend == config[phase.phase]["backend"], phase
+        if phase.backend in ("full", "breakable"):
+            assert len(phase.captures) == 3 and all(c.error == "" and c.segments for c in phase.captures), phase
+        else:
+            assert phase.captures == [] and phase.note, phase
+    assert findings.cudagraphs.hazards() == []

@@ -80,9 +80,6 @@ def render(findings: Findings) -> str:
         lines.extend(f"  {line}" for line in sizes.call_lines(findings.sized))
         if sizes.fix_line(findings.sized):
             lines.append(f"  fix: {sizes.fix_line(findings.sized)}")
-    if findings.cudagraphs is not None:
-        lines.append(f"CUDA-graph map: {cudagraph.summary(findings.cudagraphs)}")
-        lines.extend(f"  {line}" for line in cudagraph.lines(findings.cudagraphs))
     hits = sum(b.count for b in findings.breaks)
     explain_graphs = sum(1 for g in findings.graphs if g.mode == "explain")
     pieces = [g.pieces for g in findings.graphs if g.pieces]
@@ -127,6 +124,9 @@ def render(findings: Findings) -> str:
             lines.append(f"      JIT: this call {j.action}s {j.name} at trace time")
     lines.extend(_behind_ops(findings))
     lines.extend(compile_map.terminal_lines(findings))
+    if findings.cudagraphs is not None:  # what the server captures, after what it compiles
+        lines.append(f"CUDA-graph map: {cudagraph.summary(findings.cudagraphs)}")
+        lines.extend(f"  {line}" for line in cudagraph.lines(findings.cudagraphs))
     lines.extend(f"stand-in: {s}" for s in findings.target.stand_ins)
     kinds: dict[str, list] = {}
     for h in findings.hazards:
