@@ -13,6 +13,7 @@ import torch
 
 from graphbreak_doctor.cudagraph.advice import advise
 from graphbreak_doctor.cudagraph.recorder import Session
+from graphbreak_doctor.frames import raised_at
 from graphbreak_doctor.model.cudagraph import CudaGraphMap, CudaGraphPhase
 from graphbreak_doctor.patching import UndoLog
 from graphbreak_doctor.targets import Target
@@ -54,6 +55,11 @@ def cudagraph_map(target: Target, log: UndoLog) -> CudaGraphMap:
     """The target's CUDA-graph map: its framework's own capture path where it
     has one, else the plain capture."""
     session = Session(log)
-    with contextlib.redirect_stdout(sys.stderr):
-        phases = target.cudagraphs(log, session) if target.cudagraphs is not None else [plain(target, session)]
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            phases = target.cudagraphs(log, session) if target.cudagraphs is not None else [plain(target, session)]
+    except Exception as e:  # the framework's capture path could not be set up here: the map says why
+        return CudaGraphMap(assumed=list(session.assumed),
+                            error=f"the CUDA-graph capture could not run: {one_line(f'{type(e).__name__}: {e}', 300)}"
+                                  f"{raised_at(e)}")
     return advise(CudaGraphMap(phases=phases, assumed=list(session.assumed)))

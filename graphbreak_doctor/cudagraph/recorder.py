@@ -60,7 +60,6 @@ aten = torch.ops.aten
 _READ = aten._local_scalar_dense.default
 _COPIES = {aten._to_copy.default, aten.copy_.default}
 _DOCTOR = os.path.dirname(os.path.abspath(graphbreak_doctor.__file__)) + os.sep
-_TORCH = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 
 
 def _on_device(t: Any) -> bool:

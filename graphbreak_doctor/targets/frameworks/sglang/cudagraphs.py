@@ -88,7 +88,7 @@ def capture_phases(rt: runtime.Runtime, model: torch.nn.Module, layers: int, log
             entry.note = "not captured: the launch runs this phase eagerly"
             continue
         resolve = runtime.optional(RESOLVERS[phase])
-        if resolve is None or backend not in HOW:
+        if resolve is None or backend not in HOW or runtime.optional(SHAPE_KEY) is None:
             entry.note = (f"SGLang {runtime.version()}'s {backend} backend is not one the doctor drives"
                           + (" (it compiles with torch.compile: see the compile map)" if "piecewise" in backend
                              else ""))
