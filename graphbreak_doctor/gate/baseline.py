@@ -25,8 +25,8 @@ from graphbreak_doctor.model.baseline import (BASELINE_SCHEMA_VERSION, KEY_FIELD
                                               BaselineEntry, BaselineError, Key, RegionEntry, TargetBaseline, parse)
 
 __all__ = ["BASELINE_SCHEMA_VERSION", "KEY_FIELDS", "KIND", "REGION_ORDER", "Baseline", "BaselineEntry", "BaselineError",
-           "RegionEntry", "TargetBaseline", "entries_from", "hazard_entries", "hazard_key", "hint_of", "load", "parse", "target_baseline", "updated",
-           "version_notes"]
+           "RegionEntry", "TargetBaseline", "entries_from", "hazard_entries", "hazard_key", "hint_of", "load", "parse",
+           "target_baseline", "updated", "version_notes"]
 
 
 

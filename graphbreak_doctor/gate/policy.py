@@ -37,8 +37,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from graphbreak_doctor.analysis.categories import CATEGORIES
-from graphbreak_doctor.model import (CUDAGRAPH_MODE, FULLGRAPH_MODES, MAP_MODE, REGION_CRASHED, REGION_FAILS, SIZES_MODE, Break,
-                                        CaseResult, CheckFailure, Findings, Region, TargetResult)
+from graphbreak_doctor.model import (CUDAGRAPH_MODE, FULLGRAPH_MODES, MAP_MODE, REGION_CRASHED, REGION_FAILS,
+                                     SIZES_MODE, Break, CaseResult, CheckFailure, Findings, Region, TargetResult)
 from graphbreak_doctor.frames import at
 from graphbreak_doctor.gate.baseline import REGION_ORDER, TargetBaseline, hazard_key
 from graphbreak_doctor.model.cudagraph import CudaGraphMap

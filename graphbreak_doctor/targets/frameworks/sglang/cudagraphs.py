@@ -97,8 +97,8 @@ def capture_phases(rt: runtime.Runtime, model: torch.nn.Module, layers: int, log
     return out
 
 
-def _capture(resolve: Callable[[Any], Any], phase: str, sizes: list[int], rt: runtime.Runtime, model: torch.nn.Module, layers: int,
-             session: Any) -> list[CudaGraphCapture]:
+def _capture(resolve: Callable[[Any], Any], phase: str, sizes: list[int], rt: runtime.Runtime,
+             model: torch.nn.Module, layers: int, session: Any) -> list[CudaGraphCapture]:
     """The sizes captured in one capture session of one backend, largest first
     (as SGLang's runners capture them)."""
     _, shape_key = runtime.require(SHAPE_KEY)
