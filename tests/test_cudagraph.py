@@ -4,7 +4,8 @@ torch's own `torch.cuda.graph` around one call), and every capture hazard
 inside the captured segment with its category, line and fix.
 
 The targets (fixtures/cudagraph_hazards.py) each hold one hazard -- an
-`.item()` on a device tensor, a branch on a CPU tensor -- and their fixed
+`.item()` on a device tensor, a branch on a CPU tensor, random numbers from
+a generator the graph does not know -- and their fixed
 versions hold none; the line reported is found by its text in the fixture,
 not written here.
 """
@@ -32,12 +33,14 @@ def captured() -> dict[str, Findings]:
     from graphbreak_doctor.diagnose import target_builder, trace_cudagraphs
 
     return {name: trace_cudagraphs(target_builder(SPEC.format(name)), device="sm120")
-            for name in ("item_in_capture", "item_fixed", "host_branch", "host_branch_fixed")}
+            for name in ("item_in_capture", "item_fixed", "host_branch", "host_branch_fixed", "noise_own_generator",
+                         "noise_default_generator")}
 
 
 @pytest.mark.parametrize("name, category, text, fix", [
     ("item_in_capture", "cudagraph-sync", "scale.item()", "sync-outside-capture"),
     ("host_branch", "cudagraph-frozen-value", "if LENGTHS.max() > 4:", "read-at-replay"),
+    ("noise_own_generator", "cudagraph-rng", "torch.randn(x.shape", "register-generator"),
 ])
 def test_a_hazard_in_the_captured_segment_is_found_at_its_line(captured, name, category, text, fix):
     found = captured[name].cudagraphs
@@ -52,7 +55,7 @@ def test_a_hazard_in_the_captured_segment_is_found_at_its_line(captured, name, c
     assert hazard.stack[-1] == hazard.site
 
 
-@pytest.mark.parametrize("name", ["item_fixed", "host_branch_fixed"])
+@pytest.mark.parametrize("name", ["item_fixed", "host_branch_fixed", "noise_default_generator"])
 def test_the_fixed_targets_have_no_hazard(captured, name):
     found = captured[name].cudagraphs
     (capture,) = found.phases[0].captures

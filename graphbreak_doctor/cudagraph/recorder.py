@@ -21,7 +21,10 @@ the emulated GPU's), by what torch says about it, not by name lists:
   device-to-host copy, and the emulated ``synchronize`` entry points;
 - ``cudagraph-frozen-value``: a value of a host tensor read (``.item()``,
   ``.tolist()``, a branch on it), and a host-to-device copy from host memory
-  that is not pinned (not a runner's static buffer).
+  that is not pinned (not a runner's static buffer);
+- ``cudagraph-rng``: an operator torch tags ``nondeterministic_seeded`` (it
+  draws random numbers) on a device tensor, from a CUDA generator that is not
+  the device's default one and was not registered with the open graph.
 
 ``.tolist()`` of a host tensor reads its memory without an operator, so a
 function mode sees that call. A device value the emulation cannot know (a
@@ -54,7 +57,7 @@ from graphbreak_doctor.model.cudagraph import CudaGraphCapture, CudaGraphHazard,
 from graphbreak_doctor.model.frame import Frame
 from graphbreak_doctor.patching import UndoLog
 
-SYNC, FROZEN = "cudagraph-sync", "cudagraph-frozen-value"
+SYNC, FROZEN, RNG = "cudagraph-sync", "cudagraph-frozen-value", "cudagraph-rng"
 
 aten = torch.ops.aten
 _READ = aten._local_scalar_dense.default
@@ -64,6 +67,12 @@ _DOCTOR = os.path.dirname(os.path.abspath(graphbreak_doctor.__file__)) + os.sep
 
 def _on_device(t: Any) -> bool:
     return isinstance(t, torch.Tensor) and (isinstance(t, FakeTensor) or t.device.type != "cpu")
+
+
+def _device_kwarg(kwargs: dict) -> bool:
+    """A factory asked for device memory (``device="cuda"``)."""
+    device = kwargs.get("device")
+    return device is not None and torch.device(device).type != "cpu"
 
 
 def _user_stack(frame: types.FrameType | None) -> list[Frame]:
@@ -236,6 +245,20 @@ class _Operators(TorchDispatchMode):
                 self.recorder.hazard(FROZEN, "a host tensor's value read (.item(), int(), a branch on it)")
         elif func in _COPIES:
             self._check_copy(func, args, kwargs)
+        elif torch.Tag.nondeterministic_seeded in func.tags and (device or _device_kwarg(kwargs)):
+            self._check_generator(func, args, kwargs)
+
+    def _check_generator(self, func: Any, args: tuple, kwargs: dict) -> None:
+        """A random operator draws from a CUDA generator the capture knows:
+        the device's default one, or one registered with the graph."""
+        names = [a.name for a in func._schema.arguments]
+        generator = kwargs.get("generator", args[names.index("generator")]
+                               if "generator" in names and names.index("generator") < len(args) else None)
+        graph = cuda_graph.open_graph()
+        known = (*torch.cuda.default_generators, *(graph.generators if graph is not None else ()))
+        if generator is not None and not any(generator is g for g in known):
+            self.recorder.hazard(RNG, f"{func.overloadpacket.__name__} draws from a CUDA generator that is neither the "
+                                      "default one nor registered with the graph (register_generator_state)")
 
     def _check_copy(self, func: Any, args: tuple, kwargs: dict) -> None:
         if func is aten.copy_.default:
@@ -324,4 +347,4 @@ class Session:
             self.assumed.extend(a for a in recorder.assumed if a not in self.assumed)
 
 
-__all__ = ["FROZEN", "SYNC", "Recorder", "Session"]
+__all__ = ["FROZEN", "RNG", "SYNC", "Recorder", "Session"]

@@ -57,6 +57,11 @@ def capturing() -> bool:
     return _open is not None
 
 
+def open_graph() -> EmulatedGraph | None:
+    """The graph whose capture is open, if one is."""
+    return _open
+
+
 class EmulatedGraph:
     """A ``torch.cuda.CUDAGraph`` on the emulated GPU (see the module doc)."""
 
@@ -155,4 +160,4 @@ def _close() -> None:
     _open = None
 
 
-__all__ = ["EmulatedGraph", "Listener", "capturing", "install"]
+__all__ = ["EmulatedGraph", "Listener", "capturing", "install", "open_graph"]

@@ -39,4 +39,16 @@ RECIPES = (
             unnamed_call="the host value",
         ),
     ),
+    Recipe(
+        "register-generator",
+        Advice(
+            "Register the generator of {call} with the graph (in {function}), or draw from the default one",
+            "A CUDA graph replays random numbers by advancing the Philox offset of the generators it knows: the "
+            "device's default generator, and those registered with graph.register_generator_state(generator) "
+            "before capture. Register yours (or use the default) so each replay draws new numbers.",
+            "# before capture\n"
+            "graph.register_generator_state(generator)",
+            unnamed_call="the random draw",
+        ),
+    ),
 )

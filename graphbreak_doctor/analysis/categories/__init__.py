@@ -15,6 +15,7 @@ from graphbreak_doctor import plugins
 from graphbreak_doctor.analysis.categories import (
     compiler_disable,
     cudagraph_frozen_value,
+    cudagraph_rng,
     cudagraph_sync,
     data_dependent,
     filesystem,
@@ -36,6 +37,7 @@ _BUILT_IN: tuple[Category, ...] = (
     logging.CATEGORY,
     cudagraph_sync.CATEGORY,
     cudagraph_frozen_value.CATEGORY,
+    cudagraph_rng.CATEGORY,
 )
 # The category a break gets when no rule matches.
 FALLBACK = other.CATEGORY.name
