@@ -11,6 +11,7 @@ VENVSGL := .venv-sglang
 VENVSGL059 := .venv-sglang-0.5.9
 VENVSGL0521 := .venv-sglang-0.5.21
 VENVWHEEL := .venv-wheel
+VENVVLLM := .venv-vllm
 # --durations=30: every stage lists its slowest tests (CONTRIBUTING.md, where the time goes).
 PYTEST_ARGS ?= --durations=30
 # The traces the tests share (tests/conftest.py): one folder for the stages
@@ -23,9 +24,9 @@ PIP_FLAGS := -q --disable-pip-version-check
 MATRIX_REQ := graphbreak_doctor/matrix/requirements
 UV := $(shell grep -m1 '^uv==' $(MATRIX_REQ)/ci.txt)
 
-.PHONY: trace test test-torch test-stages test-sglang-then-fi063-then-wheel test-wheel test-main test-fi063 test-both-versions test-sglang test-sglang-0.5.9 test-sglang-0.5.21 chromium bench bench-matrix clean venv
+.PHONY: trace test test-torch test-stages test-sglang-then-fi063-then-wheel test-wheel test-vllm test-main test-fi063 test-both-versions test-sglang test-sglang-0.5.9 test-sglang-0.5.21 chromium bench bench-matrix clean venv
 
-venv: $(VENV)/.installed $(VENV063)/.installed $(VENVSGL)/.installed
+venv: $(VENV)/.installed $(VENV063)/.installed $(VENVSGL)/.installed $(VENVVLLM)/.installed
 
 $(VENV)/.installed: pyproject.toml $(MATRIX_REQ)/ci.txt requirements/ray.txt requirements/test.txt
 	$(PYTHON) -m venv $(VENV)
@@ -106,6 +107,21 @@ test-stages: test-main test-sglang-then-fi063-then-wheel
 test-sglang-then-fi063-then-wheel: test-sglang $(VENV063)/.installed
 	$(MAKE) test-fi063
 	$(MAKE) test-wheel
+	$(MAKE) test-vllm
+
+# Fourth environment: vLLM 0.33.0 (its Python; its native libraries get
+# stand-ins), torch held at 2.13.0. One file, installed without
+# dependencies (see its header).
+$(VENVVLLM)/.installed: pyproject.toml $(MATRIX_REQ)/vllm.txt requirements/test.txt
+	$(PYTHON) -m venv $(VENVVLLM)
+	$(VENVVLLM)/bin/pip install $(PIP_FLAGS) --no-deps -r $(MATRIX_REQ)/vllm.txt
+	$(VENVVLLM)/bin/pip install $(PIP_FLAGS) $(UV)
+	$(VENVVLLM)/bin/pip install $(PIP_FLAGS) -r requirements/test.txt
+	$(VENVVLLM)/bin/pip install $(PIP_FLAGS) --no-deps --no-build-isolation -e .
+	touch $@
+
+test-vllm: $(VENVVLLM)/.installed
+	$(VENVVLLM)/bin/python -m pytest -m vllm $(PYTEST_ARGS)
 
 # Its test files in two processes (pytest-xdist; each file's tests in one of
 # them, so a module's set-up runs once): the stage takes what the other
@@ -171,4 +187,4 @@ bench-matrix: $(VENV)/.installed
 	$(VENV)/bin/python benchmarks/matrix.py
 
 clean:
-	rm -rf $(VENV) $(VENV063) $(VENVSGL) $(VENVSGL059) $(VENVSGL0521) $(VENVWHEEL) reports/*.json reports/*.html
+	rm -rf $(VENV) $(VENV063) $(VENVSGL) $(VENVSGL059) $(VENVSGL0521) $(VENVWHEEL) $(VENVVLLM) reports/*.json reports/*.html

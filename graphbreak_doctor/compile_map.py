@@ -15,9 +15,12 @@ Regions no phase entered are listed as registered only.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import sys
 import traceback
 from typing import Any, Callable
+
+import torch
 
 from graphbreak_doctor.analysis.assemble import mapped, region_breaks, stopped
 from graphbreak_doctor.capture import trace as capture
@@ -36,6 +39,8 @@ def _plain(value: Any) -> Any:
     name = getattr(value, "__qualname__", None)
     if callable(value) and name:  # a backend function: where it is defined, not its address
         return f"{getattr(value, '__module__', '') or ''}.{name}".lstrip(".")
+    if callable(value):  # a backend object (a framework's backend class): its class, not its address
+        return f"{type(value).__module__}.{type(value).__qualname__}"
     return repr(value)
 
 
@@ -48,7 +53,7 @@ def _own_backend(site: Site) -> bool:
 
 
 def trace_region(site: Site, progress: Callable[[str], None] = lambda _m: None,
-                 split_ops: tuple[str, ...] = ()) -> Region:
+                 split_ops: tuple[str, ...] = (), splitter: Callable[[Any], tuple[int, list[str]]] | None = None) -> Region:
     """The region of one torch.compile call; traced when a phase entered it.
     ``split_ops``: the ops the target's framework cuts a compiled graph at; a
     fullgraph region compiled with a backend of the code's own (the framework's
@@ -68,7 +73,10 @@ def trace_region(site: Site, progress: Callable[[str], None] = lambda _m: None,
     pieces = fullgraph and bool(split_ops) and _own_backend(site)
     if pieces:
         info.split_ops = list(split_ops)
-    target = Target(fn=site.fn, args=args, kwargs=kwargs, info=info)
+    target = Target(fn=site.fn, args=args, kwargs=kwargs, info=info, splitter=splitter)
+    marked = marked_dynamic(site.fn, args, kwargs)
+    if marked:
+        region.options["marked_dynamic"] = marked
     region.traced, region.traced_phase = mode, phase
     try:
         with site.context.get(phase, contextlib.nullcontext)():
@@ -86,6 +94,8 @@ def trace_region(site: Site, progress: Callable[[str], None] = lambda _m: None,
     if pieces:
         region.split_ops = list(split_ops)
         region.pieces = sum(g.pieces for g in result.graphs)
+        if result.cut_at:  # the framework's own split: the ops it did cut at
+            region.split_ops = list(dict.fromkeys(result.cut_at))
     if result.crashed:
         region.verdict, region.error = REGION_CRASHED, result.error
     elif fullgraph:
@@ -94,6 +104,24 @@ def trace_region(site: Site, progress: Callable[[str], None] = lambda _m: None,
     else:
         region.verdict = REGION_BREAKS if region.breaks or len(result.graphs) > 1 else REGION_OK
     return region
+
+
+def marked_dynamic(fn: Any, args: tuple, kwargs: dict) -> str:
+    """The dims the caller marked dynamic (``torch._dynamo.mark_dynamic``,
+    ``mark_unbacked``) on the region's arguments, by the names ``fn`` gives
+    them: 'input_ids[0], positions[0]'."""
+    try:
+        named = list(inspect.signature(fn).bind(*args, **kwargs).arguments.items())
+    except (TypeError, ValueError):  # no signature to bind: by position
+        named = [(f"arg{i}", a) for i, a in enumerate(args)] + list(kwargs.items())
+    out = []
+    for name, value in named:
+        if not isinstance(value, torch.Tensor):
+            continue
+        for attribute, kind in (("_dynamo_dynamic_indices", ""), ("_dynamo_unbacked_indices", " unbacked")):
+            for dim in sorted(getattr(value, attribute, ()) or ()):
+                out.append(f"{name}[{dim}]{kind}")
+    return ", ".join(out)
 
 
 class PhasesStopped(Exception):
@@ -120,6 +148,7 @@ def record_phases(build: Build, log: UndoLog,
         target = build(log)
         if target.discover is None:
             raise TargetError(f"{target.info.display()} has no phases to run: it has no compile map")
+        recorder.eager = target.eager_phases
         progress("running each phase")
         try:
             target.discover(log, recorder.phase)
@@ -147,7 +176,7 @@ def map_regions(build: Build, *, device: str = DEFAULT_DEVICE,
         except PhasesStopped as stopped:
             stopped.findings.device = dev.describe()
             raise
-        regions = [trace_region(site, progress, target.split_ops) for site in recorder.sites]
+        regions = [trace_region(site, progress, target.split_ops, target.splitter) for site in recorder.sites]
         found = mapped(target.info, environment(), dev.describe(), regions)
         if target.cudagraphs is not None:  # the framework's own CUDA-graph capture, of the model its phases built
             from graphbreak_doctor.cudagraph.capture import cudagraph_map

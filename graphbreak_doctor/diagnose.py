@@ -35,11 +35,12 @@ def environment() -> dict[str, str]:
     import torch
 
     env = {"python": platform.python_version(), "torch": torch.__version__}
-    for dist in ("flashinfer-python", "sglang"):
+    for dist in ("flashinfer-python", "sglang", "vllm"):
         try:
             env[dist.split("-")[0]] = importlib.metadata.version(dist)
         except importlib.metadata.PackageNotFoundError:
-            env[dist.split("-")[0]] = ""
+            if dist != "vllm":  # vLLM is named where it is installed only
+                env[dist.split("-")[0]] = ""
     # A patch written by ``fix --write-patch``, loaded in this process
     # (PYTHONPATH=DIR): what it changed is part of what was traced.
     written = getattr(sys.modules.get("graphbreak_doctor_patch"), "STATE", None)

@@ -87,6 +87,8 @@ class Site:
 
 def _where(fn: Any) -> tuple[str, str, int]:
     """(qualified name, file, first line) of a compiled callable."""
+    if getattr(fn, "__func__", None) is torch.nn.Module._call_impl:  # nn.Module.compile(): the module's forward
+        fn = fn.__self__
     target = getattr(fn, "forward", fn) if isinstance(fn, torch.nn.Module) else fn
     target = inspect.unwrap(getattr(target, "__func__", target))
     name = getattr(target, "__qualname__", None) or type(target).__name__
@@ -126,6 +128,9 @@ class CompileRecorder:
         self._phase = ""
         self._context: Callable[[], Any] | None = None
         self._real: Callable[..., Any] | None = None
+        # Calls through a compiled function run the function itself (eagerly):
+        # a framework whose backend cannot run here (Target.eager_phases).
+        self.eager = False
 
     def install(self, log: UndoLog) -> None:
         """Replace ``torch.compile`` until ``log`` is undone. Functions compiled
@@ -175,6 +180,8 @@ class CompileRecorder:
                 return compiled(*args, **kwargs)
             phase = recorder._phase
             site.enter(phase, args, kwargs, recorder._context)
+            if recorder.eager:
+                return model(*args, **kwargs)
             before = _guard_failures()
             out = compiled(*args, **kwargs)
             reasons = _new_guard_failures(before)

@@ -32,3 +32,6 @@ class ModeResult:
     crashed: bool = False
     # Where a crash happened in the user's code (None when nothing says).
     crash_site: Frame | None = None
+    # Piecewise mode with the framework's own splitter: the op each of its
+    # splitting pieces is cut at, over every graph, in order.
+    cut_at: list[str] = field(default_factory=list)

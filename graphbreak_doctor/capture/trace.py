@@ -123,12 +123,16 @@ def _hazards(caught: list[warnings.WarningMessage]) -> list[RawHazard]:
     return out
 
 
-def _backend(result: ModeResult, split_ops: tuple[str, ...]) -> Callable:
+def _backend(result: ModeResult, split_ops: tuple[str, ...],
+             splitter: Callable[[torch.fx.GraphModule], tuple[int, list[str]]] | None = None) -> Callable:
     def backend(gm: torch.fx.GraphModule, example_inputs: list[Any]):
         ops = [_op_name(n) for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module")]
         info = GraphInfo(index=len(result.graphs), mode=result.mode, ops=len(ops), op_names=ops,
                          decompiled=gm.code.strip(), registered_ops=_registered_ops(gm))
-        if split_ops:
+        if split_ops and splitter is not None:  # the framework's own split
+            info.pieces, cut = splitter(gm)
+            result.cut_at.extend(cut)
+        elif split_ops:
             info.pieces = _piece_count(gm, split_ops)
         result.graphs.append(info)
         return gm.forward
@@ -248,7 +252,7 @@ def trace(target: Target, mode: str, *, decompile: bool = True, on_event: Callab
         try:
             # Inside the try: torch.compile reads the callable's attributes
             # (functools.update_wrapper), which a target may make raise.
-            compiled = torch.compile(target.fn, fullgraph=fullgraph, backend=_backend(result, split_ops),
+            compiled = torch.compile(target.fn, fullgraph=fullgraph, backend=_backend(result, split_ops, target.splitter),
                                      dynamic=dynamic)
             _call(compiled, target.args, target.kwargs)
             result.ok = True

@@ -312,6 +312,14 @@ def _c_surface(note: Callable[[str], None]) -> dict[str, Callable[..., Any]]:
         "_cuda_getCurrentBlasHandle": _cuda_getCurrentBlasHandle,
         "_cuda_exchangeDevice": _cuda_exchangeDevice,
         "_cuda_maybeExchangeDevice": _cuda_maybeExchangeDevice,
+        # torch.accelerator's bindings: the emulated GPU is device 0, its
+        # allocator never initialized (nothing to empty), a device wait returns.
+        "_accelerator_getDeviceIndex": lambda: 0,
+        "_accelerator_setDeviceIndex": lambda device: None if _checked(int(device)) is not None else None,
+        "_accelerator_exchangeDevice": _cuda_exchangeDevice,
+        "_accelerator_maybeExchangeDevice": _cuda_maybeExchangeDevice,
+        "_accelerator_isAllocatorInitialized": lambda: False,
+        "_accelerator_synchronizeDevice": lambda device: None,
     }
     return {name: _noting(f"torch._C.{name}", fn, note) for name, fn in functions.items()}
 

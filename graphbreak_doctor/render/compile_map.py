@@ -155,13 +155,17 @@ def terminal_lines(findings: Findings) -> list[str]:
 def sglang_words(findings: Findings) -> list[str]:
     """What SGLang logged about compiling while it resolved the launch
     ('SGLang said: ...'), then the rules of its own code that changed a compile
-    field ("SGLang's rule: ...")."""
+    field ("SGLang's rule: ..."); for a vLLM launch, what vLLM logged about
+    compiling and capturing ('vLLM said: ...')."""
     launch = findings.target.facts.get("launch")
     if not isinstance(launch, dict):
         return []
     said, rules = launch.get("sglang_said"), launch.get("sglang_rules")
+    # vLLM's launch: what it logged about compiling and capturing while it resolved it.
+    theirs = launch.get("said") if launch.get("framework") == "vllm" else None
     return ([f"SGLang said: {text}" for text in (said if isinstance(said, list) else ())]
-            + [f"SGLang's rule: {text}" for text in (rules if isinstance(rules, list) else ())])
+            + [f"SGLang's rule: {text}" for text in (rules if isinstance(rules, list) else ())]
+            + [f"vLLM said: {text}" for text in (theirs if isinstance(theirs, list) else ())])
 
 
 __all__ = ["Row", "fullgraph_line", "launch_arguments", "options_text", "phase_lines", "recompile_lines",

@@ -42,6 +42,14 @@ class Target:
     # framework's own capture path per phase (graphbreak_doctor.cudagraph).
     # None: the target is captured as one call (cudagraph/capture.py).
     cudagraphs: Callable[[Any, Any], list] | None = None
+    # The target's framework compiles with a backend that cannot run here
+    # (Inductor for the device): while its phases run, the regions they enter
+    # run eagerly, and each is traced afterwards as compiled (compile_map.py).
+    eager_phases: bool = False
+    # The framework's own split of a captured graph at its split ops
+    # (``info.split_ops``): (pieces, the op each splitting piece is cut at).
+    # None: the doctor counts the pieces itself (capture/trace.py).
+    splitter: Callable[[Any], tuple[int, list[str]]] | None = None
 
     @property
     def spec(self) -> str:

@@ -81,6 +81,40 @@ def launch_arguments(text: str | None, config: str | None) -> tuple[tuple[str, .
     return tuple(rest), config
 
 
+def vllm_launch_arguments(text: str, config: str | None) -> tuple[tuple[str, ...], str | None]:
+    """``--vllm-args`` split as a shell does, and the config folder: the
+    model vLLM is given (``vllm serve MODEL`` or ``--model MODEL``), if any,
+    is the model's config (and --config is then left out)."""
+    try:
+        args = shlex.split(text)
+    except ValueError as e:
+        raise ValueError(f"--vllm-args: {e} in {text!r}") from e
+    if not args:
+        raise ValueError("--vllm-args is empty: give vLLM's launch arguments (what follows `vllm serve`)")
+    model = None
+    if not args[0].startswith("-"):  # vllm serve MODEL ...
+        model, args = args[0], args[1:]
+    rest: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--model":
+            if i + 1 >= len(args):
+                raise ValueError(f"--vllm-args: {arg} needs a value")
+            model, i = args[i + 1], i + 2
+            continue
+        if arg.startswith("--model="):
+            model = arg.split("=", 1)[1]
+        else:
+            rest.append(arg)
+        i += 1
+    if model is not None:
+        if config is not None:
+            raise ValueError("--vllm-args names a model and --config names another: give one")
+        config = model
+    return tuple(rest), config
+
+
 def _first_layer(loaded: Any, kind: str) -> int:
     """The first decoder layer of ``kind`` (dense, moe), or a ValueError
     (exit 2) naming the config values that leave the model none."""
@@ -122,11 +156,17 @@ class Glm5Provider(TargetProvider):
                                 "`python -m sglang.launch_server`), read by the installed SGLang itself; "
                                 "--model-path defaults to the GLM-5-NVFP4 config (--config)", metavar="ARGS",
                command_line=True),
+        Option("--vllm-args", "the server's launch arguments for vLLM (what follows `vllm serve`), read and resolved "
+                              "by the installed vLLM itself: the model forward as vLLM builds and compiles it; the "
+                              "model defaults to the GLM-5-NVFP4 config (or give it as vLLM does, or --model-path)",
+               metavar="ARGS", command_line=True, selects=True),
     )
 
     def select(self, options: Mapping[str, Any]) -> list[Selection]:
         from graphbreak_doctor.targets.frameworks import sglang
 
+        if options.get("vllm_args") is not None:
+            return [self._vllm_selection(options)]
         launch, config = launch_arguments(options.get("sglang_args"), options.get("config"))
         if options.get("model_path") is not None:
             if config is not None:
@@ -164,6 +204,45 @@ class Glm5Provider(TargetProvider):
         return self._selections("model" if model else layer, impl, config, other, tokens=options.get("tokens"),
                                 tp=options.get("tp"), cold=bool(options.get("cold")), scope=scope,
                                 phase=options.get("forward") or "extend", launch=launch)
+
+    def _vllm_selection(self, options: Mapping[str, Any]) -> Selection:
+        """``--vllm-args``: the model forward as the installed vLLM builds
+        and compiles it for that launch."""
+        from graphbreak_doctor.targets.frameworks import vllm
+
+        if options.get("sglang_args") is not None:
+            raise ValueError("--vllm-args and --sglang-args launch two frameworks: give one")
+        for flag, key in (("--layer", "layer"), ("--whole-layer", "whole_layer"), ("--impl", "impl"),
+                          ("--forward", "forward"), ("--tp", "tp")):
+            if options.get(key):
+                raise ValueError(f"--vllm-args traces the model's forward as vLLM compiles it: leave out {flag}")
+        launch, config = vllm_launch_arguments(options["vllm_args"], options.get("config"))
+        if options.get("model_path") is not None:
+            if config is not None:
+                raise ValueError("--model-path names the model, and --config or --vllm-args' model another: give one")
+            config = options["model_path"]
+        if not vllm.available():
+            raise ValueError("--vllm-args needs vLLM installed: vLLM itself reads them (see docs/vllm.md)")
+        return self.vllm_selection(config, launch, tokens=options.get("tokens"))
+
+    def vllm_selection(self, config: str | None, launch: tuple[str, ...], *, tokens: int | None = None) -> Selection:
+        """The model in ``config`` (a folder, a packaged model's name; None:
+        GLM-5-NVFP4) as vLLM serves it under ``launch``, whether or not this
+        environment has vLLM (a matrix cell runs in another one)."""
+        from pathlib import Path
+
+        from graphbreak_doctor.targets.model_folder import read_model_folder
+        from graphbreak_doctor.targets.models.glm5.config import load_config
+
+        config = packaged_or_path(config)
+        folder = read_model_folder(config if config is not None else str(Path(load_config(None).path).parent))
+        arch = folder.architectures[0]
+        slug = re.sub(r"forcausallm$", "", re.sub(r"[^a-z0-9]", "", arch.lower())) or "model"
+        directory = folder.path if os.path.isdir(folder.path) else os.path.dirname(folder.path)
+        name = GLM5_NAME if arch == GLM5_ARCHITECTURE else arch
+        options = {"framework": "vllm", "kind": "model", "config": directory, "tokens": tokens, "scope": "model",
+                   "launch": list(launch), "compile_map": True, "served": {"name": name, "spec": f"{slug}-vllm"}}
+        return Selection(self.name, f"{slug}-vllm-model", options, spec=f"{slug}-vllm:model")
 
     def served_selections(self, layer: str, impl: str, *, config: str | None = None, tokens: int | None = None,
                           tp: int | None = None, cold: bool = False, scope: str = "block", phase: str = "extend",
@@ -290,6 +369,14 @@ class Glm5Provider(TargetProvider):
     def build(self, selection: Selection, device: str, log: UndoLog) -> Target:
         o = selection.options
         try:
+            if o.get("framework") == "vllm":
+                from graphbreak_doctor.targets.frameworks.vllm.builder import Served as VllmServed
+                from graphbreak_doctor.targets.frameworks.vllm.builder import build_model
+
+                served = VllmServed(config_dir=o["config"], name=o["served"]["name"], spec=o["served"]["spec"],
+                                    provider=self.name, facts={"config": o["config"]})
+                return build_model(served, device=device, log=log, launch_args=tuple(o.get("launch", ())),
+                                   tokens=o.get("tokens"))
             if o.get("impl") == "sglang":
                 from graphbreak_doctor.targets.frameworks.sglang import builder as sglang
 

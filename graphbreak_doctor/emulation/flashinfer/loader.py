@@ -8,6 +8,10 @@ sources are read for `TVM_FFI_DLL_EXPORT_TYPED_FUNC(name, ...)` (for a
 library FlashInfer's registry does not know, the sources in its build
 folder: SGLang's JIT generates its export wrapper there). Each load is
 reported to the recorder.
+
+A library with no sources anywhere (not built by a JIT: a package's own
+binding, such as a grammar library's) that exists is loaded for real when it
+loads on this machine; only when its load fails here is it dry.
 """
 
 from __future__ import annotations
@@ -95,6 +99,10 @@ def _dry_load(path: str, fmt: str = "so") -> Any:  # noqa: ARG001
     # -> _ffi_api.ModuleLoadFromFile) in place of dlopen.
     name = Path(path).stem
     sources = specs.spec_sources(name) or specs.sources_beside(path)
+    if not sources and Path(path).is_file():
+        real = _real_load(path, fmt)
+        if real is not None:
+            return real
     exports = specs.export_names(sources)
     answered = {**answers.answers_for(name, exports, specs.read_sources(sources)),
                 **host_code.host_functions(name, sources, STATE.real_so_loader)}
@@ -104,6 +112,16 @@ def _dry_load(path: str, fmt: str = "so") -> Any:  # noqa: ARG001
         shutil.copyfile(_cubin_loader_stub(), path)
     recorder.report("load", name, str(path), exports)
     return module
+
+
+def _real_load(path: str, fmt: str) -> Any:
+    """The library loaded by tvm-ffi's own loader, or None when it does not
+    load on this machine (built against CUDA): the caller then loads it dry,
+    and the recorder hears of that load as of any dry one."""
+    try:
+        return STATE.real_so_loader(path, fmt)
+    except Exception:  # noqa: BLE001 -- the dry load that follows is the answer, and is recorded
+        return None
 
 
 def install(log: UndoLog) -> None:

@@ -17,7 +17,9 @@ One module per library stood in for:
   answer dry);
 - deep_gemm_libs.py: DeepGEMM's op library (older releases) or its tvm-ffi
   kernel library, every function found, the indexer's kernels dry;
-- cudart.py: a CUDA runtime library mapped for FlashInfer 0.6's comm module.
+- cudart.py: a CUDA runtime library mapped for FlashInfer 0.6's comm module;
+- vllm_libs.py: vLLM's native libraries (empty modules, and every op schema
+  their binaries declare, in the namespaces vLLM's Python calls them by).
 
 binaries.py holds what they are made of. After the framework's import,
 ``register_missing_fakes`` gives the declared ``sgl_kernel`` ops that
@@ -39,6 +41,7 @@ from graphbreak_doctor.emulation.standins.deep_gemm_libs import install_deep_gem
 from graphbreak_doctor.emulation.standins.schemas import TORCHVISION_SCHEMAS, schemas_in
 from graphbreak_doctor.emulation.standins.sgl_kernel_libs import EXTENSION_DRY, install_sgl_kernel
 from graphbreak_doctor.emulation.standins.torchvision_c import install_torchvision
+from graphbreak_doctor.emulation.standins.vllm_libs import install_vllm
 from graphbreak_doctor.patching import UndoLog
 
 
@@ -50,6 +53,7 @@ def install(log: UndoLog) -> StandIns:
     install_torchvision(log, out)
     install_sgl_kernel(log, out)
     install_deep_gemm(log, out)
+    install_vllm(log, out)
     map_cuda_runtime(log, out)
     return out
 
@@ -58,33 +62,36 @@ def register_missing_fakes(out: StandIns) -> None:
     """After the framework's import: give each declared op that still has no
     fake and returns nothing (a kernel that only writes its ``Tensor!``
     arguments) a no-op fake. An op that returns values keeps the fake the
-    framework registered; one without a fake is left so: a traced call to it
-    fails, naming the op, as no stand-in can know its outputs."""
-    theirs, ours, unanswered, known = [], [], [], []
-    for name in out.declared:
-        qualname = f"sgl_kernel::{name}"
+    framework registered, or gets the doctor's catalogue entry; one without
+    either is left so: a traced call to it fails, naming the op, as no
+    stand-in can know its outputs. One line per namespace and kind."""
+    theirs, ours, unanswered, known = {}, {}, {}, []
+    for qualname in out.declared:
+        namespace, name = qualname.split("::", 1)
         if torch._C._dispatch_has_kernel_for_dispatch_key(qualname, "Meta") or _has_fake(qualname):
-            theirs.append(name)
-        elif name in catalogue.FAKES:
-            torch.library.register_fake(qualname, catalogue.FAKES[name][0], lib=out.library)
-            known.append(name)
-        elif getattr(torch.ops.sgl_kernel, name).default._schema.returns:
-            unanswered.append(name)
+            theirs.setdefault(namespace, []).append(name)
+        elif qualname in catalogue.FAKES:
+            torch.library.register_fake(qualname, catalogue.FAKES[qualname][0], lib=out.libraries[namespace])
+            known.append(qualname)
+        elif catalogue.answered(qualname):
+            continue  # a host query with an answer of the catalogue's (defined with it)
+        elif getattr(getattr(torch.ops, namespace), name).default._schema.returns:
+            unanswered.setdefault(namespace, []).append(name)
         else:
-            torch.library.register_fake(qualname, no_op, lib=out.library)
-            ours.append(name)
-    if ours:
-        out.lines.append(f"sgl_kernel::{{{len(ours)} ops}}: the schemas common_ops declares, no kernel, a no-op fake "
-                         "(kernels that only write their Tensor! arguments)")
-    if theirs:
-        out.lines.append(f"sgl_kernel::{{{', '.join(theirs)}}}: the library's schemas, no kernel (the framework "
+            torch.library.register_fake(qualname, no_op, lib=out.libraries[namespace])
+            ours.setdefault(namespace, []).append(name)
+    for namespace, names in ours.items():
+        out.lines.append(f"{namespace}::{{{len(names)} ops}}: the schemas its library declares, no kernel, a no-op "
+                         "fake (kernels that only write their Tensor! arguments)")
+    for namespace, names in theirs.items():
+        out.lines.append(f"{namespace}::{{{', '.join(names)}}}: the library's schemas, no kernel (the framework "
                          "registers their fakes)")
-    for name in known:
-        out.lines.append(f"sgl_kernel::{name}: the library's schema, no kernel, a fake from the doctor's catalogue "
-                         f"({catalogue.FAKES[name][1]})")
-    if unanswered:
-        out.lines.append(f"sgl_kernel::{{{', '.join(unanswered)}}}: the library's schemas, no kernel and no fake "
-                         "(they return values the framework registers no fake for: a traced call fails, naming the op)")
+    for qualname in known:
+        out.lines.append(f"{qualname}: the library's schema, no kernel, a fake from the doctor's catalogue "
+                         f"({catalogue.FAKES[qualname][1]})")
+    for namespace, names in unanswered.items():
+        out.lines.append(f"{namespace}::{{{', '.join(names)}}}: the library's schemas, no kernel and no fake (they "
+                         "return values the framework registers no fake for: a traced call fails, naming the op)")
 
 
 def _has_fake(qualname: str) -> bool:

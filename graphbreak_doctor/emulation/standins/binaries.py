@@ -23,9 +23,17 @@ class StandIns:
     """What was installed, for the findings, and what ``register_missing_fakes`` still does."""
 
     lines: list[str] = field(default_factory=list)
-    # sgl_kernel ops declared here that may still need a fake after the import.
+    # The ops declared here ("namespace::name") that may still need a fake
+    # after the framework's import.
     declared: list[str] = field(default_factory=list)
-    library: torch.library.Library | None = None
+    libraries: dict[str, torch.library.Library] = field(default_factory=dict)
+
+    def library(self, log: UndoLog, namespace: str) -> torch.library.Library:
+        """The op library fragment of ``namespace`` the stand-ins define in
+        (made on first use, destroyed when ``log`` is undone)."""
+        if namespace not in self.libraries:
+            self.libraries[namespace] = op_library(log, namespace)
+        return self.libraries[namespace]
 
 
 def loads(path: str) -> str:
@@ -45,9 +53,11 @@ def package_dir(name: str) -> Path | None:
 
 
 def declared(qualname: str) -> bool:
-    """Whether the op ``namespace::name`` has a schema in this process."""
+    """Whether the op ``namespace::name`` (or ``namespace::name.overload``)
+    has a schema in this process."""
+    name, _, overload = qualname.partition(".")
     try:
-        torch._C._dispatch_find_schema_or_throw(qualname, "")
+        torch._C._dispatch_find_schema_or_throw(name, overload)
     except RuntimeError:
         return False
     return True

@@ -15,9 +15,10 @@ TORCHVISION_SCHEMAS = {
     "qnms": "qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor",
 }
 
-# A schema string as a binary holds it: ``name(args) -> returns`` ending at
-# a NUL, the name lower case and not the tail of a longer identifier.
-_SCHEMA = re.compile(rb"(?<![A-Za-z0-9_])([a-z_0-9]+)\(([^\x00]*?)\) -> ([^\x00]*?)\x00")
+# A schema string as a binary holds it: ``name(args) -> returns`` or
+# ``name.overload(args) -> returns`` ending at a NUL, the name lower case and
+# not the tail of a longer identifier.
+_SCHEMA = re.compile(rb"(?<![A-Za-z0-9_.])([a-z_0-9]+(?:\.[a-z_0-9]+)?)\(([^\x00]*?)\) -> ([^\x00]*?)\x00")
 _ARROW = b") -> "
 
 # What schemas_in read, per binary: (path, size, mtime_ns) -> schemas.

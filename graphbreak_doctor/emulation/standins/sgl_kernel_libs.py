@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from graphbreak_doctor.emulation.standins.binaries import (
-    StandIns, declared, empty_module, loads, no_op, op_library, package_dir, sm_count,
+    StandIns, declared, empty_module, loads, no_op, package_dir, sm_count,
 )
 from graphbreak_doctor.emulation.standins.schemas import schemas_in
 from graphbreak_doctor.patching import UndoLog
@@ -67,17 +67,15 @@ def declare_common_ops(log: UndoLog, out: StandIns, binaries: list[Path]) -> Non
             if why:
                 unparsed.append((name, why))
                 continue
-            out.declared.append(name)
+            out.declared.append(f"sgl_kernel::{name}")
     _unparsed_line(out, "common_ops", unparsed)
 
 
 def _define(log: UndoLog, out: StandIns, text: str) -> str:
     """Define ``text`` in the stand-in's ``sgl_kernel`` library: '' when
     defined, else why this torch refuses it (its parser's first sentence)."""
-    if out.library is None:
-        out.library = op_library(log, "sgl_kernel")
     try:
-        out.library.define(text)
+        out.library(log, "sgl_kernel").define(text)
     except Exception as e:  # any schema this torch refuses is left out, and named
         line = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
         return line.split(". ", 1)[0].rstrip(":")
@@ -138,9 +136,9 @@ def _declare_dry(log: UndoLog, out: StandIns, binary: Path, dry: dict) -> list[s
             unparsed.append((name, why))
             continue
         if name in dry:
-            out.library.impl(name, dry[name], "CompositeExplicitAutograd")
+            out.library(log, "sgl_kernel").impl(name, dry[name], "CompositeExplicitAutograd")
         elif text.endswith("-> ()"):
-            out.library.impl(name, no_op, "CompositeExplicitAutograd")
+            out.library(log, "sgl_kernel").impl(name, no_op, "CompositeExplicitAutograd")
         names.append(name)
     _unparsed_line(out, binary.name.split(".", 1)[0], unparsed)
     return names

@@ -37,6 +37,7 @@ from typing import Any, Iterator
 
 import torch
 
+from graphbreak_doctor.emulation.platform_window import platform_window  # noqa: F401  (SGLang's window)
 from graphbreak_doctor.patching import UndoLog
 
 CHANGES = {
@@ -61,38 +62,6 @@ CACHE_VARIABLES = {
     "CUDA_CACHE_PATH": "nv",
     "TILELANG_CACHE_DIR": "tilelang",
 }
-
-
-@contextlib.contextmanager
-def platform_window() -> Iterator[None]:
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    real = torch.cuda.is_available
-    # Fake tensor mode asks the same probes whether it may put a constant on a
-    # real device (the property reads torch's device probes, not the mode);
-    # it keeps the answer it gives on this machine.
-    avoid = FakeTensorMode.__dict__["avoid_device_init"].fget(None)
-
-    def is_available() -> bool:
-        return True
-
-    is_available.__qualname__, is_available.__module__ = real.__qualname__, real.__module__
-    with UndoLog() as window:
-        window.setattr(FakeTensorMode, "avoid_device_init", property(lambda self: avoid))
-        window.setattr(torch.cuda, "is_available", is_available)
-        yield
-    _check_rule_map(is_available, real)
-
-
-def _check_rule_map(replacement: Any, real: Any) -> None:
-    """Dynamo's torch-object rule map is built from qualified names once per
-    process; built while the replacement was installed it would hold the
-    replacement instead of the real function (a false 'skipped' break)."""
-    from torch._dynamo import trace_rules
-
-    rules = trace_rules.get_torch_obj_rule_map()
-    if replacement in rules:
-        rules[real] = rules.pop(replacement)
 
 
 # What a cached probe asks the platform: whether CUDA is there, and which

@@ -1,0 +1,151 @@
+"""A served model's forward as vLLM builds, runs and compiles it.
+
+``build_model`` imports vLLM inside the device (stand-ins for its native
+libraries first, its CUDA platform installed before any model import, its
+caches in a scratch folder), resolves the launch (launch.py) and makes the
+target. The model itself is built by the target's ``prepare`` (a trace of
+one mode) or ``discover`` (the compile map), through vLLM's own loader
+(model.py):
+
+- the map: vLLM's profile run (one forward at the launch's largest batch of
+  tokens) with ``torch.compile`` recorded; the regions it entered (vLLM's
+  ``@support_torch_compile`` forward, model-local compiled helpers) are
+  traced as vLLM compiles them: its own options (``fullgraph=True``,
+  ``dynamic=False`` with its ``mark_dynamic`` dims on the arguments), and
+  its backend's split of the graph at its splitting ops counted by vLLM's
+  own ``split_graph`` (no Inductor). A launch that compiles nothing
+  (``--enforce-eager``, ``-O0``, the breakable-CUDA-graph list) says so,
+  in vLLM's words.
+- a trace (``--mode fullgraph`` / ``explain``): the forward vLLM compiles
+  (the decorated module, or the backbone of a model without the decorator:
+  what would fail if it were compiled), called as the profile run calls it.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from graphbreak_doctor.emulation import standins
+from graphbreak_doctor.emulation.platform_window import platform_window
+from graphbreak_doctor.model import TargetInfo
+from graphbreak_doctor.patching import UndoLog
+from graphbreak_doctor.targets import PhaseNotRun, Target, TargetError
+from graphbreak_doctor.targets.frameworks.vllm import PHASES, emulation, launch
+from graphbreak_doctor.targets.frameworks.vllm import model as vllm_model
+from graphbreak_doctor.text import one_line
+
+
+@dataclass(frozen=True)
+class Served:
+    """What the caller knows of the served model: its config folder, how
+    the findings name it, and the spec's first word. Plain data."""
+
+    config_dir: str
+    name: str
+    spec: str
+    provider: str
+    facts: dict[str, Any] = field(default_factory=dict)
+
+
+def build_model(served: Served, *, device: str, log: UndoLog, launch_args: tuple[str, ...] = (),
+                tokens: int | None = None) -> Target:
+    if device == "cpu":
+        raise TargetError("vLLM's models run on a CUDA device: use an emulated one (--device sm120, sm100, sm90)")
+    folder = emulation.scratch(log)
+    installed = standins.install(log)
+    emulation.isolate_caches(log, folder)
+    emulation.aot_compile_off(log)
+    with platform_window():
+        emulation.install_platform(log)
+        emulation.inspect_in_process(log)
+        config, said = launch.resolve(launch_args, served.config_dir)
+        standins.register_missing_fakes(installed)
+    facts = launch.describe(config, said, launch_args)
+    resolved = facts["resolved"]
+    release = launch.version()
+    # The profile run's batch: the launch's largest (vLLM runs its profile
+    # run at max_num_batched_tokens), unless the user asks for another.
+    size = tokens or resolved["max_num_batched_tokens"]
+    facts["arguments"] = list(launch_args)
+    facts["phases"] = {PHASES[0]: _phase_line(resolved, size)}
+    info = TargetInfo(
+        spec=f"{served.spec}:model",
+        provider=served.provider,
+        title=f"{served.name} model forward, vLLM {release}",
+        facts={"impl": "vllm", "vllm_version": release, "model": served.name, **served.facts, "scope": "model",
+               "launch": facts, "emulation": [emulation.CHANGES[k] for k in emulation.CHANGES]},
+        stand_ins=installed.lines,
+        notes=["no checkpoint is read: vLLM's dummy-weight loader (--load-format dummy)"],
+    )
+    target = Target(fn=_not_prepared, info=info, own_warm_up=True, eager_phases=True)
+    target.prepare = functools.partial(_prepare, target, config, size)
+    target.discover = functools.partial(_discover, target, config, size)
+    return target
+
+
+def _phase_line(resolved: dict[str, Any], tokens: int) -> str:
+    sizes = resolved["cudagraph_capture_sizes"]
+    graphs = (f"CUDA graphs {resolved['cudagraph_mode']} at {len(sizes)} capture sizes ({sizes[0]}-{sizes[-1]})"
+              if sizes and resolved["cudagraph_mode"] != "NONE" else f"CUDA graphs {resolved['cudagraph_mode']}")
+    if not launch.compiled(resolved):
+        why = "; ".join(resolved["not_compiled_because"]) or "vLLM's resolved configuration"
+        return (f"vLLM's profile run at {tokens} tokens; not compiled (compilation mode {resolved['mode']}: {why}); "
+                f"{graphs}")
+    ranges = ", ".join(resolved["compile_ranges"]) or "one range"
+    return (f"vLLM's profile run at {tokens} tokens; compiled by vLLM (compilation mode "
+            f"{resolved['mode']}, backend {resolved['backend']}, dynamic shapes {resolved['dynamic_shapes']}, "
+            f"compile ranges {ranges}); {graphs}")
+
+
+def _build(target: Target, config: Any, log: UndoLog) -> vllm_model.Built:
+    built = vllm_model.build(config, log, emulation.building)
+    target.info.facts.update(layers_built=built.layers, model_layers=built.full,
+                             model_class=type(built.model).__qualname__,
+                             compiled_module=type(built.backbone).__qualname__)
+    target.info.notes.extend(built.notes)
+    resolved = target.info.facts["launch"]["resolved"]
+    if resolved["mode"] == "STOCK_TORCH_COMPILE":
+        # vLLM's model runner compiles the whole model in place, with
+        # fullgraph=True and the backend vLLM's config initializes, after it
+        # loads it (its decorator then compiles nothing of its own).
+        built.model.compile(fullgraph=True, backend=config.compilation_config.init_backend(config))
+    elif launch.compiled(resolved):
+        ops = resolved["splitting_ops"]
+        target.info.split_ops = list(ops)
+        target.splitter = vllm_model.splitter(ops)
+    return built
+
+
+def _discover(target: Target, config: Any, tokens: int, log: UndoLog, phase_scope: Any) -> None:
+    try:
+        built = _build(target, config, log)
+    except TargetError as e:  # the launch is known (the map says it); the model does not build here
+        raise PhaseNotRun(f"the {PHASES[0]} phase cannot run here: {e}") from e
+    context = functools.partial(vllm_model.forward_context, config, tokens)
+    with phase_scope(PHASES[0], context):
+        try:
+            vllm_model.run(built, config, tokens)
+        except Exception as e:
+            raise PhaseNotRun(f"vLLM's profile run raises here: {type(e).__name__}: {one_line(str(e), 300)}") from e
+
+
+def _prepare(target: Target, config: Any, tokens: int, mode: str, log: UndoLog) -> None:
+    """The forward vLLM compiles (the decorated module, else the backbone),
+    called as the profile run calls it, inside its forward context."""
+    built = _build(target, config, log)
+    log.enter(torch.no_grad())
+    log.enter(vllm_model.forward_context(config, tokens))
+    target.fn = built.backbone
+    target.kwargs = {k: v for k, v in vllm_model.inputs(tokens).items()}
+    target.info.function = f"{type(built.backbone).__qualname__}.forward"
+
+
+def _not_prepared(*args: Any, **kwargs: Any) -> Any:
+    raise RuntimeError("a vLLM target is traced after its prepare(mode) built the model")
+
+
+__all__ = ["Served", "build_model"]

@@ -1,0 +1,144 @@
+"""A model as vLLM builds and runs it: its distributed state for one rank,
+the model class its registry maps the config's architecture to, built and
+given dummy weights by its own loader (``--load-format dummy``: no
+checkpoint is read), on the emulated GPU; then run as vLLM's profile run
+runs it -- one forward in a forward context with no attention metadata, at
+the launch's largest batch of tokens.
+
+The model is built at full depth (fake weights take no memory) and run
+through its first ``n`` decoder layers only, ``n`` the fewest leading layers
+that hold every kind of layer the model has (two layers are of one kind when
+their module trees hold the same classes at the same places): the decoder
+loop's own pipeline-stage bounds (``start_layer``/``end_layer``, which every
+vLLM model that supports pipeline parallelism iterates) are set to that
+range, as a pipeline stage of ``n`` layers would be.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Hashable, Iterator
+
+import torch
+
+from graphbreak_doctor.patching import UndoLog
+from graphbreak_doctor.targets import TargetError
+from graphbreak_doctor.text import one_line
+
+
+@dataclass
+class Built:
+    model: torch.nn.Module
+    backbone: torch.nn.Module  # the module vLLM's decorator compiles, or the model where it has none
+    layers: int  # decoder layers run
+    full: int  # decoder layers in the config
+    notes: list[str] = field(default_factory=list)
+
+
+def init_distributed(log: UndoLog, folder: Path) -> None:
+    """vLLM's process groups for a single rank (gloo on the host: no NCCL)."""
+    from vllm.distributed import parallel_state
+
+    parallel_state.init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
+                                                distributed_init_method=f"file://{folder / 'dist-init'}")
+    parallel_state.ensure_model_parallel_initialized(1, 1)
+
+    def destroy() -> None:
+        parallel_state.destroy_model_parallel()
+        parallel_state.destroy_distributed_environment()
+
+    log.call_on_undo(destroy)
+
+
+def build(vllm_config: Any, log: UndoLog, building: Callable[[], Any]) -> Built:
+    """The model, by vLLM's loader, inside ``building`` (the platform
+    window), with vLLM's current config set for as long as ``log`` lives."""
+    from vllm.config import set_current_vllm_config
+    from vllm.model_executor.model_loader import get_model
+
+    log.enter(set_current_vllm_config(vllm_config))
+    init_distributed(log, Path(tempfile.mkdtemp(prefix="graphbreak-doctor-vllm-dist-")))
+    try:
+        with building(), torch.device("cuda"):
+            model = get_model(vllm_config=vllm_config)
+    except TargetError:
+        raise
+    except Exception as e:
+        raise TargetError(f"vLLM could not build the model: {type(e).__name__}: {one_line(str(e), 300)}") from e
+    backbone = getattr(model, "model", model)
+    full = int(getattr(vllm_config.model_config.hf_config, "num_hidden_layers", 0) or 0)
+    layers, notes = _reduce(backbone, full)
+    return Built(model=model, backbone=backbone, layers=layers, full=full, notes=notes)
+
+
+def _structure(layer: torch.nn.Module) -> Hashable:
+    return tuple((name, type(module).__qualname__) for name, module in layer.named_modules())
+
+
+def _reduce(backbone: torch.nn.Module, full: int) -> tuple[int, list[str]]:
+    layers = getattr(backbone, "layers", None)
+    if layers is None or not hasattr(backbone, "end_layer") or getattr(backbone, "start_layer", 0) != 0:
+        return full, ["the model's decoder loop has no pipeline-stage bounds: run at full depth"]
+    seen: set[Hashable] = set()
+    last_new = 0
+    for index, layer in enumerate(layers):
+        kind = _structure(layer)
+        if kind not in seen:
+            seen.add(kind)
+            last_new = index
+    kept = last_new + 1
+    backbone.end_layer = kept
+    return kept, [f"{kept} of {len(layers)} decoder layers run ({len(seen)} kind(s) of layer; the decoder loop's "
+                  "pipeline-stage bounds set to them)"]
+
+
+@contextlib.contextmanager
+def forward_context(vllm_config: Any, tokens: int) -> Iterator[None]:
+    """vLLM's forward context of its profile run: no attention metadata,
+    ``tokens`` tokens, no CUDA-graph runtime mode."""
+    from vllm.forward_context import set_forward_context
+
+    with set_forward_context(None, vllm_config, num_tokens=tokens):
+        yield
+
+
+def inputs(tokens: int) -> dict[str, Any]:
+    """What vLLM's runner passes the model in its profile run."""
+    return {"input_ids": torch.zeros(tokens, dtype=torch.int64, device="cuda"),
+            "positions": torch.zeros(tokens, dtype=torch.int64, device="cuda"),
+            "intermediate_tensors": None, "inputs_embeds": None}
+
+
+def run(built: Built, vllm_config: Any, tokens: int) -> Any:
+    """One forward as the profile run makes it (inside its forward context)."""
+    with torch.no_grad(), forward_context(vllm_config, tokens):
+        return built.model(**inputs(tokens))
+
+
+def splitter(splitting_ops: list[str]) -> Callable[[torch.fx.GraphModule], tuple[int, list[str]]]:
+    """vLLM's own graph split at its splitting ops: (pieces, the op each
+    splitting piece is cut at, in order, as vLLM's own rule matches it)."""
+    from vllm.compilation.backends import split_graph
+    from vllm.compilation.partition_rules import should_split
+
+    def split(gm: torch.fx.GraphModule) -> tuple[int, list[str]]:
+        _split_gm, items = split_graph(gm, list(splitting_ops))
+        at = []
+        for item in items:
+            if item.is_splitting_graph:  # vLLM keeps consecutive split ops in one piece
+                ops = [_op_name(n.target) for n in item.graph.graph.nodes if should_split(n, list(splitting_ops))]
+                at.append(" + ".join(dict.fromkeys(ops)) or "?")
+        return len(items), at
+
+    return split
+
+
+def _op_name(target: Any) -> str:
+    name = getattr(target, "_qualified_op_name", None)
+    return name if name else target.name() if hasattr(target, "name") else str(target)
+
+
+__all__ = ["Built", "build", "forward_context", "inputs", "run", "splitter"]
