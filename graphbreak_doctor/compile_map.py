@@ -53,11 +53,14 @@ def _own_backend(site: Site) -> bool:
 
 
 def trace_region(site: Site, progress: Callable[[str], None] = lambda _m: None,
-                 split_ops: tuple[str, ...] = (), splitter: Callable[[Any], tuple[int, list[str]]] | None = None) -> Region:
+                 split_ops: tuple[str, ...] = (),
+                 splitter: Callable[[Any], tuple[int, list[str]]] | None = None) -> Region:
     """The region of one torch.compile call; traced when a phase entered it.
     ``split_ops``: the ops the target's framework cuts a compiled graph at; a
     fullgraph region compiled with a backend of the code's own (the framework's
-    piecewise backend) is traced as that backend sees it, and its pieces counted."""
+    piecewise backend) is traced as that backend sees it, and its pieces counted:
+    by ``splitter``, the framework's own split, where it has one (the ops each
+    splitting piece was cut at are then the region's ``split_ops``)."""
     region = Region(function=site.name, site=make_frame(site.file, site.line, site.name.rsplit(".", 1)[-1]),
                     options={k: _plain(v) for k, v in site.options.items()},
                     calls=dict(site.calls), shapes={k: list(v) for k, v in site.shapes.items()},

@@ -252,7 +252,8 @@ def trace(target: Target, mode: str, *, decompile: bool = True, on_event: Callab
         try:
             # Inside the try: torch.compile reads the callable's attributes
             # (functools.update_wrapper), which a target may make raise.
-            compiled = torch.compile(target.fn, fullgraph=fullgraph, backend=_backend(result, split_ops, target.splitter),
+            backend = _backend(result, split_ops, target.splitter)
+            compiled = torch.compile(target.fn, fullgraph=fullgraph, backend=backend,
                                      dynamic=dynamic)
             _call(compiled, target.args, target.kwargs)
             result.ok = True

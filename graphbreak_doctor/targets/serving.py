@@ -53,27 +53,8 @@ def launch_arguments(text: str | None, config: str | None) -> tuple[tuple[str, .
     is then left out)."""
     if text is None:
         return (), config
-    try:
-        args = shlex.split(text)
-    except ValueError as e:
-        raise ValueError(f"--sglang-args: {e} in {text!r}") from e
-    if not args:
-        raise ValueError("--sglang-args is empty: give SGLang's launch arguments, or leave it out")
-    model_path = None
-    rest: list[str] = []
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        if arg == "--model-path":
-            if i + 1 >= len(args):
-                raise ValueError(f"--sglang-args: {arg} needs a value")
-            model_path, i = args[i + 1], i + 2
-            continue
-        if arg.startswith("--model-path="):
-            model_path = arg.split("=", 1)[1]
-        else:
-            rest.append(arg)
-        i += 1
+    args = _split(text, "--sglang-args", "give SGLang's launch arguments, or leave it out")
+    model_path, rest = _take_value(args, "--model-path", "--sglang-args")
     if model_path is not None:
         if config is not None:
             raise ValueError("--sglang-args names --model-path and --config names another: give one")
@@ -81,33 +62,47 @@ def launch_arguments(text: str | None, config: str | None) -> tuple[tuple[str, .
     return tuple(rest), config
 
 
+def _split(text: str, option: str, empty: str) -> list[str]:
+    """``option``'s launch arguments split as a shell does; one line when they
+    do not split or hold none (``empty`` says what to give)."""
+    try:
+        args = shlex.split(text)
+    except ValueError as e:
+        raise ValueError(f"{option}: {e} in {text!r}") from e
+    if not args:
+        raise ValueError(f"{option} is empty: {empty}")
+    return args
+
+
+def _take_value(args: list[str], flag: str, option: str) -> tuple[str | None, list[str]]:
+    """The value of ``flag`` in ``args`` (``flag VALUE`` or ``flag=VALUE``;
+    the last one given), and the other arguments, in order."""
+    value, rest, i = None, [], 0
+    while i < len(args):
+        arg = args[i]
+        if arg == flag:
+            if i + 1 >= len(args):
+                raise ValueError(f"{option}: {arg} needs a value")
+            value, i = args[i + 1], i + 2
+            continue
+        if arg.startswith(f"{flag}="):
+            value = arg.split("=", 1)[1]
+        else:
+            rest.append(arg)
+        i += 1
+    return value, rest
+
+
 def vllm_launch_arguments(text: str, config: str | None) -> tuple[tuple[str, ...], str | None]:
     """``--vllm-args`` split as a shell does, and the config folder: the
     model vLLM is given (``vllm serve MODEL`` or ``--model MODEL``), if any,
     is the model's config (and --config is then left out)."""
-    try:
-        args = shlex.split(text)
-    except ValueError as e:
-        raise ValueError(f"--vllm-args: {e} in {text!r}") from e
-    if not args:
-        raise ValueError("--vllm-args is empty: give vLLM's launch arguments (what follows `vllm serve`)")
+    args = _split(text, "--vllm-args", "give vLLM's launch arguments (what follows `vllm serve`)")
     model = None
     if not args[0].startswith("-"):  # vllm serve MODEL ...
         model, args = args[0], args[1:]
-    rest: list[str] = []
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        if arg == "--model":
-            if i + 1 >= len(args):
-                raise ValueError(f"--vllm-args: {arg} needs a value")
-            model, i = args[i + 1], i + 2
-            continue
-        if arg.startswith("--model="):
-            model = arg.split("=", 1)[1]
-        else:
-            rest.append(arg)
-        i += 1
+    given, rest = _take_value(args, "--model", "--vllm-args")
+    model = given if given is not None else model
     if model is not None:
         if config is not None:
             raise ValueError("--vllm-args names a model and --config names another: give one")
