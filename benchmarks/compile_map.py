@@ -13,6 +13,11 @@ and <= 3 GB; with the CUDA-graph map (the same run) <= 150 s and <= 3 GB.
     .venv-sglang/bin/python benchmarks/compile_map.py
     .venv-sglang/bin/python benchmarks/compile_map.py --model-path glm5-nvfp4 --model-path qwen3-30b-a3b
     .venv-sglang/bin/python benchmarks/compile_map.py --launch= --launch=--enable-torch-compile
+    .venv-vllm/bin/python benchmarks/compile_map.py --framework vllm --device sm90 --model-path qwen3-30b-a3b
+
+With ``--framework vllm`` the launch is vLLM's (``trace --vllm-args "MODEL
+LAUNCH"``): its profile run at the launch's own batch (no --tokens), the
+same targets.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ LIMIT_S, LIMIT_MIB = 120, 3 * 1024
 CUDAGRAPH_LIMIT_S = 150  # the compile map and the CUDA-graph map together
 
 
-def measure(model: str, launch: str, tokens: int, device: str) -> dict:
+def measure(model: str, launch: str, tokens: int, device: str, framework: str = "sglang") -> dict:
     """One map in a fresh child process of this one (so RUSAGE_CHILDREN is its own)."""
     code = (
         "import json, resource, subprocess, sys, time\n"
@@ -45,11 +50,13 @@ def measure(model: str, launch: str, tokens: int, device: str) -> dict:
         "                  'stderr': done.stderr[-400:]}))\n"
     )
     with tempfile.TemporaryDirectory() as folder:
-        argv = [sys.executable, "-m", "graphbreak_doctor", "trace", "--model", "--model-path", model,
-                "--mode", "map", "--device", device, "--tokens", str(tokens),
+        argv = [sys.executable, "-m", "graphbreak_doctor", "trace", "--mode", "map", "--device", device,
                 "--json", os.path.join(folder, "map.json"), "--no-html", "--no-cache"]
-        if launch:
-            argv += ["--sglang-args", launch]
+        if framework == "vllm":
+            argv += ["--vllm-args", f"{model} {launch}".strip()]
+        else:
+            argv += ["--model", "--model-path", model, "--tokens", str(tokens)]
+            argv += ["--sglang-args", launch] if launch else []
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
         out = subprocess.run([sys.executable, "-c", code, json.dumps(argv)], capture_output=True, text=True,
                              cwd=ROOT, env=env, check=True)
@@ -75,20 +82,23 @@ def main() -> int:
     parser.add_argument("--model-path", action="append", default=None,
                         help="a packaged model or a config folder; repeat for several; default: every packaged model")
     parser.add_argument("--device", default="sm120", help="the emulated GPU (default sm120)")
+    parser.add_argument("--framework", choices=("sglang", "vllm"), default="sglang",
+                        help="whose launch: --sglang-args (default) or --vllm-args")
     args = parser.parse_args()
     launches = args.launch if args.launch is not None else [""]
     if args.model_path is None:
         from graphbreak_doctor.targets.models.packaged import packaged
 
         args.model_path = [m.name for m in packaged()]
-    print(f"compile map (trace --model --mode map --tokens {args.tokens} --device {args.device}), "
+    how = "--vllm-args" if args.framework == "vllm" else f"--model --tokens {args.tokens}"
+    print(f"compile map (trace {how} --mode map --device {args.device}), "
           f"{os.cpu_count()} CPUs")
     print(f"{'model':<16} {'launch':<28} {'exit':>4} {'wall s':>7} {'peak MiB':>9} {'entered':>8} {'registered':>10}  "
           "target; CUDA-graph map (captures finished / run)")
     failed = False
     for model in args.model_path:
       for launch in launches:
-        r = measure(model, launch, args.tokens, args.device)
+        r = measure(model, launch, args.tokens, args.device, args.framework)
         limit = CUDAGRAPH_LIMIT_S if r.get("cudagraph") else LIMIT_S
         ok = r["wall_s"] <= limit and r["peak_mib"] <= LIMIT_MIB
         failed |= not ok and not launch

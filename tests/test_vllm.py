@@ -141,3 +141,98 @@ def test_launch_vllm_refuses_is_one_line(tmp_path, args, said):
     (line,) = [ln for ln in done.stderr.splitlines() if ln.startswith("graphbreak-doctor: error:")]
     assert "vLLM 0.33.0 refuses them" in line and said in line, line
     assert "Traceback" not in done.stderr and not out.exists()
+
+
+# vLLM compiling the profile run itself (its own backend, eager pieces, no
+# CUDA graphs: nothing that needs the device's compiler), inside the emulated
+# H100 as the doctor builds the model; prints the code objects Dynamo's own
+# compilation metrics record. It leaves with os._exit: vLLM's exit handlers
+# would run after the emulation is undone.
+DYNAMO_RECORD = textwrap.dedent("""
+    import json, os
+    import torch
+    from graphbreak_doctor.diagnose import inside_device
+    from graphbreak_doctor.emulation import standins
+    from graphbreak_doctor.targets.frameworks.vllm import emulation, launch
+    from graphbreak_doctor.targets.frameworks.vllm import model as vllm_model
+    from graphbreak_doctor.targets.models.packaged import config_dir
+
+    with inside_device("sm90") as (dev, log):
+        installed = standins.install(log)
+        emulation.isolate_caches(log, emulation.scratch(log))
+        emulation.aot_compile_off(log)
+        with emulation.building():
+            emulation.install_platform(log)
+            emulation.inspect_in_process(log)
+            config, said = launch.resolve(("-cc.backend=eager", "-cc.cudagraph_mode=NONE"),
+                                          str(config_dir("qwen3-30b-a3b")))
+            standins.register_missing_fakes(installed)
+        built = vllm_model.build(config, log, emulation.building)
+        vllm_model.run(built, config, 64)
+        compiled = sorted({(m.co_filename, m.co_firstlineno) for m in torch._dynamo.utils.get_compilation_metrics()})
+        print(json.dumps(compiled), flush=True)
+    os._exit(0)
+""")
+
+
+def test_map_regions_are_what_dynamo_compiles(traces, tmp_path):
+    """The regions the map lists as entered are the code objects Dynamo
+    compiles when vLLM itself compiles the same profile run."""
+    script = tmp_path / "dynamo_record.py"
+    script.write_text(DYNAMO_RECORD)
+    done = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    compiled = {tuple(x) for x in json.loads(done.stdout.strip().splitlines()[-1])}
+    traced = traces.get(*QWEN3)
+    assert traced.code == 0, traced.stderr[-2000:]
+    entered = {(r.site.file, r.site.line) for r in traced.findings.regions if r.entered}
+    assert entered and {(_short(f), line) for f, line in compiled} == {(_short(f), line) for f, line in entered}
+
+
+def _short(path: str) -> str:
+    return path[path.index("vllm/"):] if "vllm/" in path else path
+
+
+def _plugin(tmp_path, arch: str) -> tuple[dict, str]:
+    """The tests' own model class registered with vLLM as a user does: a
+    general plugin (an installed distribution's entry point) and a config
+    folder naming its architecture."""
+    info = tmp_path / "plugin" / "gbd_vllm_test_plugin-0.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: gbd-vllm-test-plugin\nVersion: 0.0\n")
+    (info / "entry_points.txt").write_text("[vllm.general_plugins]\ngbd = fixtures.vllm_models:register\n")
+    from graphbreak_doctor.targets.models.packaged import config_dir
+
+    config = json.loads((config_dir("qwen3-30b-a3b") / "config.json").read_text())
+    folder = tmp_path / arch
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({**config, "architectures": [arch]}))
+    return {"PYTHONPATH": f"{tmp_path / 'plugin'}:{ROOT}"}, str(folder)
+
+
+def test_break_in_a_model_local_helper_fails_fullgraph(tmp_path):
+    """A break in a model-local helper of the tests' own model class: the
+    decorated forward's fullgraph verdict fails, as vLLM's startup would,
+    naming the helper's line, its category and fix; the fixed class is OK."""
+    from fixtures import vllm_models
+
+    env, folder = _plugin(tmp_path, vllm_models.ARCH)
+    out = tmp_path / "f.json"
+    done = run_cli("trace", "--vllm-args", folder, "--device", "sm90", "--mode", "map", "--json", str(out),
+                   "--no-html", env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (region,) = [r for r in json.loads(out.read_text())["regions"] if r["calls"]]
+    assert region["function"] == "fixtures.vllm_models.GbdQwen3MoeModel.forward"
+    assert region["verdict"] == "fails" and region["options"]["fullgraph"] is True
+    (found,) = region["breaks"]
+    assert found["category"] == "filesystem" and found["fix"]["recipe"] == "hoist-filesystem"
+    assert found["actionable_frame"]["function"] == "tuned_scale"
+    assert found["actionable_frame"]["code"] == "scale = 2.0 if os.path.exists(TUNING) else 1.0"
+    assert "its first break stops the server" in done.stdout
+
+    env, folder = _plugin(tmp_path / "fixed", vllm_models.FIXED_ARCH)
+    done = run_cli("trace", "--vllm-args", folder, "--device", "sm90", "--mode", "map", "--json", str(out),
+                   "--no-html", env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (region,) = [r for r in json.loads(out.read_text())["regions"] if r["calls"]]
+    assert region["verdict"] == "ok" and not region["breaks"]

@@ -131,6 +131,7 @@ class CompileRecorder:
         # Calls through a compiled function run the function itself (eagerly):
         # a framework whose backend cannot run here (Target.eager_phases).
         self.eager = False
+        self._inside = False  # an eager call of a region is running
 
     def install(self, log: UndoLog) -> None:
         """Replace ``torch.compile`` until ``log`` is undone. Functions compiled
@@ -176,12 +177,22 @@ class CompileRecorder:
         def entered(*args: Any, **kwargs: Any) -> Any:
             # Inside another region Dynamo is tracing, the call is that
             # region's; only a call the phase itself makes is counted.
+            if recorder.eager and not torch.compiler.is_compiling():
+                # The framework's backend cannot run here: the function runs
+                # itself, in a phase or not (its model's build calls some). A
+                # call inside another region's eager call would be part of
+                # that region's graph when compiled: not counted.
+                if recorder._phase and not recorder._inside:
+                    site.enter(recorder._phase, args, kwargs, recorder._context)
+                outer, recorder._inside = recorder._inside, True
+                try:
+                    return model(*args, **kwargs)
+                finally:
+                    recorder._inside = outer
             if not recorder._phase or torch.compiler.is_compiling():
                 return compiled(*args, **kwargs)
             phase = recorder._phase
             site.enter(phase, args, kwargs, recorder._context)
-            if recorder.eager:
-                return model(*args, **kwargs)
             before = _guard_failures()
             out = compiled(*args, **kwargs)
             reasons = _new_guard_failures(before)

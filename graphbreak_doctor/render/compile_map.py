@@ -5,7 +5,7 @@ registered."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from graphbreak_doctor.model import Findings, Region
 from graphbreak_doctor.frames import at
@@ -26,6 +26,8 @@ class Row:
     recompiles: list[str]
     # A region compiled with a piecewise backend: the pieces its graph is cut into.
     pieces: str = ""
+    # Its breaks, one line each: category, where to change, the fix.
+    breaks_found: list[str] = field(default_factory=list)
 
 
 def options_text(region: Region) -> str:
@@ -49,7 +51,19 @@ def rows(findings: Findings) -> list[Row]:
             verdict += " (nothing to capture: the traced call ran no tensor operation)"
         out.append(Row(r.function, at(r.site), phases, options_text(r), shapes,
                        verdict, str(r.graphs) if r.traced else "-", str(len(r.breaks)) if r.traced else "-",
-                       recompile_lines(r), pieces_text(r)))
+                       recompile_lines(r), pieces_text(r), break_lines(r)))
+    return out
+
+
+def break_lines(region: Region) -> list[str]:
+    """'filesystem at fixtures/m.py:30, in tuned_scale: Move ...' per break of
+    the region (the frame to change, and its fix's summary)."""
+    out = []
+    for b in region.breaks:
+        frame = b.actionable_frame or b.site
+        where = at(frame, function=True) if frame is not None else "an unknown frame"
+        summary = getattr(b.fix, "summary", "") if b.fix is not None else ""
+        out.append(f"{b.category} at {where}" + (f": {summary}" if summary else ""))
     return out
 
 
@@ -136,6 +150,7 @@ def terminal_lines(findings: Findings) -> list[str]:
                      f"{counted(int(row.graphs), 'graph') if row.graphs != '-' else 'no graph'}, "
                      f"{counted(int(row.breaks), 'break') if row.breaks != '-' else 'no break'}")
         lines.append(f"      shapes: {row.shapes}")
+        lines.extend(f"      break: {text}" for text in row.breaks_found)
         if row.pieces:
             lines.append(f"      piecewise backend: {row.pieces}")
         if row.recompiles:

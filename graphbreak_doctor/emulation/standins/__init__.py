@@ -65,7 +65,7 @@ def register_missing_fakes(out: StandIns) -> None:
     framework registered, or gets the doctor's catalogue entry; one without
     either is left so: a traced call to it fails, naming the op, as no
     stand-in can know its outputs. One line per namespace and kind."""
-    theirs, ours, unanswered, known = {}, {}, {}, []
+    theirs, ours, unanswered, known, aliases = {}, {}, {}, [], {}
     for qualname in out.declared:
         namespace, name = qualname.split("::", 1)
         if torch._C._dispatch_has_kernel_for_dispatch_key(qualname, "Meta") or _has_fake(qualname):
@@ -75,6 +75,9 @@ def register_missing_fakes(out: StandIns) -> None:
             known.append(qualname)
         elif catalogue.answered(qualname):
             continue  # a host query with an answer of the catalogue's (defined with it)
+        elif (fake := _alias_fake(getattr(getattr(torch.ops, namespace), name).default._schema)) is not None:
+            torch.library.register_fake(qualname, fake, lib=out.libraries[namespace])
+            aliases.setdefault(namespace, []).append(name)
         elif getattr(getattr(torch.ops, namespace), name).default._schema.returns:
             unanswered.setdefault(namespace, []).append(name)
         else:
@@ -83,6 +86,9 @@ def register_missing_fakes(out: StandIns) -> None:
     for namespace, names in ours.items():
         out.lines.append(f"{namespace}::{{{len(names)} ops}}: the schemas its library declares, no kernel, a no-op "
                          "fake (kernels that only write their Tensor! arguments)")
+    for namespace, names in aliases.items():
+        out.lines.append(f"{namespace}::{{{', '.join(names)}}}: the library's schemas, no kernel, a fake that "
+                         "returns a view of the argument the schema says the result aliases (Tensor(a) -> Tensor(a))")
     for namespace, names in theirs.items():
         out.lines.append(f"{namespace}::{{{', '.join(names)}}}: the library's schemas, no kernel (the framework "
                          "registers their fakes)")
@@ -92,6 +98,26 @@ def register_missing_fakes(out: StandIns) -> None:
     for namespace, names in unanswered.items():
         out.lines.append(f"{namespace}::{{{', '.join(names)}}}: the library's schemas, no kernel and no fake (they "
                          "return values the framework registers no fake for: a traced call fails, naming the op)")
+
+
+def _alias_fake(schema: torch._C.FunctionSchema):
+    """For an op whose one result the schema declares an alias of one of its
+    tensor arguments (``Tensor(a) x, ... -> Tensor(a)``, not written): a fake
+    returning a view of that argument, its sizes and strides; else None."""
+    if len(schema.returns) != 1 or schema.returns[0].alias_info is None or schema.returns[0].alias_info.is_write:
+        return None
+    sets = schema.returns[0].alias_info.before_set
+    index = next((i for i, a in enumerate(schema.arguments)
+                  if a.alias_info is not None and a.alias_info.before_set == sets), None)
+    if index is None:
+        return None
+    name = schema.arguments[index].name
+
+    def fake(*args, **kwargs):
+        tensor = args[index] if index < len(args) else kwargs[name]
+        return torch.ops.aten.alias.default(tensor)
+
+    return fake
 
 
 def _has_fake(qualname: str) -> bool:
