@@ -165,11 +165,12 @@ def test_fake_cuda_tensors_allocate_no_memory():
     assert grown < 200 * 1024, f"RSS grew by {grown} KiB"
 
 
-def test_the_device_keeps_what_the_host_wrote_until_it_is_written_to():
+def test_the_device_keeps_what_the_host_wrote_and_what_it_computed_from_it():
     """A host tensor copied to the device keeps its values (through dtype
-    conversions and views): tensor repeats give repeat_interleave its output
-    size and .item() reads back, as on a GPU. Values computed on the device,
-    or overwritten there, stay unknown: the data-dependent errors of fake tensors."""
+    conversions and views), and so does what the device computes from such
+    values alone: tensor repeats give repeat_interleave its output size and
+    .item() reads back, as on a GPU. A value that depends on one the host
+    never wrote stays unknown: the data-dependent errors of fake tensors."""
     from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
 
     with EmulatedDevice("sm120"):
@@ -178,13 +179,46 @@ def test_the_device_keeps_what_the_host_wrote_until_it_is_written_to():
         assert torch.repeat_interleave(starts, lens).shape == (8,)
         assert torch.repeat_interleave(starts, lens.to(torch.int64).detach().view(2)).shape == (8,)
         assert torch.tensor([7]).cuda().item() == 7
-        with pytest.raises(DynamicOutputShapeException):  # computed on the device: not known
-            torch.repeat_interleave(starts, lens + 1)
+        assert torch.repeat_interleave(starts, lens + 1).shape == (10,)  # computed from known values
+        assert torch.unique(lens * 0).numel() == 1  # an output shape that depends on the values
+        flat = lens.view(1, 2)
+        assert flat[0, 1].item() == 5
         lens.add_(1)
-        with pytest.raises(DynamicOutputShapeException):  # written to on the device: no longer known
-            torch.repeat_interleave(starts, lens)
-        with pytest.raises(DataDependentOutputException):
+        assert lens[1].item() == 6
+        with pytest.raises(DataDependentOutputException):  # another view of the memory written: never stale
+            flat[0, 1].item()
+        with pytest.raises(DynamicOutputShapeException):  # made on the device: not known
+            torch.repeat_interleave(lens, starts)
+        lens.add_(starts)
+        with pytest.raises(DataDependentOutputException):  # written with unknown values: no longer known
             lens[0].item()
+
+
+def test_a_large_device_tensor_is_known_by_the_range_its_fill_put_it_in():
+    """A weight loader's checks on what it filled (a NaN test, a sign test)
+    read back exact answers from the fill's range; what the range does not
+    decide stays a data-dependent error."""
+    from torch._subclasses.fake_tensor import DataDependentOutputException
+
+    with EmulatedDevice("sm100"):
+        scale = torch.empty(1 << 20, dtype=torch.float8_e4m3fn, device="cuda")
+        staged = torch.empty_like(scale, dtype=torch.float16)
+        staged.uniform_(-1.0, 1.0)
+        scale.copy_(staged)
+        assert not torch.isnan(scale.float()).any()
+        assert torch.isfinite(scale.float()).all().item() is True
+        assert not torch.isinf(torch.zeros(1 << 20, device="cuda")).any()
+        assert (staged > -2).all()
+        with pytest.raises(DataDependentOutputException):  # the range does not decide the sign
+            bool((staged > 0).any())
+        with pytest.raises(DataDependentOutputException):  # an unfilled tensor's values are not known
+            bool(torch.isnan(torch.empty(1 << 20, device="cuda")).any())
+        staged.mul_(2)  # written by an operator with no rule: its range is gone
+        with pytest.raises(DataDependentOutputException):
+            bool(torch.isnan(staged).any())
+        nan = torch.full((1 << 20,), float("nan"), device="cuda")
+        with pytest.raises(DataDependentOutputException):  # not finite: no range
+            bool(torch.isnan(nan).any())
 
 
 def test_flashmla_stand_ins_answer_with_their_kernels_output_shapes():

@@ -215,6 +215,21 @@ class CudaEvent(torch.Event):
 _stream_ids = itertools.count(1)
 
 
+class _Current:
+    """The stream the host last made current (``torch.cuda.set_stream``,
+    a stream context): ``torch.cuda.current_stream()`` answers it."""
+
+    stream_id = 0
+
+
+def set_current_stream(stream_id: int) -> None:
+    _Current.stream_id = int(stream_id)
+
+
+def current_stream(device_index: int = 0) -> CudaStream:
+    return cuda_stream(_Current.stream_id, device_index)
+
+
 def cuda_stream(stream_id: int | None = None, device_index: int = 0) -> CudaStream:
     """The default stream (``stream_id`` 0) or a new one."""
     number = next(_stream_ids) if stream_id is None else stream_id
@@ -239,6 +254,7 @@ def install(log: UndoLog, device_count: int, note: Callable[[str], None]) -> Non
     if torch.backends.cuda.is_built():  # a CUDA build: the real runtime answers
         return
     log.setattr(sys.modules[__name__], "_note", note)
+    log.setattr(_Current, "stream_id", 0)
     log.replace_code(torch.cuda._lazy_init, _lazy_init_body.__code__)
     log.replace_code(torch.cuda.synchronize, _synchronize_body.__code__)
     # A plain tuple, as on a GPU: traced code indexes it without a break.

@@ -17,12 +17,22 @@ which needs the CUDA driver, is ordinary host memory here.
 The device keeps what the host wrote to it: a host tensor copied to the
 device (``torch.tensor(lens, device="cuda")``, ``.to("cuda")``), and such a
 copy converted to another dtype, is a fake tensor whose values the mode
-remembers until an operator writes to it. Two data-dependent operators read
-them, as the GPU would: ``repeat_interleave`` with tensor repeats (its output
-size is their sum; an attention backend expands per-request offsets by the
-batch's new-token counts this way) and reading one value back to the host
-(``.item()``). With values the mode does not know, both stay what they are
-on fake tensors: a data-dependent error.
+remembers. What the device computes from such values alone -- an operator
+whose every device argument has known values, each of at most 65,536
+elements -- is computed on host copies too, and its results (and what it
+wrote) are known in turn; an in-place fill (``uniform_``, ``fill_``,
+``copy_``) needs no known values in the tensor it overwrites. A random fill
+draws from a host generator seeded from the emulated device generator: the
+values are not the GPU's, their distribution is. A tensor written by an
+operator with unknown values is no longer known. Data-dependent operators
+read known values as the GPU would: ``repeat_interleave`` with tensor
+repeats (its output size is their sum; an attention backend expands
+per-request offsets by the batch's new-token counts this way), ``unique``
+and the like, and reading one value back to the host (``.item()``, a
+Python ``if`` on a tensor). Larger tensors keep only the range their fill put
+them in (``device_bounds``), which answers a weight loader's checks (still
+NaN? positive?) exactly. With values the mode does not know, both stay what
+they are on fake tensors: a data-dependent error.
 
 While Dynamo or AOTAutograd trace (a tracing context is active) the mode is a
 plain ``FakeTensorMode``: what a compiler traces must be fake.
@@ -33,12 +43,16 @@ mode's exact type, so this subclass hands them FakeTensorMode's rule itself.
 
 from __future__ import annotations
 
+import math
 import weakref
-from typing import Any
+from typing import Any, Optional
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode, unset_fake_temporarily
-from torch.utils._pytree import tree_flatten
+from torch._subclasses.fake_tensor import (DataDependentOutputException, DynamicOutputShapeException, FakeTensor,
+                                          FakeTensorMode, unset_fake_temporarily)
+from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
+
+from graphbreak_doctor.emulation import cuda_graph, device_bounds
 
 aten = torch.ops.aten
 
@@ -53,6 +67,33 @@ _REPEAT = aten.repeat_interleave.Tensor
 _READ_BACK = aten._local_scalar_dense.default
 _COPY = aten._to_copy.default
 _CLONES = {aten.clone.default}
+# Device values are known for tensors up to this many elements.
+_KNOWN_LIMIT = 1 << 16
+_UNKNOWN = object()
+# In-place operators whose result does not depend on what their first
+# argument held: it is known after them when their other arguments are.
+_OVERWRITES = {aten.fill_, aten.zero_, aten.copy_, aten.uniform_, aten.normal_, aten.random_,
+               aten.exponential_, aten.geometric_, aten.log_normal_, aten.cauchy_, aten.bernoulli_}
+
+
+def _storage(tensor: torch.Tensor) -> int:
+    return tensor.untyped_storage()._cdata
+
+
+def _as_scalar(value: float, dtype: torch.dtype) -> Any:
+    if dtype == torch.bool:
+        return bool(value)
+    return value if dtype.is_floating_point or dtype.is_complex else int(value)
+
+
+def _host_generator(generator: Any) -> torch.Generator:
+    """A host generator standing in for an emulated device generator: seeded
+    from its seed and offset, whose offset it advances (the values drawn are
+    not the GPU's, their distribution is)."""
+    host = torch.Generator()
+    host.manual_seed((generator.initial_seed() * 1_000_003 + generator.get_offset()) & ((1 << 63) - 1))
+    generator.set_offset(generator.get_offset() + 4)
+    return host
 
 
 # Operators that act on the device whatever their arguments (Dynamo's
@@ -99,6 +140,12 @@ class HostMemoryMode(FakeTensorMode):
         # id -> (weak reference, values on the host) of the device tensors
         # whose values the host wrote.
         self._written: dict[int, tuple[weakref.ref, torch.Tensor]] = {}
+        # id -> (weak reference, range) of the large device tensors whose
+        # values lie in a known range (device_bounds).
+        self._ranges: dict[int, tuple[weakref.ref, device_bounds.Range]] = {}
+        # storage -> ids of the tensors above that view it: a write through
+        # one of them makes all of them unknown.
+        self._by_storage: dict[int, set[int]] = {}
 
     def written(self, tensor: Any) -> torch.Tensor | None:
         """The values the host wrote to device tensor ``tensor`` (None: not known)."""
@@ -106,11 +153,7 @@ class HostMemoryMode(FakeTensorMode):
         return entry[1] if entry is not None and entry[0]() is tensor else None
 
     def _remember(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
-        if self._written and func._schema.is_mutable:  # written to: no longer known
-            for argument, value in zip(func._schema.arguments, args):
-                if argument.alias_info is not None and argument.alias_info.is_write and isinstance(value, FakeTensor):
-                    for t in (value, value._base):
-                        self._written.pop(id(t), None)
+        self._forget_written(func, args)
         if not isinstance(out, FakeTensor) or not args or not isinstance(args[0], torch.Tensor):
             return
         if func is not _COPY and not self._written:  # nothing remembered to carry over
@@ -129,6 +172,98 @@ class HostMemoryMode(FakeTensorMode):
             values = values.detach().to(dtype=out.dtype, copy=True)
         key = id(out)
         self._written[key] = (weakref.ref(out, lambda _ref: self._written.pop(key, None)), values)
+
+    def _compute_known(self, func: Any, types: Any, args: tuple, kwargs: dict) -> Any:
+        """An operator on small device tensors whose values the mode knows,
+        computed on their host copies as well (see the module docstring):
+        its result, with the values of what it returned or wrote remembered;
+        ``_UNKNOWN`` where some device value it reads is not known."""
+        if func is _READ_BACK or not isinstance(func, torch._ops.OpOverload) or cuda_graph.capturing():
+            # While a CUDA graph captures, an output sized by the device's
+            # values stays the error it is to a capture (cudagraph/recorder.py).
+            return _UNKNOWN
+        flat, spec = tree_flatten((args, kwargs))
+        fakes = [i for i, a in enumerate(flat) if isinstance(a, FakeTensor)]
+        if not fakes or any(flat[i].numel() > _KNOWN_LIMIT for i in fakes):
+            return _UNKNOWN
+        overwritten = func.overloadpacket in _OVERWRITES and args and isinstance(args[0], FakeTensor)
+        host = list(flat)
+        with unset_fake_temporarily():
+            for i in fakes:
+                values = self.written(flat[i])
+                if values is None and overwritten and flat[i] is args[0]:
+                    values = torch.empty(flat[i].shape, dtype=flat[i].dtype)
+                if values is None:
+                    return _UNKNOWN
+                host[i] = values.clone().as_strided(flat[i].shape, flat[i].stride()) \
+                    if values.shape != flat[i].shape else values.clone()
+            for i, a in enumerate(host):
+                if isinstance(a, torch._C.Generator) and a.device.type != "cpu":
+                    host[i] = _host_generator(a)
+                elif isinstance(a, torch.device) and a.type != "cpu":
+                    host[i] = torch.device("cpu")
+            host_args, host_kwargs = tree_unflatten(host, spec)
+            try:
+                out = super().__torch_dispatch__(func, types, args, kwargs)
+            except (DynamicOutputShapeException, DataDependentOutputException):
+                out = None
+            host_out = func(*host_args, **host_kwargs)
+        if out is None:  # an output shape that depends on the values: the host's
+            device = flat[fakes[0]].device
+            out = tree_map(lambda t: self.__torch_dispatch__(_COPY, types, (t,), {"device": device})
+                           if isinstance(t, torch.Tensor) else t, host_out)
+        outs, _ = tree_flatten(out)
+        host_outs, _ = tree_flatten(host_out)
+        self._forget_written(func, args)
+        for argument, fake, values in zip(func._schema.arguments, flat, host):
+            if argument.alias_info is not None and argument.alias_info.is_write and isinstance(fake, FakeTensor):
+                self._keep(fake, values)
+        for fake, values in zip(outs, host_outs):
+            if isinstance(fake, FakeTensor) and isinstance(values, torch.Tensor) and values.numel() <= _KNOWN_LIMIT:
+                self._keep(fake, values)
+        return out
+
+    def range_of(self, tensor: Any) -> Optional[device_bounds.Range]:
+        """The range a device tensor's values lie in, where the mode knows it."""
+        if not isinstance(tensor, FakeTensor):
+            return None
+        values = self.written(tensor)
+        if values is not None:
+            if values.numel() == 0 or values.is_complex():
+                return None
+            with unset_fake_temporarily():
+                low, high = float(values.min()), float(values.max())
+            return (low, high) if math.isfinite(low) and math.isfinite(high) else None
+        entry = self._ranges.get(id(tensor))
+        return entry[1] if entry is not None and entry[0]() is tensor else None
+
+    def _bound(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
+        if not isinstance(func, torch._ops.OpOverload):
+            return
+        self._forget_written(func, args)
+        for tensor, bounds in device_bounds.after(func, args, kwargs, out, self.range_of):
+            if isinstance(tensor, FakeTensor):
+                key = id(tensor)
+                self._ranges[key] = (weakref.ref(tensor, lambda _ref: self._ranges.pop(key, None)), bounds)
+                self._by_storage.setdefault(_storage(tensor), set()).add(key)
+
+    def _keep(self, fake: FakeTensor, values: torch.Tensor) -> None:
+        key = id(fake)
+        with unset_fake_temporarily():
+            values = values.detach().clone()
+        self._written[key] = (weakref.ref(fake, lambda _ref: self._written.pop(key, None)), values)
+        self._by_storage.setdefault(_storage(fake), set()).add(key)
+
+    def _forget_written(self, func: Any, args: tuple) -> None:
+        """What an operator writes to is no longer known, nor is any other
+        view of the same memory."""
+        if not (self._written or self._ranges) or not func._schema.is_mutable:
+            return
+        for argument, value in zip(func._schema.arguments, args):
+            if argument.alias_info is not None and argument.alias_info.is_write and isinstance(value, FakeTensor):
+                for key in self._by_storage.pop(_storage(value), ()):
+                    self._written.pop(key, None)
+                    self._ranges.pop(key, None)
 
     def _pin(self, tensor: torch.Tensor) -> None:
         key = id(tensor)
@@ -173,11 +308,18 @@ class HostMemoryMode(FakeTensorMode):
                 return self._host(func, args, kwargs)
         if tracing:
             return super().__torch_dispatch__(func, types, args, kwargs)
+        computed = self._compute_known(func, types, args, kwargs)
+        if computed is not _UNKNOWN:
+            return computed
         values = self.written(args[0]) if args else None
         if values is not None and func is _READ_BACK:
             return values.item()
+        bounds = self.range_of(args[0]) if func is _READ_BACK else None
+        if bounds is not None and bounds[0] == bounds[1]:
+            return _as_scalar(bounds[0], args[0].dtype)
         if values is not None and func is _REPEAT and kwargs.get("output_size") is None:
             kwargs = {**kwargs, "output_size": int(values.sum())}
         out = super().__torch_dispatch__(func, types, args, kwargs)
         self._remember(func, args, kwargs, out)
+        self._bound(func, args, kwargs, out)
         return out

@@ -158,7 +158,7 @@ def build_surface(preset: DevicePreset, note: Callable[[str], None] = _ignore) -
         return 0
 
     def current_stream(device=None):
-        return cuda_runtime.cuda_stream(0, _checked(device))
+        return cuda_runtime.current_stream(_checked(device))
 
     def default_stream(device=None):
         return cuda_runtime.cuda_stream(0, _checked(device))
@@ -275,8 +275,8 @@ def _rule_map_rebuilt_check(rules: dict) -> Callable[[], None]:
 # torch._C._cuda_getCurrentRawStream(index). Dynamo's rule for them comes from
 # their qualified names in trace_rules.torch_c_binding_in_graph_functions; the
 # replacement gets exactly that rule.
-C_NAMES = ("_cuda_getCurrentRawStream", "_cuda_getCurrentBlasHandle", "_cuda_exchangeDevice",
-           "_cuda_maybeExchangeDevice")
+C_NAMES = ("_cuda_getCurrentRawStream", "_cuda_setStream", "_cuda_getCurrentBlasHandle",
+           "_cuda_exchangeDevice", "_cuda_maybeExchangeDevice")
 
 
 _BLAS_HANDLE = 0x7E570000
@@ -307,8 +307,13 @@ def _c_surface(note: Callable[[str], None]) -> dict[str, Callable[..., Any]]:
         _checked(int(device))
         return 0
 
+    def _cuda_setStream(stream_id=0, device_index=0, device_type=1):
+        _checked(int(device_index))
+        cuda_runtime.set_current_stream(stream_id)
+
     functions = {
         "_cuda_getCurrentRawStream": _cuda_getCurrentRawStream,
+        "_cuda_setStream": _cuda_setStream,
         "_cuda_getCurrentBlasHandle": _cuda_getCurrentBlasHandle,
         "_cuda_exchangeDevice": _cuda_exchangeDevice,
         "_cuda_maybeExchangeDevice": _cuda_maybeExchangeDevice,
