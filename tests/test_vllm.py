@@ -29,6 +29,7 @@ RESOLVE = textwrap.dedent("""
     import json, sys
     from graphbreak_doctor.diagnose import inside_device
     from graphbreak_doctor.emulation import standins
+    from graphbreak_doctor.emulation.platform_window import platform_window
     from graphbreak_doctor.targets.frameworks.vllm import emulation, launch
     from graphbreak_doctor.targets.models.packaged import config_dir
 
@@ -36,7 +37,8 @@ RESOLVE = textwrap.dedent("""
     with inside_device("sm90") as (dev, log):
         installed = standins.install(log)
         emulation.isolate_caches(log, emulation.scratch(log))
-        with emulation.building():
+        emulation.accelerator_streams(log)
+        with platform_window():
             emulation.install_platform(log)
             emulation.inspect_in_process(log)
             from vllm.engine.arg_utils import EngineArgs
@@ -110,6 +112,31 @@ def test_default_launch_map(traces):
     assert "profile" in launch["phases"] and "compiled by vLLM" in launch["phases"]["profile"]
 
 
+def test_glm5_is_not_compiled_and_its_forced_compile_names_the_first_failing_frame(tmp_path):
+    """GLM-5-NVFP4, default launch, emulated RTX PRO 6000 Blackwell: vLLM
+    puts it on its breakable-CUDA-graph list (compiled by nothing, in vLLM's
+    words), and the model builds through vLLM's own loader (its weight
+    post-processing reads the dummy weights' values: known or bounded here)
+    so that `--mode fullgraph` answers what vLLM's users ask: what would
+    fail if its forward were compiled with fullgraph=True -- a frame inside
+    vLLM, with its category and a fix."""
+    out = tmp_path / "f.json"
+    done = run_cli("trace", "--vllm-args", "glm5-nvfp4", "--mode", "fullgraph", "--json", str(out), "--no-html")
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(out.read_text())
+    facts = found["target"]["facts"]
+    # vLLM's registry serves the GLM-5 architecture with its DeepSeek-V3.2 class.
+    assert facts["model_class"] == "DeepseekV32ForCausalLM" and facts["layers_built"] < facts["model_layers"]
+    phase = facts["launch"]["phases"]["profile"]
+    assert "not compiled" in phase and "VLLM_USE_BREAKABLE_CUDAGRAPH=1" in phase and "GlmMoeDsaForCausalLM" in phase
+    assert not [r for r in found["regions"] if r["calls"]]
+    assert found["fullgraph"]["ran"] and not found["fullgraph"]["ok"] and not found["fullgraph"]["crashed"]
+    (first,) = [b for b in found["breaks"] if b["id"] == found["fullgraph"]["break_id"]]
+    assert first["package"] == "vllm" and "/vllm/" in first["actionable_frame"]["file"]
+    assert first["category"] and first["fix"]["recipe"] and first["fix"]["summary"]
+    assert "fullgraph: FAILED" in done.stdout and first["actionable_frame"]["function"] in done.stdout
+
+
 @pytest.mark.parametrize("args, why", [("qwen3-30b-a3b --enforce-eager", "enforce_eager=True"),
                                        ("qwen3-30b-a3b -cc.mode=1", None)])
 def test_launches_that_compile_otherwise(tmp_path, args, why):
@@ -153,6 +180,7 @@ DYNAMO_RECORD = textwrap.dedent("""
     import torch
     from graphbreak_doctor.diagnose import inside_device
     from graphbreak_doctor.emulation import standins
+    from graphbreak_doctor.emulation.platform_window import platform_window
     from graphbreak_doctor.targets.frameworks.vllm import emulation, launch
     from graphbreak_doctor.targets.frameworks.vllm import model as vllm_model
     from graphbreak_doctor.targets.models.packaged import config_dir
@@ -161,13 +189,14 @@ DYNAMO_RECORD = textwrap.dedent("""
         installed = standins.install(log)
         emulation.isolate_caches(log, emulation.scratch(log))
         emulation.aot_compile_off(log)
-        with emulation.building():
+        emulation.accelerator_streams(log)
+        with platform_window():
             emulation.install_platform(log)
             emulation.inspect_in_process(log)
             config, said = launch.resolve(("-cc.backend=eager", "-cc.cudagraph_mode=NONE"),
                                           str(config_dir("qwen3-30b-a3b")))
             standins.register_missing_fakes(installed)
-        built = vllm_model.build(config, log, emulation.building)
+        built = vllm_model.build(config, log, platform_window)
         vllm_model.run(built, config, 64)
         compiled = sorted({(m.co_filename, m.co_firstlineno) for m in torch._dynamo.utils.get_compilation_metrics()})
         print(json.dumps(compiled), flush=True)

@@ -59,6 +59,7 @@ def build_model(served: Served, *, device: str, log: UndoLog, launch_args: tuple
     installed = standins.install(log)
     emulation.isolate_caches(log, folder)
     emulation.aot_compile_off(log)
+    emulation.accelerator_streams(log)
     with platform_window():
         emulation.install_platform(log)
         emulation.inspect_in_process(log)
@@ -102,7 +103,7 @@ def _phase_line(resolved: dict[str, Any], tokens: int) -> str:
 
 
 def _build(target: Target, config: Any, log: UndoLog) -> vllm_model.Built:
-    built = vllm_model.build(config, log, emulation.building)
+    built = vllm_model.build(config, log, platform_window)
     target.info.facts.update(layers_built=built.layers, model_layers=built.full,
                              model_class=type(built.model).__qualname__,
                              compiled_module=type(built.backbone).__qualname__)

@@ -15,6 +15,9 @@ ones used).
   of what it imports) go into the emulation's scratch folder, not the home.
 - ``aot_compile_off``: vLLM's AOT compile and compile cache (the compiled
   artifact saved, and loaded at the next start) are off.
+- ``accelerator_streams``: the generic stream and event classes on the
+  CUDA device (or on the current accelerator, the GPU on a GPU machine)
+  make the emulated stream and event.
 - ``eager_phases``: the decorated forward runs eagerly while the phases
   run (vLLM's backend compiles pieces with Inductor for the device, which a
   CPU build cannot); the doctor then traces it as vLLM compiles it.
@@ -22,12 +25,10 @@ ones used).
 
 from __future__ import annotations
 
-import contextlib
 import tempfile
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
-from graphbreak_doctor.emulation.platform_window import platform_window
 from graphbreak_doctor.patching import UndoLog
 
 CHANGES = {
@@ -37,7 +38,8 @@ CHANGES = {
     "isolate_caches": "vLLM's cache and config folders in the emulation's scratch folder",
     "aot_compile_off": "vLLM's AOT compile and compile cache off (they save and load the compiled artifact; "
                        "Dynamo traces the same forward)",
-    "side_streams": "torch.Stream(device='cuda') answered with an emulated stream while the model was built",
+    "accelerator_streams": "torch.Stream() and torch.Event() on the CUDA device or the current accelerator "
+                           "answered with an emulated stream and event",
     "eager_phases": "the compiled forward ran eagerly while the phases ran (vLLM's backend compiles with "
                     "Inductor for the device); it is traced as vLLM compiles it",
 }
@@ -83,28 +85,39 @@ def inspect_in_process(log: UndoLog) -> None:
     log.setattr(registry, "_run_in_subprocess", lambda fn: fn())
 
 
-@contextlib.contextmanager
-def building() -> Iterator[None]:
-    """While vLLM builds the model: the platform window, and
-    ``torch.Stream(device="cuda")`` (the generic stream class, which vLLM's
-    attention layers make side streams with) answering with an emulated
-    stream, as ``torch.cuda.Stream()`` does on the emulated device."""
+def accelerator_streams(log: UndoLog) -> None:
+    """The generic ``torch.Stream`` and ``torch.Event`` classes (vLLM's
+    attention layers make side streams and events with them) on the CUDA
+    device, or on none, which means the current accelerator -- the GPU on a
+    GPU machine -- answer with the emulated stream and event, as
+    ``torch.cuda.Stream()`` and ``torch.cuda.Event()`` do on the emulated
+    device. An emulated one is still an instance of the generic class."""
     import torch
 
     from graphbreak_doctor.emulation import cuda_runtime
 
-    real = torch.Stream
+    def generic(real: type, emulated: Any) -> type:
+        class Meta(type(real)):  # type: ignore[misc]
+            def __instancecheck__(cls, instance: Any) -> bool:
+                return isinstance(instance, real)
 
-    class Stream(real):  # type: ignore[misc, valid-type]
-        def __new__(cls, device: Any = None, *args: Any, **kwargs: Any) -> Any:
-            if device is not None and torch.device(device).type == "cuda":
-                return cuda_runtime.cuda_stream()
-            return real(device, *args, **kwargs) if device is not None else real(*args, **kwargs)
+            def __subclasscheck__(cls, subclass: type) -> bool:
+                return issubclass(subclass, real)
 
-    Stream.__qualname__, Stream.__module__ = real.__qualname__, real.__module__
-    with platform_window(), UndoLog() as window:
-        window.setattr(torch, "Stream", Stream)
-        yield
+        class Generic(real, metaclass=Meta):  # type: ignore[misc, valid-type]
+            def __new__(cls, device: Any = None, *args: Any, **kwargs: Any) -> Any:
+                if cls is not Generic:  # a subclass (the emulated ones): the real constructor
+                    return real.__new__(cls, *((device,) if device is not None else ()), *args, **kwargs)
+                if device is None or torch.device(device).type == "cuda":
+                    return emulated()
+                return real(device, *args, **kwargs)
+
+        Generic.__qualname__ = Generic.__name__ = real.__name__
+        Generic.__module__ = real.__module__
+        return Generic
+
+    log.setattr(torch, "Stream", generic(torch.Stream, cuda_runtime.cuda_stream))
+    log.setattr(torch, "Event", generic(torch.Event, cuda_runtime.cuda_event))
 
 
 def aot_compile_off(log: UndoLog) -> None:
@@ -114,4 +127,4 @@ def aot_compile_off(log: UndoLog) -> None:
     log.setenv("VLLM_DISABLE_COMPILE_CACHE", "1")
 
 
-__all__ = ["CHANGES", "aot_compile_off", "inspect_in_process", "install_platform", "isolate_caches", "scratch"]
+__all__ = ["CHANGES", "accelerator_streams", "aot_compile_off", "inspect_in_process", "install_platform", "isolate_caches", "scratch"]

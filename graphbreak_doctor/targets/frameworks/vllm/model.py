@@ -5,13 +5,15 @@ checkpoint is read), on the emulated GPU; then run as vLLM's profile run
 runs it -- one forward in a forward context with no attention metadata, at
 the launch's largest batch of tokens.
 
-The model is built at full depth (fake weights take no memory) and run
-through its first ``n`` decoder layers only, ``n`` the fewest leading layers
-that hold every kind of layer the model has (two layers are of one kind when
-their module trees hold the same classes at the same places): the decoder
-loop's own pipeline-stage bounds (``start_layer``/``end_layer``, which every
-vLLM model that supports pipeline parallelism iterates) are set to that
-range, as a pipeline stage of ``n`` layers would be.
+The model is built at full depth and run through its first ``n`` decoder
+layers only, ``n`` the fewest leading layers that hold every kind of layer
+the model has (two layers are of one kind when their module trees hold the
+same classes at the same places): the decoder loop's own pipeline-stage
+bounds (``start_layer``/``end_layer``, which every vLLM model that supports
+pipeline parallelism iterates) are set to that range, and the layers past
+it are vLLM's placeholder for another stage's layers before the loader
+fills and processes the weights, as a pipeline stage of ``n`` layers would
+be (a full-depth GLM-5 spends minutes in weight processing alone).
 """
 
 from __future__ import annotations
@@ -53,24 +55,48 @@ def init_distributed(log: UndoLog, folder: Path) -> None:
     log.call_on_undo(destroy)
 
 
+def init_workspace(log: UndoLog) -> None:
+    """vLLM's scratch-workspace manager on the GPU, as its worker sets it up
+    before it builds the model runner (attention backends take their
+    workspaces from it when they are built)."""
+    from vllm.v1.worker import workspace
+
+    workspace.init_workspace_manager(torch.device("cuda", 0))
+    log.call_on_undo(lambda: setattr(workspace, "_manager", None))
+
+
 def build(vllm_config: Any, log: UndoLog, building: Callable[[], Any]) -> Built:
     """The model, by vLLM's loader, inside ``building`` (the platform
-    window), with vLLM's current config set for as long as ``log`` lives."""
+    window), with vLLM's current config set for as long as ``log`` lives.
+    The loader builds every layer; the ones past the reduced depth are
+    taken out before it fills and processes the weights, as a pipeline
+    stage holds only its own layers."""
     from vllm.config import set_current_vllm_config
     from vllm.model_executor.model_loader import get_model
+    from vllm.model_executor.model_loader.base_loader import BaseModelLoader
 
     log.enter(set_current_vllm_config(vllm_config))
     init_distributed(log, Path(tempfile.mkdtemp(prefix="graphbreak-doctor-vllm-dist-")))
+    full = int(getattr(vllm_config.model_config.hf_config, "num_hidden_layers", 0) or 0)
+    reduced: dict[str, Any] = {}
+    create_model = BaseModelLoader.create_model
+
+    def reducing(loader: Any, *args: Any, **kwargs: Any) -> torch.nn.Module:
+        model = create_model(loader, *args, **kwargs)
+        reduced["depth"] = _reduce(getattr(model, "model", model), full)
+        return model
+
     try:
-        with building(), torch.device("cuda"):
+        with building(), torch.device("cuda"), UndoLog() as window:
+            window.setattr(BaseModelLoader, "create_model", reducing)
+            init_workspace(log)
             model = get_model(vllm_config=vllm_config)
     except TargetError:
         raise
     except Exception as e:
         raise TargetError(f"vLLM could not build the model: {type(e).__name__}: {one_line(str(e), 300)}") from e
     backbone = getattr(model, "model", model)
-    full = int(getattr(vllm_config.model_config.hf_config, "num_hidden_layers", 0) or 0)
-    layers, notes = _reduce(backbone, full)
+    layers, notes = reduced.get("depth") or _reduce(backbone, full)
     return Built(model=model, backbone=backbone, layers=layers, full=full, notes=notes)
 
 
@@ -90,9 +116,13 @@ def _reduce(backbone: torch.nn.Module, full: int) -> tuple[int, list[str]]:
             seen.add(kind)
             last_new = index
     kept = last_new + 1
+    from vllm.model_executor.models.utils import PPMissingLayer
+
+    for index in range(kept, len(layers)):
+        layers[index] = PPMissingLayer()
     backbone.end_layer = kept
     return kept, [f"{kept} of {len(layers)} decoder layers run ({len(seen)} kind(s) of layer; the decoder loop's "
-                  "pipeline-stage bounds set to them)"]
+                  "pipeline-stage bounds set to them, the others not loaded)"]
 
 
 @contextlib.contextmanager
