@@ -31,8 +31,8 @@ per-request offsets by the batch's new-token counts this way), ``unique``
 and the like, and reading one value back to the host (``.item()``, a
 Python ``if`` on a tensor). Larger tensors keep only the range their fill put
 them in (``device_bounds``), which answers a weight loader's checks (still
-NaN? positive?) exactly. With values the mode does not know, both stay what
-they are on fake tensors: a data-dependent error.
+NaN? positive?) exactly. With values the mode does not know, these
+operators stay what they are on fake tensors: a data-dependent error.
 
 While Dynamo or AOTAutograd trace (a tracing context is active) the mode is a
 plain ``FakeTensorMode``: what a compiler traces must be fake.
@@ -148,7 +148,7 @@ class HostMemoryMode(FakeTensorMode):
         self._by_storage: dict[int, set[int]] = {}
 
     def written(self, tensor: Any) -> torch.Tensor | None:
-        """The values the host wrote to device tensor ``tensor`` (None: not known)."""
+        """The values of device tensor ``tensor`` (None: not known)."""
         entry = self._written.get(id(tensor)) if isinstance(tensor, FakeTensor) else None
         return entry[1] if entry is not None and entry[0]() is tensor else None
 
@@ -170,8 +170,7 @@ class HostMemoryMode(FakeTensorMode):
             return
         with unset_fake_temporarily():
             values = values.detach().to(dtype=out.dtype, copy=True)
-        key = id(out)
-        self._written[key] = (weakref.ref(out, lambda _ref: self._written.pop(key, None)), values)
+        self._keep(out, values)
 
     def _compute_known(self, func: Any, types: Any, args: tuple, kwargs: dict) -> Any:
         """An operator on small device tensors whose values the mode knows,
@@ -195,8 +194,7 @@ class HostMemoryMode(FakeTensorMode):
                     values = torch.empty(flat[i].shape, dtype=flat[i].dtype)
                 if values is None:
                     return _UNKNOWN
-                host[i] = values.clone().as_strided(flat[i].shape, flat[i].stride()) \
-                    if values.shape != flat[i].shape else values.clone()
+                host[i] = values.clone().reshape(flat[i].shape)  # a view of all of it: same order
             for i, a in enumerate(host):
                 if isinstance(a, torch._C.Generator) and a.device.type != "cpu":
                     host[i] = _host_generator(a)
