@@ -189,6 +189,9 @@ def test_the_device_keeps_what_the_host_wrote_and_what_it_computed_from_it():
             flat[0, 1].item()
         with pytest.raises(DynamicOutputShapeException):  # made on the device: not known
             torch.repeat_interleave(lens, starts)
+        total = torch.empty(2, dtype=torch.int32, device="cuda")
+        torch.add(lens, lens, out=total)  # written through a keyword argument
+        assert total.tolist() == [8, 12]
         lens.add_(starts)
         with pytest.raises(DataDependentOutputException):  # written with unknown values: no longer known
             lens[0].item()

@@ -21,7 +21,8 @@ remembers. What the device computes from such values alone -- an operator
 whose every device argument has known values, each of at most 65,536
 elements -- is computed on host copies too, and its results (and what it
 wrote) are known in turn; an in-place fill (``uniform_``, ``fill_``,
-``copy_``) needs no known values in the tensor it overwrites. A random fill
+``copy_``) and an ``out=`` argument need no known values in the tensor
+they overwrite. A random fill
 draws from a host generator seeded from the emulated device generator: the
 values are not the GPU's, their distribution is. A tensor written by an
 operator with unknown values is no longer known. Data-dependent operators
@@ -74,6 +75,16 @@ _UNKNOWN = object()
 # argument held: it is known after them when their other arguments are.
 _OVERWRITES = {aten.fill_, aten.zero_, aten.copy_, aten.uniform_, aten.normal_, aten.random_,
                aten.exponential_, aten.geometric_, aten.log_normal_, aten.cauchy_, aten.bernoulli_}
+
+
+def _written_arguments(func: Any, args: tuple, kwargs: dict, outs_only: bool = False) -> list[Any]:
+    """The arguments ``func``'s schema says it writes (``outs_only``: its
+    out= arguments), positional or by keyword (None where one is not given)."""
+    out = []
+    for index, argument in enumerate(func._schema.arguments):
+        if argument.alias_info is not None and argument.alias_info.is_write and (argument.is_out or not outs_only):
+            out.append(args[index] if index < len(args) else kwargs.get(argument.name))
+    return out
 
 
 def _storage(tensor: torch.Tensor) -> int:
@@ -153,7 +164,7 @@ class HostMemoryMode(FakeTensorMode):
         return entry[1] if entry is not None and entry[0]() is tensor else None
 
     def _remember(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
-        self._forget_written(func, args)
+        self._forget_written(func, args, kwargs)
         if not isinstance(out, FakeTensor) or not args or not isinstance(args[0], torch.Tensor):
             return
         if func is not _COPY and not self._written:  # nothing remembered to carry over
@@ -185,14 +196,17 @@ class HostMemoryMode(FakeTensorMode):
         fakes = [i for i, a in enumerate(flat) if isinstance(a, FakeTensor)]
         if not fakes or any(flat[i].numel() > _KNOWN_LIMIT for i in fakes):
             return _UNKNOWN
-        overwritten = func.overloadpacket in _OVERWRITES and args and isinstance(args[0], FakeTensor)
+        # Tensors the operator overwrites whole: an in-place fill's, an out= argument.
+        overwritten = {id(a) for a in _written_arguments(func, args, kwargs, outs_only=True)}
+        if func.overloadpacket in _OVERWRITES and args and isinstance(args[0], FakeTensor):
+            overwritten.add(id(args[0]))
         host = list(flat)
         with unset_fake_temporarily():
             for i in fakes:
                 values = self.written(flat[i])
-                if values is None and overwritten and flat[i] is args[0]:
+                if values is None and id(flat[i]) in overwritten:
                     values = torch.empty(flat[i].shape, dtype=flat[i].dtype)
-                if values is None:
+                if values is None or values.numel() != flat[i].numel():
                     return _UNKNOWN
                 host[i] = values.clone().reshape(flat[i].shape)  # a view of all of it: same order
             for i, a in enumerate(host):
@@ -212,9 +226,10 @@ class HostMemoryMode(FakeTensorMode):
                            if isinstance(t, torch.Tensor) else t, host_out)
         outs, _ = tree_flatten(out)
         host_outs, _ = tree_flatten(host_out)
-        self._forget_written(func, args)
-        for argument, fake, values in zip(func._schema.arguments, flat, host):
-            if argument.alias_info is not None and argument.alias_info.is_write and isinstance(fake, FakeTensor):
+        self._forget_written(func, args, kwargs)
+        written = zip(_written_arguments(func, args, kwargs), _written_arguments(func, host_args, host_kwargs))
+        for fake, values in written:
+            if isinstance(fake, FakeTensor) and isinstance(values, torch.Tensor):
                 self._keep(fake, values)
         for fake, values in zip(outs, host_outs):
             if isinstance(fake, FakeTensor) and isinstance(values, torch.Tensor) and values.numel() <= _KNOWN_LIMIT:
@@ -238,7 +253,7 @@ class HostMemoryMode(FakeTensorMode):
     def _bound(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
         if not isinstance(func, torch._ops.OpOverload):
             return
-        self._forget_written(func, args)
+        self._forget_written(func, args, kwargs)
         for tensor, bounds in device_bounds.after(func, args, kwargs, out, self.range_of):
             if isinstance(tensor, FakeTensor):
                 key = id(tensor)
@@ -252,13 +267,13 @@ class HostMemoryMode(FakeTensorMode):
         self._written[key] = (weakref.ref(fake, lambda _ref: self._written.pop(key, None)), values)
         self._by_storage.setdefault(_storage(fake), set()).add(key)
 
-    def _forget_written(self, func: Any, args: tuple) -> None:
+    def _forget_written(self, func: Any, args: tuple, kwargs: dict) -> None:
         """What an operator writes to is no longer known, nor is any other
         view of the same memory."""
         if not (self._written or self._ranges) or not func._schema.is_mutable:
             return
-        for argument, value in zip(func._schema.arguments, args):
-            if argument.alias_info is not None and argument.alias_info.is_write and isinstance(value, FakeTensor):
+        for value in _written_arguments(func, args, kwargs):
+            if isinstance(value, FakeTensor):
                 for key in self._by_storage.pop(_storage(value), ()):
                     self._written.pop(key, None)
                     self._ranges.pop(key, None)
