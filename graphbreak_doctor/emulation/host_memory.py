@@ -71,6 +71,10 @@ _CLONES = {aten.clone.default}
 # Device values are known for tensors up to this many elements.
 _KNOWN_LIMIT = 1 << 16
 _UNKNOWN = object()
+# Operators that read or change how a tensor lies in its memory (sizes,
+# strides, offset into the storage): a host copy has a layout of its own.
+_GEOMETRY = {aten.as_strided, aten.as_strided_, aten.as_strided_scatter, aten.set_, aten._reshape_alias,
+             aten.resize_, aten.resize_as_}
 # In-place operators whose result does not depend on what their first
 # argument held: it is known after them when their other arguments are.
 _OVERWRITES = {aten.fill_, aten.zero_, aten.copy_, aten.uniform_, aten.normal_, aten.random_,
@@ -188,9 +192,13 @@ class HostMemoryMode(FakeTensorMode):
         computed on their host copies as well (see the module docstring):
         its result, with the values of what it returned or wrote remembered;
         ``_UNKNOWN`` where some device value it reads is not known."""
-        if func is _READ_BACK or not isinstance(func, torch._ops.OpOverload) or cuda_graph.capturing():
-            # While a CUDA graph captures, an output sized by the device's
-            # values stays the error it is to a capture (cudagraph/recorder.py).
+        if (func is _READ_BACK or not isinstance(func, torch._ops.OpOverload) or func.namespace != "aten"
+                or func.overloadpacket in _GEOMETRY or cuda_graph.capturing()):
+            # Only torch's own operators run on the host (a library's op has
+            # no host kernel here); an operator that reads the memory's own
+            # layout has no meaning on a host copy. While a CUDA graph
+            # captures, an output sized by the device's values stays the error
+            # it is to a capture (cudagraph/recorder.py).
             return _UNKNOWN
         flat, spec = tree_flatten((args, kwargs))
         fakes = [i for i, a in enumerate(flat) if isinstance(a, FakeTensor)]
@@ -219,7 +227,16 @@ class HostMemoryMode(FakeTensorMode):
                 out = super().__torch_dispatch__(func, types, args, kwargs)
             except (DynamicOutputShapeException, DataDependentOutputException):
                 out = None
-            host_out = func(*host_args, **host_kwargs)
+            try:
+                host_out = func(*host_args, **host_kwargs)
+            except (RuntimeError, NotImplementedError, TypeError, ValueError):
+                host_out = _UNKNOWN  # the host cannot compute it: what it returns or writes is not known
+        if host_out is _UNKNOWN:
+            if out is None:  # the fake mode's own error, from the usual path
+                return _UNKNOWN
+            self._remember(func, args, kwargs, out)
+            self._bound(func, args, kwargs, out)
+            return out
         if out is None:  # an output shape that depends on the values: the host's
             device = flat[fakes[0]].device
             out = tree_map(lambda t: self.__torch_dispatch__(_COPY, types, (t,), {"device": device})
