@@ -84,10 +84,10 @@ def _converted(dtype: torch.dtype, bounds: Range) -> Optional[Range]:
         if bounds == (0.0, 0.0):
             return bounds
         return (1.0, 1.0) if bounds[0] > 0 or bounds[1] < 0 else None
-    if bounds[0] == bounds[1]:  # one value: exact after the conversion
-        value = float(torch.tensor(bounds[0]).to(dtype).item()) if dtype.is_floating_point else bounds[0]
-        return (value, value)
-    return bounds
+    # Rounding to the new dtype is monotone: the converted ends bound the
+    # converted values (a small positive value may become zero).
+    low, high = torch.tensor(bounds, dtype=torch.float64).to(dtype).tolist()
+    return (float(low), float(high))
 
 
 def after(func: Any, args: tuple, kwargs: dict, out: Any, range_of: Callable[[Any], Optional[Range]]
