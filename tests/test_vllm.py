@@ -112,6 +112,90 @@ def test_default_launch_map(traces):
     assert "profile" in launch["phases"] and "compiled by vLLM" in launch["phases"]["profile"]
 
 
+def test_default_launch_cudagraph_map(traces):
+    """The same launch's CUDA-graph map, captured with vLLM's own capture
+    code: the batches vLLM's dispatcher lists for its FULL_AND_PIECEWISE
+    mode, at the smallest, a middle and the largest of its capture sizes.
+    PIECEWISE: a graph per piece of the split forward, the attention ops
+    run eagerly between them (the ops the split was cut at); FULL: one
+    graph around the whole model. No hazard in vLLM's Qwen3-MoE."""
+    from graphbreak_doctor.targets.provider import pick_sizes
+
+    traced = traces.get(*QWEN3)
+    assert traced.code == 0, traced.stderr[-3000:]
+    found = traced.findings
+    resolved = found.target.facts["launch"]["resolved"]
+    assert resolved["cudagraph_mode"] == "FULL_AND_PIECEWISE"
+    cudagraphs = found.cudagraphs
+    assert not cudagraphs.error and [(p.phase, p.backend) for p in cudagraphs.phases] == [
+        ("mixed prefill-decode", "piecewise"), ("decode", "full")]
+    (region,) = [r for r in found.regions if r.entered]
+    piecewise, full = cudagraphs.phases
+    assert piecewise.sizes == resolved["cudagraph_capture_sizes"]
+    for phase in cudagraphs.phases:
+        assert [c.size for c in phase.captures] == pick_sizes(phase.sizes)
+        assert all(not c.error and not c.hazards for c in phase.captures), phase.captures
+    for capture in piecewise.captures:
+        # Three pieces: two captured, the attention piece between them eager.
+        assert capture.segments == region.pieces - len(region.split_ops) == 2
+        assert [(b.function, b.count) for b in capture.breaks] == [(region.split_ops[0], 1)]
+    assert all(c.segments == 1 and not c.breaks for c in full.captures)
+
+
+def test_a_sync_outside_the_compiled_forward_is_a_hazard_of_the_full_capture_only(tmp_path):
+    """The tests' own model class calls a kernel wrapper that waits for the
+    device after its backbone, outside the compiled forward: the compile is
+    clean, the PIECEWISE captures (the compiled pieces) never run it, and
+    every FULL capture (the whole model) finds the wait as cudagraph-sync
+    at the wrapper's line, with a fix."""
+    from fixtures import vllm_models
+
+    env, folder = _plugin(tmp_path, vllm_models.SYNC_ARCH)
+    out = tmp_path / "f.json"
+    done = run_cli("trace", "--vllm-args", folder, "--device", "sm90", "--mode", "map", "--json", str(out),
+                   "--no-html", env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(out.read_text())
+    (region,) = [r for r in found["regions"] if r["calls"]]
+    assert region["verdict"] == "ok"
+    piecewise, full = found["cudagraphs"]["phases"]
+    assert (piecewise["backend"], full["backend"]) == ("piecewise", "full")
+    assert all(not c["error"] and not c["hazards"] and c["segments"] == 2 for c in piecewise["captures"])
+    assert len(full["captures"]) == 3
+    for capture in full["captures"]:
+        assert not capture["error"], capture
+        (hazard,) = capture["hazards"]
+        assert hazard["category"] == "cudagraph-sync" and hazard["what"] == "torch.cuda.synchronize()"
+        assert hazard["site"]["function"] == "synchronizing_scale"
+        assert hazard["site"]["code"] == "torch.cuda.synchronize()"
+        assert hazard["fix"] and hazard["fix_text"]
+
+
+def test_glm5_breakable_cudagraph_map(tmp_path):
+    """GLM-5-NVFP4, default launch: vLLM compiles nothing and captures mixed
+    batches with its breakable CUDA graph -- one capture of the whole model
+    that vLLM breaks at each layer's sparse attention (run eagerly): a
+    segment more than the breaks, one break per decoder layer run -- and
+    decode batches with one full graph."""
+    out = tmp_path / "f.json"
+    done = run_cli("trace", "--vllm-args", "glm5-nvfp4", "--mode", "map", "--json", str(out), "--no-html")
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(out.read_text())
+    layers = found["target"]["facts"]["layers_built"]
+    phases = found["cudagraphs"]["phases"]
+    assert [(p["phase"], p["backend"]) for p in phases] == [("mixed prefill-decode", "breakable"), ("decode", "full")]
+    breakable, full = phases
+    assert len(breakable["captures"]) == 3 and len(full["captures"]) == 3
+    for capture in breakable["captures"]:
+        assert not capture["error"] and not capture["hazards"], capture
+        (eager,) = capture["breaks"]
+        assert eager["function"].endswith("._sparse_indexer_and_attn") and eager["count"] == layers
+        assert capture["segments"] == layers + 1
+        assert "/vllm/" in eager["site"]["file"]
+    assert all(c["segments"] == 1 and not c["breaks"] and not c["hazards"] for c in full["captures"])
+    assert "CUDA-graph map: 2 phases captured: no capture hazard found" in done.stdout
+
+
 def test_glm5_is_not_compiled_and_its_forced_compile_names_the_first_failing_frame(tmp_path):
     """GLM-5-NVFP4, default launch, emulated RTX PRO 6000 Blackwell: vLLM
     puts it on its breakable-CUDA-graph list (compiled by nothing, in vLLM's

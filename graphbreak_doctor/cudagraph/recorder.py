@@ -7,8 +7,12 @@ segment is open from a graph's ``capture_begin`` to its ``capture_end``,
 wherever the code under test calls them. A segment that ends and is followed
 by another within the same capture is a break point: the call that ended it
 is found on the stack (the first frame outside the file that called
-``capture_end``) and named by the expression it calls there. Nothing is
-listed: a framework's own break points show up as what they are.
+``capture_end``) and named by the expression it calls there. Where a
+segment ended at the close of its own ``torch.cuda.graph`` block (a
+framework that captures each piece of a split forward in a graph of its
+own), the break is what ran eagerly before the next segment began, named by
+the framework operators it ran (not torch's own), at the frame of the first.
+Nothing is listed: a framework's own break points show up as what they are.
 
 Inside a segment, each operator is checked as it runs (a dispatch mode over
 the emulated GPU's), by what torch says about it, not by name lists:
@@ -62,6 +66,7 @@ SYNC, FROZEN, RNG = "cudagraph-sync", "cudagraph-frozen-value", "cudagraph-rng"
 aten = torch.ops.aten
 _READ = aten._local_scalar_dense.default
 _COPIES = {aten._to_copy.default, aten.copy_.default}
+_TORCH_NAMESPACES = ("aten", "prim", "prims")
 _DOCTOR = os.path.dirname(os.path.abspath(graphbreak_doctor.__file__)) + os.sep
 
 
@@ -141,19 +146,30 @@ def _qualname(obj: Any) -> str:
     return name if isinstance(name, str) else ""
 
 
-def _break_point() -> tuple[str, Frame | None]:
-    """Where the code ended a segment: the first frame outside the file that
-    called ``capture_end`` (the capture's own machinery), and what it calls."""
+def _capture_end_caller() -> types.FrameType | None:
+    """The frame that called the emulated graph's ``capture_end``."""
     frame = sys._getframe(1)
     while frame is not None and frame.f_code is not cuda_graph.EmulatedGraph.capture_end.__code__:
         frame = frame.f_back
-    caller = frame.f_back if frame is not None else None
+    return frame.f_back if frame is not None else None
+
+
+def _break_point(caller: types.FrameType | None) -> tuple[str, Frame | None]:
+    """Where the code ended a segment: the first frame outside the file that
+    called ``capture_end`` (the capture's own machinery), and what it calls."""
     machinery = caller.f_code.co_filename if caller is not None else ""
     while caller is not None and caller.f_code.co_filename == machinery:
         caller = caller.f_back
     if caller is None:
         return "", None
     return _called_at(caller), make_frame(caller.f_code.co_filename, caller.f_lineno, caller.f_code.co_name)
+
+
+def _on_stack(frame: types.FrameType) -> bool:
+    current = sys._getframe(1)
+    while current is not None and current is not frame:
+        current = current.f_back
+    return current is not None
 
 
 class Recorder:
@@ -165,11 +181,19 @@ class Recorder:
         self._breaks: dict[tuple, EagerCall] = {}
         self._hazards: dict[tuple, CudaGraphHazard] = {}
         self._ended: tuple[str, Frame | None] | None = None
+        # Between a segment whose graph block closed and the next one: the
+        # framework operators (not torch's own) that ran, and where the first ran.
+        self.gap: dict[str, None] | None = None
+        self._gap_site: Frame | None = None
+        self._block: types.FrameType | None = None  # the frame whose graph block closed
         self.assumed: list[str] = []
 
     # -- the emulated capture's listener
     def begin(self, graph: Any) -> None:
         self.capture.segments += 1
+        if self.gap is not None:  # a captured callable returned; what ran since is the break
+            self._ended = (" + ".join(self.gap) or "(torch operators only)", self._gap_site)
+            self.gap, self._gap_site, self._block = None, None, None
         if self._ended is not None:  # the previous segment ended at a break point
             function, site = self._ended
             key = (function, site)
@@ -180,7 +204,26 @@ class Recorder:
             self._ended = None
 
     def end(self, graph: Any) -> None:
-        self._ended = _break_point()
+        caller = _capture_end_caller()
+        if caller is not None and caller.f_code is torch.cuda.graph.__exit__.__code__:
+            # The graph's block closed: the break is what runs after the
+            # frame that held the block is done with its graph.
+            self._ended, self.gap, self._gap_site, self._block = None, {}, None, caller.f_back
+        else:
+            self._ended = _break_point(caller)
+
+    def ran_between(self, func: Any) -> None:
+        """An operator that ran with no segment open, after one's block closed
+        (not the capture machinery's own, still in the frame that held it)."""
+        if self.gap is None or func.namespace in _TORCH_NAMESPACES or func.name() in self.gap:
+            return
+        if self._block is not None and _on_stack(self._block):
+            return
+        if not self.gap:
+            site = actionable_frame(_user_stack(sys._getframe(2)))
+            # Generated code (a split graph's own) is no place to change.
+            self._gap_site = site if site is not None and not site.file.startswith("<") else None
+        self.gap[func.name()] = None
 
     # -- the checks
     def hazard(self, category: str, what: str) -> None:
@@ -219,6 +262,8 @@ class _Operators(TorchDispatchMode):
         kwargs = kwargs or {}
         if cuda_graph.capturing():
             self._check(func, args, kwargs)
+        else:
+            self.recorder.ran_between(func)
         try:
             return func(*args, **kwargs)
         except DynamicOutputShapeException:

@@ -55,7 +55,37 @@ def install(log: UndoLog) -> StandIns:
     install_deep_gemm(log, out)
     install_vllm(log, out)
     map_cuda_runtime(log, out)
+    _no_exit_calls_to_stand_ins(log, out)
     return out
+
+
+def _no_exit_calls_to_stand_ins(log: UndoLog, out: StandIns) -> None:
+    """A library that registers one of its ops as an exit callback (DeepGEMM
+    registers its clean-up) would call, at interpreter exit, an op whose
+    stand-in is gone by then: each such callback registered while the
+    stand-ins are in place is unregistered when they go."""
+    import atexit
+
+    real = atexit.register
+    registered: list = []
+
+    def register(func, *args, **kwargs):
+        registered.append(func)
+        return real(func, *args, **kwargs)
+
+    def unregister_stand_in_ops() -> None:
+        for func in registered:
+            if isinstance(func, torch._ops.OpOverload):
+                namespace = func.namespace
+            elif isinstance(func, torch._ops.OpOverloadPacket):
+                namespace = func._qualified_op_name.split("::")[0]
+            else:
+                continue
+            if namespace in out.libraries:
+                atexit.unregister(func)
+
+    log.call_on_undo(unregister_stand_in_ops)
+    log.setattr(atexit, "register", register)
 
 
 def register_missing_fakes(out: StandIns) -> None:

@@ -23,6 +23,7 @@ def _alias_of_input(tensor: torch.Tensor) -> torch.Tensor:
 # name -> (the fake, what its output is in words)
 FAKES: dict[str, tuple[Callable[..., Any], str]] = {
     "sgl_kernel::weak_ref_tensor": (_alias_of_input, "a tensor with the input's sizes and strides"),
+    "_C::weak_ref_tensor": (_alias_of_input, "a tensor with the input's sizes and strides"),
 }
 
 

@@ -34,7 +34,7 @@ from graphbreak_doctor.emulation.platform_window import platform_window
 from graphbreak_doctor.model import TargetInfo
 from graphbreak_doctor.patching import UndoLog
 from graphbreak_doctor.targets import PhaseNotRun, Target, TargetError
-from graphbreak_doctor.targets.frameworks.vllm import PHASES, emulation, launch
+from graphbreak_doctor.targets.frameworks.vllm import PHASES, cudagraphs, emulation, launch
 from graphbreak_doctor.targets.frameworks.vllm import model as vllm_model
 from graphbreak_doctor.text import one_line
 
@@ -83,8 +83,10 @@ def build_model(served: Served, *, device: str, log: UndoLog, launch_args: tuple
         notes=["no checkpoint is read: vLLM's dummy-weight loader (--load-format dummy)"],
     )
     target = Target(fn=_not_prepared, info=info, own_warm_up=True, eager_phases=True)
-    target.prepare = functools.partial(_prepare, target, config, size)
-    target.discover = functools.partial(_discover, target, config, size)
+    built: dict[str, vllm_model.Built] = {}  # the model the phases (or a mode's prepare) built
+    target.prepare = functools.partial(_prepare, target, config, size, built)
+    target.discover = functools.partial(_discover, target, config, size, built)
+    target.cudagraphs = functools.partial(_cudagraphs, config, built)
     return target
 
 
@@ -121,9 +123,10 @@ def _build(target: Target, config: Any, log: UndoLog) -> vllm_model.Built:
     return built
 
 
-def _discover(target: Target, config: Any, tokens: int, log: UndoLog, phase_scope: Any) -> None:
+def _discover(target: Target, config: Any, tokens: int, kept: dict[str, vllm_model.Built], log: UndoLog,
+              phase_scope: Any) -> None:
     try:
-        built = _build(target, config, log)
+        built = kept["model"] = _build(target, config, log)
     except TargetError as e:  # the launch is known (the map says it); the model does not build here
         raise PhaseNotRun(f"the {PHASES[0]} phase cannot run here: {e}") from e
     context = functools.partial(vllm_model.forward_context, config, tokens)
@@ -134,15 +137,24 @@ def _discover(target: Target, config: Any, tokens: int, log: UndoLog, phase_scop
             raise PhaseNotRun(f"vLLM's profile run raises here: {type(e).__name__}: {one_line(str(e), 300)}") from e
 
 
-def _prepare(target: Target, config: Any, tokens: int, mode: str, log: UndoLog) -> None:
+def _prepare(target: Target, config: Any, tokens: int, kept: dict[str, vllm_model.Built], mode: str,
+             log: UndoLog) -> None:
     """The forward vLLM compiles (the decorated module, else the backbone),
     called as the profile run calls it, inside its forward context."""
-    built = _build(target, config, log)
+    built = kept["model"] = _build(target, config, log)
     log.enter(torch.no_grad())
     log.enter(vllm_model.forward_context(config, tokens))
     target.fn = built.backbone
     target.kwargs = {k: v for k, v in vllm_model.inputs(tokens).items()}
     target.info.function = f"{type(built.backbone).__qualname__}.forward"
+
+
+def _cudagraphs(config: Any, kept: dict[str, vllm_model.Built], log: UndoLog, session: Any) -> list:
+    """What the launch captures into CUDA graphs, of the model its phases built."""
+    if "model" not in kept:
+        raise TargetError("the model was not built: its phases did not run")
+    built = kept["model"]
+    return cudagraphs.capture_phases(config, built.model, built.backbone, log, session)
 
 
 def _not_prepared(*args: Any, **kwargs: Any) -> Any:

@@ -127,4 +127,5 @@ def aot_compile_off(log: UndoLog) -> None:
     log.setenv("VLLM_DISABLE_COMPILE_CACHE", "1")
 
 
-__all__ = ["CHANGES", "accelerator_streams", "aot_compile_off", "inspect_in_process", "install_platform", "isolate_caches", "scratch"]
+__all__ = ["CHANGES", "accelerator_streams", "aot_compile_off", "inspect_in_process", "install_platform",
+           "isolate_caches", "scratch"]
