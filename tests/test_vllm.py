@@ -142,6 +142,31 @@ def test_default_launch_cudagraph_map(traces):
     assert all(c.segments == 1 and not c.breaks for c in full.captures)
 
 
+def test_fix_ladder_on_a_vllm_target_ends_fullgraph_ok(tmp_path):
+    """The fix ladder on the break in the tests' own model class, called as
+    vLLM compiles it (its token dimension marked dynamic by vLLM's own
+    decorator code): the helper becomes one opaque op whose fake is a shape
+    rule (it answers the symbolic token count), and fullgraph holds. A
+    written patch is proven at vLLM's compile-range ends and the smallest, a
+    middle and the largest of its capture sizes."""
+    from fixtures import vllm_models
+    from graphbreak_doctor.targets.serving import _vllm_sizes
+
+    env, folder = _plugin(tmp_path, vllm_models.ARCH)
+    out = tmp_path / "fix.json"
+    done = run_cli("fix", "--vllm-args", folder, "--device", "sm90", "--json", str(out), "--no-html", env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(out.read_text())
+    assert found["fix"]["ok"] is True and found["fix"]["recipes"] == ["wrap-custom-op"], found["fix"]
+    (kept,) = [r for r in found["ladder"] if r["result"] == "fullgraph ok"]
+    assert "fake inferred as a shape rule" in kept["detail"] and "tuned_scale" in kept["detail"]
+    assert "hidden.new_empty((hidden.shape[0], hidden.shape[1])" in kept["patch"]
+    assert any(n.startswith("marked dynamic by vLLM's decorator: input_ids[0]") for n in found["target"]["notes"])
+    resolved = found["target"]["facts"]["launch"]["resolved"]
+    sizes, said = _vllm_sizes(resolved)
+    assert sizes == [1, 184, 512, 8192] and "compile range ends" in said
+
+
 def test_a_sync_outside_the_compiled_forward_is_a_hazard_of_the_full_capture_only(tmp_path):
     """The tests' own model class calls a kernel wrapper that waits for the
     device after its backbone, outside the compiled forward: the compile is

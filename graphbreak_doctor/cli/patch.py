@@ -21,7 +21,7 @@ from graphbreak_doctor.jobs.job import PROGRAM, TRACE
 from graphbreak_doctor.jobs.output import log_sections, with_logs
 from graphbreak_doctor.model import COMPLETE, Findings, PatchCheck, WrittenPatch
 from graphbreak_doctor.progress import Progress
-from graphbreak_doctor.targets.provider import Selection, pick_sizes
+from graphbreak_doctor.targets.provider import Selection
 from graphbreak_doctor.targets.registry import provider
 from graphbreak_doctor.text import one_line
 
@@ -135,7 +135,7 @@ def _check_staged(args: argparse.Namespace, selection: Selection, findings: Find
         written.sizes, written.sizes_from = sorted(set(args.sizes)), "--sizes"
     else:
         written.sizes, written.sizes_from = chosen.server_sizes(selection, findings.target)
-    checked = [(n, chosen.at_size(selection, n)) for n in pick_sizes(written.sizes)]
+    checked = [(n, chosen.at_size(selection, n)) for n in chosen.sizes_to_prove(selection, written.sizes)]
     jobs = [(n, s) for n, s in checked if s is not None] or [(None, selection)]
     # The user's program only where the ladder reached fullgraph: short of
     # it, a plain fullgraph compile fails by design, and the trace says where.

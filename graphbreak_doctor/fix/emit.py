@@ -160,7 +160,8 @@ def _custom_op(change: Change) -> list[str]:
     from graphbreak_doctor.recipes import custom_op  # the ladder's own helpers, pasted
 
     lines = _wrapped(change) + ["import inspect", "from typing import Any", "", "import torch", ""]
-    lines += _catalogue_fake(change.fake) if change.fake is not None else _table_fake(change.table or {})
+    lines += (_catalogue_fake(change.fake) if change.fake is not None else _rule_fake(change.rule)
+              if change.rule is not None else _table_fake(change.table or {}))
     lines += [
         "",
         *_pasted(custom_op._unalias),
@@ -220,6 +221,20 @@ def _source(fn: Any) -> str:
         return textwrap.dedent(inspect.getsource(fn))
     except (OSError, TypeError) as e:
         raise NotWritable(f"the source of {fn.__qualname__} cannot be read: {e}") from e
+
+
+def _rule_fake(rule: Any) -> list[str]:
+    """An inferred fake as a shape rule, as literals, made with the ladder's
+    own maker (recipes/shape_rule.py)."""
+    from graphbreak_doctor.recipes import shape_rule
+
+    return [
+        f"_rule = {_literal(rule, 'the shape rule')}",
+        "",
+        *_pasted(shape_rule.make),
+        "def _fake(*args):",
+        "    return make(_rule, dict(zip(_passed, args)))",
+    ]
 
 
 def _table_fake(table: dict) -> list[str]:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from graphbreak_doctor.model import Break, Frame
 from graphbreak_doctor.frames import package_of, short_path
 from graphbreak_doctor.patching import OP_NAMESPACE, PatchSet
-from graphbreak_doctor.recipes import adapters
+from graphbreak_doctor.recipes import adapters, shape_rule
 from graphbreak_doctor.recipes.common import (
     bound,
     calls_at_sizes,
@@ -74,7 +74,7 @@ def plan(brk: Break, ctx: FixContext, *, recipe: str = "wrap-custom-op") -> Plan
             continue  # stays at its default
         schema_args.append(f"{t} {p.name}")
         passed.append(p.name)
-    table, sized = None, False
+    table, rule, sized = None, None, False
     if known is not None:
         returns, fake, how = known.returns, _catalogue_fake(known, passed), f"catalogue fake ({known.source})"
         check = _cross_check(known, calls, sig)
@@ -92,12 +92,20 @@ def plan(brk: Break, ctx: FixContext, *, recipe: str = "wrap-custom-op") -> Plan
         if returns is None or any(adapters.return_schema(r) != returns for _, _, r in calls):
             raise NotApplicable(f"{culprit} returns something other than tensors")
         table = _shape_table(calls, sig, passed)
-        fake, how = _inferred_fake(table, passed), f"fake inferred from {len(calls)} warm-up call(s) under {'fake' if has_fake_tensor(calls) else 'real'} tensors"
+        rule = shape_rule.infer([(bound(sig, a, k), r) for a, k, r in calls], passed)
+        under = f"{len(calls)} warm-up call(s) under {'fake' if has_fake_tensor(calls) else 'real'} tensors"
+        if rule is not None:  # it answers any size, a symbolic one too
+            fake, how = _rule_fake(rule, passed), f"fake inferred as a shape rule from {under}"
+            table = None
+        else:
+            fake, how = _inferred_fake(table, passed), f"fake inferred from {under}"
     op_name = re.sub(r"\W", "_", f"{package}_{fn_name}")
     schema = f"({', '.join(schema_args)}) -> {returns}"
     impl = _impl(inner, passed)
     accepted = {k: v for k, v in fixed.items()}
     fake_src, fake_helper = _fake_source(known, calls, sig)
+    if rule is not None:
+        fake_src = [f"return {shape_rule.describe(rule, passed)}   # the shape rule of the warm-up calls"]
     patch = op_patch(caller, package, fn_name, [_py_param(a) for a in schema_args], passed, _py_returns(returns),
                      fake_src, fake_helper)
 
@@ -116,6 +124,8 @@ def plan(brk: Break, ctx: FixContext, *, recipe: str = "wrap-custom-op") -> Plan
 
     sizes = f"at each of the server's {len(set(ctx.sizes))} sizes and " if sized else ""
     holds = ("every input: the catalogue's fake computes the output shapes" if known is not None else
+             f"the input shapes that follow the shape rule of the warm-up calls ({sizes}at the target's own "
+             "size): each output dimension is one of the inputs' or a constant" if rule is not None else
              f"the input shapes of the warm-up calls ({sizes}at the target's own size) only: the fake inferred "
              "from them answers no other shape")
     every_size = True if known is not None or sized else (False if ctx.sizes else None)
@@ -123,7 +133,8 @@ def plan(brk: Break, ctx: FixContext, *, recipe: str = "wrap-custom-op") -> Plan
     # replaced when that module is imported.
     change = None if vars(module).get(fn_name) is not replace else Change(
         "custom_op", module.__name__, fn_name, getattr(module, "__file__", "") or "", replace, op=op_name, schema=schema,
-        passed=passed, accepted=accepted, fake=known.fake if known is not None else None, table=table, holds=holds,
+        passed=passed, accepted=accepted, fake=known.fake if known is not None else None, table=table, rule=rule,
+        holds=holds,
         every_size=every_size)
     return Plan(recipe, culprit, where_of(caller), patch, apply, change=change)
 
@@ -294,6 +305,13 @@ def _inferred_fake(table: dict, passed: list[str]) -> Callable:
 
 
 
+def _rule_fake(rule: Any, passed: list[str]) -> Callable:
+    def fake(*args: Any) -> Any:
+        return shape_rule.make(rule, dict(zip(passed, args)))
+
+    return fake
+
+
 def _cross_check(known: catalogue.KnownFunction, calls: list, sig: inspect.Signature) -> str:
     """Does the catalogue fake give the shapes the function gave in the warm-up?"""
     if not calls:
@@ -385,9 +403,9 @@ RECIPES = (
         "custom-op-instead-of-disable",
         Advice(
             "Register {call} as a torch.library.custom_op instead of using torch.compiler.disable",
-            "torch.compiler.disable makes Dynamo break the graph at the call. Under fullgraph=True (SGLang's "
-            "piecewise CUDA graphs) that is an error, not a fallback. A custom op with a fake (meta) "
-            "implementation stays in the graph as one opaque node.",
+            "torch.compiler.disable makes Dynamo break the graph at the call. Under fullgraph=True (a server's "
+            "compile: vLLM's, SGLang's piecewise runner) that is an error, not a fallback. A custom op with a "
+            "fake (meta) implementation stays in the graph as one opaque node.",
             "@torch.library.custom_op(\"mylib::{function}\", mutates_args=())\n"
             "def {function}(x: torch.Tensor) -> torch.Tensor:\n"
             "    return original_{function}(x)\n\n"

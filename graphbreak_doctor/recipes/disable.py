@@ -57,9 +57,9 @@ def _rejection(ctx: FixContext, new: Any, new_brk: Break | None) -> str:
                f"--mode explain` shows whether the target crashes there without this change too")
     else:
         ran = f"also fails: {error}"
-    return (f"Rejected -- {why}: a disabled function is a graph break, and fullgraph (SGLang's piecewise "
-            f"CUDA graphs) forbids graph breaks. Explain mode (fullgraph=False) {ran}. Change undone; "
-            f"a custom op is the fix that keeps one graph.")
+    return (f"Rejected -- {why}: a disabled function is a graph break, and fullgraph (a server's compile: "
+            f"vLLM's, SGLang's piecewise runner) forbids graph breaks. Explain mode (fullgraph=False) {ran}. "
+            f"Change undone; a custom op is the fix that keeps one graph.")
 
 
 
@@ -68,8 +68,8 @@ RECIPE = Recipe(
     Advice(
         "Do not wrap {call} in torch.compiler.disable: under fullgraph it is an error",
         "torch.compiler.disable makes Dynamo break the graph at the call. Explain mode (fullgraph=False) "
-        "runs, but fullgraph=True (SGLang's piecewise CUDA graphs) rejects the break; register a custom "
-        "op instead.",
+        "runs, but fullgraph=True (a server's compile: vLLM's, SGLang's piecewise runner) rejects the break; "
+        "register a custom op instead.",
         "# rejected under fullgraph=True:\n"
         "{function}_eager = torch.compiler.disable({function})",
     ),

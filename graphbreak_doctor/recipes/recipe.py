@@ -85,7 +85,8 @@ class Change:
     warm-up made before capture; ``precomputed``: how to know the answer to
     a call without arguments without making it, hoist.Precomputed),
     ``custom_op`` (the function becomes the opaque op ``op`` with ``schema``;
-    its fake is the catalogue's ``fake`` or the shapes in ``table``) or
+    its fake is the catalogue's ``fake``, the shape ``rule`` or the shapes in
+    ``table``) or
     ``registered_op`` (under torch.compile, calls go to the library's own op
     ``op``, "package.name"). ``passed``: the parameters the op takes; every
     other one keeps its default or a value in ``accepted``."""
@@ -103,6 +104,7 @@ class Change:
     accepted: dict = field(default_factory=dict)
     fake: Callable | None = None
     table: dict | None = None
+    rule: Any = None  # an inferred fake as a shape rule (recipes/shape_rule.py), where one fits
     # For which inputs the change holds, in words; and whether it holds at
     # every size the server uses (None: not known, no sizes were given).
     holds: str = ""

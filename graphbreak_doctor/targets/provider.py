@@ -122,6 +122,11 @@ class TargetProvider:
         ([], "") when none are known."""
         return [], ""
 
+    def sizes_to_prove(self, selection: Selection, sizes: list[int]) -> list[int]:
+        """Which of the server's sizes (``server_sizes``) a written patch is
+        proven at: the smallest, a middle and the largest."""
+        return pick_sizes(sizes)
+
     def cell_label(self, selection: Selection) -> str:
         """What a matrix cell of ``selection`` is called (its row)."""
         return selection.spec or selection.name

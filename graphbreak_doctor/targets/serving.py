@@ -24,7 +24,7 @@ from typing import Any, Mapping
 from graphbreak_doctor.patching import UndoLog
 from graphbreak_doctor.targets import Target, TargetError
 from graphbreak_doctor.targets.frameworks.sglang import PHASES
-from graphbreak_doctor.targets.provider import Option, Selection, TargetProvider
+from graphbreak_doctor.targets.provider import Option, Selection, TargetProvider, pick_sizes
 
 GLM5_ARCHITECTURE = "GlmMoeDsaForCausalLM"
 GLM5_NAME = f"GLM-5 ({GLM5_ARCHITECTURE})"
@@ -91,6 +91,21 @@ def _take_value(args: list[str], flag: str, option: str) -> tuple[str | None, li
             rest.append(arg)
         i += 1
     return value, rest
+
+
+def _vllm_sizes(resolved: dict[str, Any]) -> tuple[list[int], str]:
+    """A vLLM launch compiles its forward once, dynamically, over its compile
+    ranges, and captures CUDA graphs at its capture sizes: both ends of each
+    range, and the smallest, a middle and the largest capture size."""
+    if resolved.get("mode") in (None, "NONE"):
+        return [], ""
+    ends = sorted({int(n) for r in resolved.get("compile_ranges") or [] for n in re.findall(r"\d+", str(r))})
+    captured = pick_sizes([int(n) for n in resolved.get("cudagraph_capture_sizes") or []])
+    if not ends and not captured:
+        return [], ""
+    return (sorted(set(ends) | set(captured)),
+            "vLLM's compile range ends and the smallest, a middle and the largest of its CUDA-graph capture sizes "
+            "(the resolved launch)")
 
 
 def vllm_launch_arguments(text: str, config: str | None) -> tuple[tuple[str, ...], str | None]:
@@ -296,6 +311,8 @@ class Glm5Provider(TargetProvider):
         compiles the decode forward (--enable-torch-compile)."""
         launch = (info.facts or {}).get("launch") or {}
         resolved = launch.get("resolved") or {}
+        if selection.options.get("framework") == "vllm":
+            return _vllm_sizes(resolved)
         phases = launch.get("phases") or {}
         graphs = resolved.get("cuda_graph_config") or {}
         phase = selection.options.get("phase") or "extend"
@@ -313,6 +330,10 @@ class Glm5Provider(TargetProvider):
                 return sizes, ("SGLang's CUDA-graph batch sizes up to torch_compile_max_bs "
                                "(--enable-torch-compile, the resolved launch arguments)")
         return [], ""
+
+    def sizes_to_prove(self, selection: Selection, sizes: list[int]) -> list[int]:
+        """A vLLM launch's sizes are already the ones to prove at (``_vllm_sizes``)."""
+        return sorted(set(sizes)) if selection.options.get("framework") == "vllm" else pick_sizes(sizes)
 
     def cell_label(self, selection: Selection) -> str:
         """A GLM-5 cell is its layer (dense, moe) or the model."""

@@ -146,6 +146,9 @@ def _prepare(target: Target, config: Any, tokens: int, kept: dict[str, vllm_mode
     log.enter(vllm_model.forward_context(config, tokens))
     target.fn = built.backbone
     target.kwargs = {k: v for k, v in vllm_model.inputs(tokens).items()}
+    marked = vllm_model.as_vllm_compiles(built.backbone, target.kwargs, log)
+    if marked:
+        target.info.notes.append(marked)
     target.info.function = f"{type(built.backbone).__qualname__}.forward"
 
 

@@ -142,6 +142,27 @@ def inputs(tokens: int) -> dict[str, Any]:
             "intermediate_tensors": None, "inputs_embeds": None}
 
 
+def as_vllm_compiles(backbone: torch.nn.Module, kwargs: dict[str, Any], log: UndoLog) -> str:
+    """The decorated module called as the doctor traces it: its own compile
+    off (an eager call runs its forward; Dynamo, which the doctor runs,
+    traces it whole), and the inputs' dims marked dynamic by vLLM's own
+    marking function, as its decorator marks them before it compiles.
+    Returns what was marked, or why nothing was, in words ("" for a module
+    vLLM's decorator does not compile)."""
+    if getattr(backbone, "do_not_compile", True):
+        return ""
+    log.setattr(backbone, "do_not_compile", True)
+    call = type(backbone).__call__
+    cells = dict(zip(call.__code__.co_freevars, call.__closure__ or ()))
+    mark = cells.get("_mark_dynamic_inputs")
+    if mark is None:  # a release that marks otherwise: the dims stay static
+        return "vLLM's decorator has no marking function here: no dim marked dynamic"
+    mark.cell_contents(backbone, backbone.compilation_config.dynamic_shapes_config.type, **kwargs)
+    marked = [f"{name}{sorted(getattr(value, '_dynamo_dynamic_indices', ()))}" for name, value in kwargs.items()
+              if isinstance(value, torch.Tensor) and getattr(value, "_dynamo_dynamic_indices", None)]
+    return "marked dynamic by vLLM's decorator: " + (", ".join(marked) or "none")
+
+
 def run(built: Built, vllm_config: Any, tokens: int) -> Any:
     """One forward as the profile run makes it (inside its forward context)."""
     with torch.no_grad(), forward_context(vllm_config, tokens):
@@ -171,4 +192,4 @@ def _op_name(target: Any) -> str:
     return name if name else target.name() if hasattr(target, "name") else str(target)
 
 
-__all__ = ["Built", "build", "forward_context", "inputs", "run", "splitter"]
+__all__ = ["Built", "as_vllm_compiles", "build", "forward_context", "inputs", "run", "splitter"]

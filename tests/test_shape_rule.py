@@ -1,0 +1,62 @@
+"""A custom op's fake inferred from warm-up calls as a shape rule
+(graphbreak_doctor/recipes/shape_rule.py): it answers shapes no warm-up
+call had, a symbolic one too, where a table of the seen shapes cannot."""
+
+from __future__ import annotations
+
+import torch
+
+from graphbreak_doctor.recipes import shape_rule
+
+
+def _calls(fn, *shapes):
+    out = []
+    for shape in shapes:
+        x = torch.randn(*shape)
+        out.append(({"x": x, "scale": 2.0}, fn(x, 2.0)))
+    return out
+
+
+def test_output_dims_follow_the_inputs_or_stay_constant():
+    def pooled(x, scale):
+        return (x[..., :16] * scale).contiguous(), x.sum(-1)
+
+    rule = shape_rule.infer(_calls(pooled, (4, 64), (8, 64)), ["x", "scale"])
+    assert rule == ("tuple", (("tensor", (("x", 0), 16), "float32"), ("tensor", (("x", 0),), "float32")))
+    made = shape_rule.make(rule, {"x": torch.empty(5, 64), "scale": 2.0})
+    assert [tuple(t.shape) for t in made] == [(5, 16), (5,)]
+    assert shape_rule.describe(rule, ["x", "scale"]) == (
+        "x.new_empty((x.shape[0], 16), dtype=torch.float32), x.new_empty((x.shape[0],), dtype=torch.float32)")
+
+
+def test_one_call_prefers_the_inputs_dimension_to_a_constant():
+    rule = shape_rule.infer(_calls(lambda x, s: x * s, (8, 2048)), ["x", "scale"])
+    assert rule == ("tensor", (("x", 0), ("x", 1)), "float32")
+
+
+def test_no_rule_where_a_dimension_follows_nothing_or_an_output_is_not_contiguous():
+    assert shape_rule.infer(_calls(lambda x, s: x.new_empty(x.shape[0] * 2), (4, 3), (8, 3)), ["x", "scale"]) is None
+    assert shape_rule.infer(_calls(lambda x, s: x.t(), (4, 3), (8, 3)), ["x", "scale"]) is None
+    assert shape_rule.infer([], ["x"]) is None
+
+
+def test_a_custom_op_with_the_rule_as_its_fake_compiles_with_a_dynamic_dimension():
+    """Dynamo keeps the token dimension symbolic (as a server's dynamic
+    compile does): the rule answers it, at sizes no warm-up call had."""
+    def scaled(x, scale):
+        return x * scale
+
+    rule = shape_rule.infer(_calls(scaled, (8, 32)), ["x", "scale"])
+
+    @torch.library.custom_op("graphbreak_doctor_test::rule_scaled", mutates_args=())
+    def op(x: torch.Tensor, scale: float) -> torch.Tensor:
+        return scaled(x, scale)
+
+    @op.register_fake
+    def _(x, scale):
+        return shape_rule.make(rule, {"x": x, "scale": scale})
+
+    compiled = torch.compile(lambda x: op(x, 3.0) + 1, fullgraph=True, dynamic=True, backend="eager")
+    for tokens in (3, 17, 64):
+        x = torch.randn(tokens, 32)
+        torch.testing.assert_close(compiled(x), x * 3.0 + 1)
