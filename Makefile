@@ -24,7 +24,7 @@ PIP_FLAGS := -q --disable-pip-version-check
 MATRIX_REQ := graphbreak_doctor/matrix/requirements
 UV := $(shell grep -m1 '^uv==' $(MATRIX_REQ)/ci.txt)
 
-.PHONY: trace test test-torch test-stages test-sglang-then-fi063-then-wheel test-wheel test-vllm test-main test-fi063 test-both-versions test-sglang test-sglang-0.5.9 test-sglang-0.5.21 chromium bench bench-matrix clean venv
+.PHONY: trace test test-torch test-stages test-main-then-vllm test-sglang-then-fi063-then-wheel test-wheel test-vllm test-main test-fi063 test-both-versions test-sglang test-sglang-0.5.9 test-sglang-0.5.21 chromium bench bench-matrix clean venv
 
 venv: $(VENV)/.installed $(VENV063)/.installed $(VENVSGL)/.installed $(VENVVLLM)/.installed
 
@@ -91,10 +91,10 @@ trace: $(VENV)/.installed
 	  $(VENV)/bin/graphbreak-doctor trace --layer dense --impl reference --json; \
 	fi
 
-# The three stages share their traces (tests/conftest.py) in one folder,
+# The stages share their traces (tests/conftest.py) in one folder,
 # emptied first, and run independently: with -j2 (.ci/run) the environments
-# build while a stage runs, the main stage has a core of its own, and the
-# flashinfer 0.6.3 stage follows SGLang's on the other, then the wheel stage. The tests that compare
+# build while a stage runs, the main stage and then vLLM's run on one line,
+# and SGLang's, flashinfer 0.6.3's and the wheel's on the other. The tests that compare
 # the two FlashInfer environments (marked `both_versions`) run last, on both
 # stages' traces.
 test:
@@ -102,12 +102,16 @@ test:
 	GRAPHBREAK_DOCTOR_TEST_TRACES=$(TEST_TRACES) $(MAKE) test-stages
 	GRAPHBREAK_DOCTOR_TEST_TRACES=$(TEST_TRACES) $(MAKE) test-both-versions
 
-test-stages: test-main test-sglang-then-fi063-then-wheel
+# Two lines of stages, about as long as each other (CI's 2 cores): the main
+# stage then vLLM's; SGLang's, then flashinfer 0.6.3's, then the wheel's.
+test-stages: test-main-then-vllm test-sglang-then-fi063-then-wheel
+
+test-main-then-vllm: test-main $(VENVVLLM)/.installed
+	$(MAKE) test-vllm
 
 test-sglang-then-fi063-then-wheel: test-sglang $(VENV063)/.installed
 	$(MAKE) test-fi063
 	$(MAKE) test-wheel
-	$(MAKE) test-vllm
 
 # Fourth environment: vLLM 0.33.0 (its Python; its native libraries get
 # stand-ins), torch held at 2.13.0. One file, installed without

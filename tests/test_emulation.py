@@ -197,6 +197,28 @@ def test_the_device_keeps_what_the_host_wrote_and_what_it_computed_from_it():
             lens[0].item()
 
 
+def test_a_write_forgets_only_live_views_of_its_own_memory():
+    """The device keeps a tensor's known values by the tensor's id and its
+    memory's address, and Python and the allocator reuse both once freed:
+    a key a dead tensor left under an address (an id a new tensor now has)
+    must not make a write there forget the new tensor's values. Here the
+    key is left by hand, where churn would leave it by chance."""
+    from torch._subclasses.fake_tensor import DataDependentOutputException
+
+    with EmulatedDevice("sm120") as dev:
+        memory = dev.fake_mode
+        kept = torch.tensor([-0.5], device="cuda")
+        other = torch.tensor([1.0], device="cuda")
+        memory._by_storage[other.untyped_storage()._cdata].add(id(kept))  # a stale key
+        other.add_(1)
+        assert kept.item() == -0.5 and bool(kept < 0)
+        view = other.view(1, 1)
+        assert view[0, 0].item() == 2.0
+        other.add_(1)
+        with pytest.raises(DataDependentOutputException):  # a live view of the memory written: forgotten
+            view[0, 0].item()
+
+
 def test_a_large_device_tensor_is_known_by_the_range_its_fill_put_it_in():
     """A weight loader's checks on what it filled (a NaN test, a sign test)
     read back exact answers from the fill's range; what the range does not

@@ -291,9 +291,16 @@ class HostMemoryMode(FakeTensorMode):
             return
         for value in _written_arguments(func, args, kwargs):
             if isinstance(value, FakeTensor):
-                for key in self._by_storage.pop(_storage(value), ()):
-                    self._written.pop(key, None)
-                    self._ranges.pop(key, None)
+                storage = _storage(value)
+                for key in self._by_storage.pop(storage, ()):
+                    # A key is a tensor's id, and a storage's address is reused
+                    # once it is freed: only a live view of this very storage
+                    # is forgotten, never another tensor that took a dead one's id.
+                    for table in (self._written, self._ranges):
+                        entry = table.get(key)
+                        kept = entry[0]() if entry is not None else None
+                        if kept is not None and _storage(kept) == storage:
+                            del table[key]
 
     def _pin(self, tensor: torch.Tensor) -> None:
         key = id(tensor)
