@@ -85,13 +85,13 @@ def capture_phases(config: Any, model: torch.nn.Module, backbone: torch.nn.Modul
                                note="vLLM's dispatcher lists no batch to capture for this launch")]
     _compile_for_real(config, backbone, log)
     model, breakable = _wrapped(model, config)
-    largest = max(d.num_tokens for _, descs in keys for d in descs)
-    buffers = _buffers(max(largest, int(config.scheduler_config.max_num_batched_tokens)))
-    # vLLM's profile run: the first call compiles the forward (Dynamo on,
-    # before anything is recorded).
+    profile = int(config.scheduler_config.max_num_batched_tokens)
+    buffers = _buffers(max(profile, *(d.num_tokens for _, descs in keys for d in descs)))
+    # vLLM's profile run, at its largest batch: the first call compiles the
+    # forward (Dynamo on, before anything is recorded).
     try:
         with torch._dynamo.config.patch(disable=False):
-            _run(model, config, buffers, largest, CUDAGraphMode.NONE, None)
+            _run(model, config, buffers, profile, CUDAGraphMode.NONE, None)
     except Exception as e:
         raise RuntimeError(f"vLLM's compile and profile run raised before any capture (a server stops there): "
                            f"{one_line(f'{type(e).__name__}: {e}', 300)}") from e
@@ -161,7 +161,14 @@ def _compile_for_real(config: Any, backbone: torch.nn.Module, log: UndoLog) -> N
     its eager compiler (the map's phases ran it eagerly)."""
     if getattr(backbone, "do_not_compile", True):
         return
+    import vllm.envs as envs
     from vllm.compilation.wrapper import TorchCompileWithNoGuardsWrapper
+
+    if not envs.VLLM_USE_BYTECODE_HOOK:
+        # Captures run with Dynamo off (a compiled helper inside would need
+        # Inductor); vLLM's bytecode hook is what runs its compiled code then.
+        raise RuntimeError("VLLM_USE_BYTECODE_HOOK=0: vLLM's compiled forward runs only through Dynamo then, "
+                           "which the capture here runs without")
 
     log.setattr(config.compilation_config, "backend", "eager")
     backbone.compiled = False
