@@ -159,7 +159,7 @@ def _compile_for_real(config: Any, backbone: torch.nn.Module, log: UndoLog) -> N
     """vLLM's compile wrapper on the decorated module set up again, now with
     Dynamo's own torch.compile and vLLM's backend compiling each piece with
     its eager compiler (the map's phases ran it eagerly)."""
-    if getattr(backbone, "do_not_compile", True):
+    if not hasattr(backbone, "_compiled_callable"):  # vLLM's decorator does not compile it for this launch
         return
     import vllm.envs as envs
     from vllm.compilation.wrapper import TorchCompileWithNoGuardsWrapper
@@ -171,6 +171,7 @@ def _compile_for_real(config: Any, backbone: torch.nn.Module, log: UndoLog) -> N
                            "which the capture here runs without")
 
     log.setattr(config.compilation_config, "backend", "eager")
+    log.setattr(backbone, "do_not_compile", False)  # a trace's own set-up runs it eagerly (model.as_vllm_compiles)
     backbone.compiled = False
     TorchCompileWithNoGuardsWrapper.__init__(backbone, compile_prefix="", is_encoder=False)
     handle = getattr(backbone, "_bytecode_hook_handle", None)
