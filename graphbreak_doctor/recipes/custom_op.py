@@ -91,21 +91,19 @@ def plan(brk: Break, ctx: FixContext, *, recipe: str = "wrap-custom-op") -> Plan
         returns = adapters.return_schema(calls[0][2])
         if returns is None or any(adapters.return_schema(r) != returns for _, _, r in calls):
             raise NotApplicable(f"{culprit} returns something other than tensors")
-        table = _shape_table(calls, sig, passed)
         rule = shape_rule.infer([(bound(sig, a, k), r) for a, k, r in calls], passed)
         under = f"{len(calls)} warm-up call(s) under {'fake' if has_fake_tensor(calls) else 'real'} tensors"
         if rule is not None:  # it answers any size, a symbolic one too
             fake, how = _rule_fake(rule, passed), f"fake inferred as a shape rule from {under}"
-            table = None
         else:
+            table = _shape_table(calls, sig, passed)
             fake, how = _inferred_fake(table, passed), f"fake inferred from {under}"
     op_name = re.sub(r"\W", "_", f"{package}_{fn_name}")
     schema = f"({', '.join(schema_args)}) -> {returns}"
     impl = _impl(inner, passed)
     accepted = {k: v for k, v in fixed.items()}
-    fake_src, fake_helper = _fake_source(known, calls, sig)
-    if rule is not None:
-        fake_src = [f"return {shape_rule.describe(rule, passed)}   # the shape rule of the warm-up calls"]
+    fake_src, fake_helper = (([f"return {shape_rule.describe(rule, passed)}   # the shape rule of the warm-up calls"],
+                               []) if rule is not None else _fake_source(known, calls, sig))
     patch = op_patch(caller, package, fn_name, [_py_param(a) for a in schema_args], passed, _py_returns(returns),
                      fake_src, fake_helper)
 
