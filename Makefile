@@ -24,7 +24,7 @@ PIP_FLAGS := -q --disable-pip-version-check
 MATRIX_REQ := graphbreak_doctor/matrix/requirements
 UV := $(shell grep -m1 '^uv==' $(MATRIX_REQ)/ci.txt)
 
-.PHONY: trace test test-torch test-stages test-main-then-vllm test-sglang-then-fi063-then-wheel test-wheel test-vllm test-main test-fi063 test-both-versions test-sglang test-sglang-0.5.9 test-sglang-0.5.21 chromium bench bench-matrix clean venv
+.PHONY: trace test test-torch test-stages test-main-then-vllm test-sglang-line test-wheel test-vllm test-vllm-matrix test-main test-fi063 test-both-versions test-sglang test-sglang-0.5.9 test-sglang-0.5.21 chromium bench bench-matrix clean venv
 
 venv: $(VENV)/.installed $(VENV063)/.installed $(VENVSGL)/.installed $(VENVVLLM)/.installed
 
@@ -103,15 +103,17 @@ test:
 	GRAPHBREAK_DOCTOR_TEST_TRACES=$(TEST_TRACES) $(MAKE) test-both-versions
 
 # Two lines of stages, about as long as each other (CI's 2 cores): the main
-# stage then vLLM's; SGLang's, then flashinfer 0.6.3's, then the wheel's.
-test-stages: test-main-then-vllm test-sglang-then-fi063-then-wheel
+# stage then vLLM's; SGLang's, then flashinfer 0.6.3's, the wheel's and the
+# matrix's vLLM axis.
+test-stages: test-main-then-vllm test-sglang-line
 
 test-main-then-vllm: test-main $(VENVVLLM)/.installed
 	$(MAKE) test-vllm
 
-test-sglang-then-fi063-then-wheel: test-sglang $(VENV063)/.installed
+test-sglang-line: test-sglang $(VENV063)/.installed
 	$(MAKE) test-fi063
 	$(MAKE) test-wheel
+	$(MAKE) test-vllm-matrix
 
 # Fourth environment: vLLM 0.33.0 (its Python; its native libraries get
 # stand-ins), torch held at 2.13.0. One file, installed without
@@ -127,12 +129,18 @@ $(VENVVLLM)/.installed: pyproject.toml $(MATRIX_REQ)/vllm.txt requirements/test.
 test-vllm: $(VENVVLLM)/.installed
 	$(VENVVLLM)/bin/python -m pytest -m vllm $(PYTEST_ARGS)
 
+# The matrix's vLLM axis: the doctor builds two vLLM releases' environments
+# itself (uv, from its vLLM file and each release's pins) and maps a model in
+# each; run from the main environment, which has no vLLM of its own.
+test-vllm-matrix: $(VENV)/.installed
+	$(VENV)/bin/python -m pytest -m vllm_matrix $(PYTEST_ARGS)
+
 # Its test files in two processes (pytest-xdist; each file's tests in one of
 # them, so a module's set-up runs once): the stage takes what the other
 # stages leave of the two cores. The traces the tests share are traced once
 # (tests/conftest.py: Traces holds a lock per trace).
 test-main: $(VENV)/.installed chromium
-	$(VENV)/bin/python -m pytest -n 2 --dist loadfile -m 'not both_versions and not torch_release' $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest -n 2 --dist loadfile -m 'not both_versions and not torch_release and not vllm_matrix' $(PYTEST_ARGS)
 
 # The browser tests (marked `browser`) drive Debian's chromium: installed here
 # when missing and running as root (CI); otherwise they skip, except under CI=true.

@@ -24,7 +24,7 @@ from conftest import FI_NEW, FI_OLD, ROOT, doctor
 from graphbreak_doctor.model import Findings
 from graphbreak_doctor.matrix.envs import Environments, EnvSpec, installed
 from graphbreak_doctor.model.matrix import CRASHED, FAILED, NOT_AVAILABLE, NOT_RUNNABLE, OK, Cell
-from graphbreak_doctor.matrix.run import bisect
+from graphbreak_doctor.matrix.bisection import bisect
 
 SGLANG_WHEELS = [p for p in os.environ.get("GRAPHBREAK_DOCTOR_WHEELS", "").split(os.pathsep) if p]
 SGLANG_MATRIX = pytest.mark.skipif(not os.environ.get("GRAPHBREAK_DOCTOR_MATRIX_SGLANG"),

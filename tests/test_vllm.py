@@ -114,16 +114,40 @@ def test_default_launch_map(traces):
 
 def test_default_launch_cudagraph_map(traces):
     """The same launch's CUDA-graph map, captured with vLLM's own capture
-    code: the batches vLLM's dispatcher lists for its FULL_AND_PIECEWISE
-    mode, at the smallest, a middle and the largest of its capture sizes.
-    PIECEWISE: a graph per piece of the split forward, the attention ops
-    run eagerly between them (the ops the split was cut at); FULL: one
-    graph around the whole model. No hazard in vLLM's Qwen3-MoE."""
-    from graphbreak_doctor.targets.provider import pick_sizes
-
+    code: the batches the launch's runner lists for its FULL_AND_PIECEWISE
+    mode (vLLM's model runner V2, its default: a CUDA-graph manager that
+    captures FULL batches in a graph of its own), at the smallest, a middle
+    and the largest of its capture sizes. PIECEWISE: a graph per piece of
+    the split forward, the attention ops run eagerly between them (the ops
+    the split was cut at); FULL: one graph around the whole model. No
+    hazard in vLLM's Qwen3-MoE."""
     traced = traces.get(*QWEN3)
     assert traced.code == 0, traced.stderr[-3000:]
-    found = traced.findings
+    full = _qwen3_cudagraph_map(traced.findings)
+    assert "manager's own CUDA graph" in full.how
+
+
+def test_the_v1_runner_captures_through_its_dispatcher(tmp_path):
+    """The same launch on vLLM's V1 model runner (VLLM_USE_V2_MODEL_RUNNER=0,
+    as a user opts out): its dispatcher lists the batches and its
+    CUDAGraphWrapper around the whole model captures the FULL ones; the
+    segments and breaks are the V2 runner's."""
+    import os
+
+    from graphbreak_doctor.model import Findings
+
+    out = tmp_path / "v1.json"
+    done = run_cli("trace", *QWEN3, "--json", str(out), "--no-html",
+                   env={**os.environ, "VLLM_USE_V2_MODEL_RUNNER": "0", "GRAPHBREAK_DOCTOR_NO_CACHE": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    full = _qwen3_cudagraph_map(Findings.from_dict(json.loads(out.read_text())))
+    assert "CUDAGraphWrapper around the whole model" in full.how
+
+
+def _qwen3_cudagraph_map(found):
+    """The checks both runners' maps of the default Qwen3-MoE launch pass; returns the FULL phase."""
+    from graphbreak_doctor.targets.provider import pick_sizes
+
     resolved = found.target.facts["launch"]["resolved"]
     assert resolved["cudagraph_mode"] == "FULL_AND_PIECEWISE"
     cudagraphs = found.cudagraphs
@@ -132,6 +156,8 @@ def test_default_launch_cudagraph_map(traces):
     (region,) = [r for r in found.regions if r.entered]
     piecewise, full = cudagraphs.phases
     assert piecewise.sizes == resolved["cudagraph_capture_sizes"]
+    # A uniform decode batch has one token per request: never more than the launch's requests.
+    assert max(full.sizes) <= resolved["max_num_seqs"]
     for phase in cudagraphs.phases:
         assert [c.size for c in phase.captures] == pick_sizes(phase.sizes)
         assert all(not c.error and not c.hazards for c in phase.captures), phase.captures
@@ -140,6 +166,7 @@ def test_default_launch_cudagraph_map(traces):
         assert capture.segments == region.pieces - len(region.split_ops) == 2
         assert [(b.function, b.count) for b in capture.breaks] == [(region.split_ops[0], 1)]
     assert all(c.segments == 1 and not c.breaks for c in full.captures)
+    return full
 
 
 def test_fix_ladder_on_a_vllm_target_ends_fullgraph_ok(tmp_path):

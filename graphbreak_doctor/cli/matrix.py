@@ -3,7 +3,9 @@ capture GLM-5's layers -- one isolated environment per version pair, one
 worker process per cell and mode -- and `--bisect` for the first release
 where the verdict changes. With `--model` each cell is the compile map of
 SGLang's GLM-5 model forward under the launch arguments (`--sglang-args`),
-read by each release itself. Any other provider that offers itself to the
+read by each release itself; with `--model --vllm V1,...` the framework
+axis is vLLM's releases, each cell vLLM's compile map and CUDA-graph map of
+the served model under `--vllm-args`. Any other provider that offers itself to the
 matrix (``TargetProvider.in_matrix``: ``--target M:F``, a plugin's) names
 the targets each cell traces."""
 
@@ -40,6 +42,9 @@ the launch arguments (--sglang-args, read by each release itself): how the
 release runs the prefill (and its fullgraph verdict where the launch compiles
 it), what SGLang said, the torch.compile regions entered. A release that
 refuses an argument reads "not available in this release: <SGLang's message>".
+With --model --vllm V1,... the releases are vLLM's: a cell is vLLM's compile
+map and CUDA-graph map of the served model under --vllm-args (as `trace
+--vllm-args ... --mode map`), each release in an environment of its own.
 
 """
 
@@ -105,6 +110,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "re-creation, no SGLang needed")
     p.add_argument("--sglang", type=_version_list, metavar="V1,V2,...",
                    help="SGLang releases (default: the installed one)")
+    p.add_argument("--vllm", type=_version_list, metavar="V1,V2,...",
+                   help="with --model: vLLM releases, the framework axis in place of SGLang's (each cell: vLLM's "
+                        "compile map and CUDA-graph map of the served model)")
     p.add_argument("--flashinfer", type=_version_list, metavar="V1,V2,...",
                    help="FlashInfer releases (default: the installed one)")
     p.add_argument("--torch", type=_torch_list, metavar="V1,V2,...|release",
@@ -117,6 +125,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sglang-args", metavar="ARGS",
                    help="the server's launch arguments (what follows `python -m sglang.launch_server`), read by "
                         "each cell's SGLang release itself; needs --sglang")
+    p.add_argument("--vllm-args", metavar="ARGS",
+                   help="with --vllm: the server's launch arguments (what follows `vllm serve`), read by each "
+                        "cell's vLLM release itself")
     p.add_argument("--model-path", metavar="DIR|NAME",
                    help="with --model: the served model's config folder, or a packaged model (glm5-nvfp4, the "
                         "default; deepseek-v3; qwen3-30b-a3b); every cell's SGLang builds it (the folder must be "
@@ -179,6 +190,8 @@ def _plan(args: argparse.Namespace):
     from graphbreak_doctor.matrix.run import Plan
     from graphbreak_doctor.targets.serving import launch_arguments
 
+    if args.vllm or args.vllm_args is not None:
+        return _vllm_plan(args)
     bisect_sglang = bool(args.bisect) and args.bisect[0] == "sglang"
     chosen = _chosen_selections(args)
     if chosen:
@@ -232,6 +245,38 @@ def _plan(args: argparse.Namespace):
                 torch=tuple(args.torch or ()), pins=_pins(args, tuple(sglang)))
 
 
+def _vllm_plan(args: argparse.Namespace):
+    """--model --vllm V1,...: each cell vLLM's map of the served model in that release."""
+    from graphbreak_doctor.matrix.envs import installed
+    from graphbreak_doctor.matrix.run import Plan
+    from graphbreak_doctor.model.matrix import MODEL
+    from graphbreak_doctor.targets.serving import PROVIDER, vllm_launch_arguments
+
+    if not args.vllm:
+        raise UsageError("--vllm-args needs --vllm V1,...: each release reads the launch arguments itself")
+    for given, flag in ((args.sglang, "--sglang"), (args.sglang_args is not None, "--sglang-args"),
+                        (args.impl, "--impl"), (args.bisect, "--bisect"), (args.layer, "--layer"),
+                        (_chosen_selections(args), "a target option"), (tuple(args.torch or ()) == ("release",),
+                                                                         "--torch release")):
+        if given:
+            raise UsageError(f"--vllm maps vLLM's model forward per release: leave out {flag}")
+    if args.mode not in (None, MAP_MODE):
+        raise UsageError(f"--model runs the compile map (--mode map), not --mode {args.mode}")
+    try:
+        launch, config = vllm_launch_arguments(args.vllm_args, None) if args.vllm_args is not None else ((), None)
+        if config is not None and args.model_path is not None:
+            raise ValueError("--model-path names the model, and --vllm-args' model another: give one")
+        config = args.model_path if args.model_path is not None else config
+        PROVIDER.vllm_selection(config, launch)  # the model's folder read now: a bad one is one line
+    except ValueError as e:
+        raise UsageError(str(e)) from e
+    flashinfer = args.flashinfer or (installed("flashinfer-python"),)
+    if not flashinfer[0]:
+        raise UsageError("give --flashinfer V1,... (FlashInfer is not installed here)")
+    return Plan(MODEL, "vllm", (), tuple(flashinfer), tuple(args.device), MAP_MODE, launch, config=config,
+                torch=tuple(args.torch or ()), vllm=tuple(args.vllm))
+
+
 def _bisect_range(args: argparse.Namespace, plan) -> tuple[str, str, str]:
     from packaging.version import InvalidVersion, Version
 
@@ -282,7 +327,9 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(e)) from e
     refused = [c for c in result.cells if c.status == NOT_AVAILABLE]
     if refused and len(refused) == len(result.cells):  # an argument no release takes: bad input
-        raise UsageError(f"no release in the matrix takes the launch arguments: SGLang {refused[0].sglang}: "
+        name, release = refused[0].framework
+        framework = "vLLM" if name == "vllm" else "SGLang"
+        raise UsageError(f"no release in the matrix takes the launch arguments: {framework} {release}: "
                          f"{refused[0].reason}")
     show(get("matrix").render(result))
     html = next((p.path for p in outputs.planned if p.renderer.name == "matrix-html"), None)
@@ -298,7 +345,8 @@ def _run(args: argparse.Namespace, plan, bisecting, environments, limits, progre
     """The matrix, or the bisection's probes joined into one."""
     from dataclasses import replace
 
-    from graphbreak_doctor.matrix.run import available_versions, bisect, run_cells
+    from graphbreak_doctor.matrix.bisection import available_versions, bisect
+    from graphbreak_doctor.matrix.run import run_cells
 
     if bisecting:
         axis, low, high = bisecting

@@ -37,14 +37,14 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from graphbreak_doctor.cache import cache_root
 from graphbreak_doctor.jobs import lifetime
 from graphbreak_doctor.matrix import doctor_source
 # EnvError, of_its_time and release_torch are this module's too (callers import them from here).
-from graphbreak_doctor.matrix.pins import (EnvError, exact_pins, norm_name, of_its_time, release_torch,  # noqa: F401
-                                           version_key)
+from graphbreak_doctor.matrix import vllm_release
+from graphbreak_doctor.matrix.pins import (EnvError, exact_pins, norm_name, of_its_time, pin,  # noqa: F401
+                                           release_torch, version_key)
 from graphbreak_doctor.text import one_line
 
 # Package data (pyproject.toml): an installed doctor has them as a checkout does.
@@ -141,21 +141,6 @@ def default_envs_dir() -> Path:
     return cache_root() / "matrix-envs"
 
 
-def _pin(lines: list[str], package: str, version: str) -> list[str]:
-    """``lines`` with the requirement of ``package`` replaced by ==version."""
-    out, found = [], False
-    for line in lines:
-        name = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", line.split("#", 1)[0])
-        if name and norm_name(name.group(1)) == norm_name(package):
-            out.append(f"{package}=={version}")
-            found = True
-        else:
-            out.append(line)
-    if not found:
-        out.append(f"{package}=={version}")
-    return out
-
-
 def _read(name: str) -> list[str]:
     path = REQUIREMENTS / name
     if not path.is_file():
@@ -167,17 +152,19 @@ def _read(name: str) -> list[str]:
 @dataclass(frozen=True)
 class EnvSpec:
     """What one environment holds: an SGLang release ("" for none), a
-    FlashInfer release, and a torch release ("" = the torch this interpreter
-    runs)."""
+    FlashInfer release, a torch release ("" = the torch this interpreter
+    runs), and a vLLM release ("" for none; never with SGLang:
+    matrix/vllm_release.py)."""
 
     sglang: str
     flashinfer: str
     torch: str = ""
+    vllm: str = ""
 
     @property
     def label(self) -> str:
-        return ((f"sglang {self.sglang}, " if self.sglang else "") + f"flashinfer {self.flashinfer}"
-                + (f", torch {self.torch}" if self.torch else ""))
+        framework = f"sglang {self.sglang}, " if self.sglang else f"vllm {self.vllm}, " if self.vllm else ""
+        return framework + f"flashinfer {self.flashinfer}" + (f", torch {self.torch}" if self.torch else "")
 
     def profile(self) -> tuple[str, str, tuple[str, ...]]:
         """The (base, --no-deps) requirement files this release starts from,
@@ -194,13 +181,16 @@ class EnvSpec:
 
     def requirement_files(self) -> dict[str, str]:
         """File name -> text, as installed (base first, then --no-deps)."""
+        if self.vllm:
+            lines = vllm_release.requirement_lines(_read(vllm_release.PROFILE), self.vllm, self.flashinfer, self.torch)
+            return {"nodeps.txt": "\n".join(lines) + "\n"}
         if not self.sglang:
-            return {"base.txt": "\n".join(self._torch(_pin(_read("ci.txt"), "flashinfer-python", self.flashinfer)))
+            return {"base.txt": "\n".join(self._torch(pin(_read("ci.txt"), "flashinfer-python", self.flashinfer)))
                     + "\n"}
         base, nodeps, _cuda_only = self.profile()
         return {
-            "base.txt": "\n".join(self._torch(_pin(_read(base), "flashinfer-python", self.flashinfer))) + "\n",
-            "nodeps.txt": "\n".join(_pin(_read(nodeps), "sglang", self.sglang)) + "\n",
+            "base.txt": "\n".join(self._torch(pin(_read(base), "flashinfer-python", self.flashinfer))) + "\n",
+            "nodeps.txt": "\n".join(pin(_read(nodeps), "sglang", self.sglang)) + "\n",
         }
 
     def _torch(self, lines: list[str]) -> list[str]:
@@ -215,7 +205,7 @@ class EnvSpec:
         return hashlib.sha256(text.encode()).hexdigest()[:10]
 
     def folder_name(self, torch: str) -> str:
-        what = f"sglang-{self.sglang}-" if self.sglang else "reference-"
+        what = f"sglang-{self.sglang}-" if self.sglang else f"vllm-{self.vllm}-" if self.vllm else "reference-"
         held = f"torch-{self.torch}-" if self.torch else ""
         return f"{what}flashinfer-{self.flashinfer}-{held}{self.key(torch)}"
 
@@ -342,13 +332,22 @@ class Environments:
             constraints.write_text(f"torch=={torch}\n", encoding="utf-8")
             for name, text in files.items():
                 (Path(tmp) / name).write_text(text, encoding="utf-8")
-            if spec.torch:
-                self._install_torch(python, spec.torch, Path(tmp) / "base.txt")
-            self._install(python, "-r", str(Path(tmp) / "base.txt"), what=f"installing {spec.label}",
-                          constraints=str(constraints))
+            if spec.torch:  # vLLM's file goes in without dependencies: torch alone first
+                alone = Path(tmp) / "torch.txt"
+                alone.write_text(f"torch=={spec.torch}\n", encoding="utf-8")
+                self._install_torch(python, spec.torch, Path(tmp) / "base.txt" if "base.txt" in files else alone)
+            if "base.txt" in files:
+                self._install(python, "-r", str(Path(tmp) / "base.txt"), what=f"installing {spec.label}",
+                              constraints=str(constraints))
             followed: dict[str, str] = {}
             notes: list[str] = []
-            if "nodeps.txt" in files:
+            if spec.vllm:  # one file, without dependencies; then the release's own versions
+                self._install(python, "--no-deps", "-r", str(Path(tmp) / "nodeps.txt"),
+                              what=f"installing vllm {spec.vllm}", constraints=str(constraints))
+                followed, notes = vllm_release.follow(
+                    python, spec.vllm, files["nodeps.txt"],
+                    lambda *args, what: self._install(python, *args, what=what, constraints=str(constraints)))
+            elif "nodeps.txt" in files:
                 self._install(python, "--no-deps", "-r", str(Path(tmp) / "nodeps.txt"),
                               what=f"installing sglang {spec.sglang}", constraints=str(constraints))
                 followed, notes = self._follow_release(python, spec, files["base.txt"], files["nodeps.txt"],
@@ -360,7 +359,7 @@ class Environments:
             self._install(python, "--no-deps", *doctor, what="installing graphbreak-doctor",
                           constraints=str(constraints))
         manifest = {
-            "sglang": spec.sglang, "flashinfer": spec.flashinfer, "torch": torch,
+            "sglang": spec.sglang, "vllm": spec.vllm, "flashinfer": spec.flashinfer, "torch": torch,
             "python": sys.version.split()[0], "doctor": self.doctor.identity(),
             "followed_release_pins": followed, "notes": notes,
             "requirements": files, "seconds": round(time.monotonic() - start, 1),

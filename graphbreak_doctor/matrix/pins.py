@@ -85,6 +85,21 @@ def of_its_time(name: str, release: list[str], flashinfer: list[str]) -> tuple[s
     return theirs[0], (mine[1] if mine else "") or theirs[1], conflict
 
 
+def pin(lines: list[str], package: str, version: str) -> list[str]:
+    """``lines`` with the requirement of ``package`` replaced by ==version."""
+    out, found = [], False
+    for line in lines:
+        name = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", line.split("#", 1)[0])
+        if name and norm_name(name.group(1)) == norm_name(package):
+            out.append(f"{package}=={version}")
+            found = True
+        else:
+            out.append(line)
+    if not found:
+        out.append(f"{package}=={version}")
+    return out
+
+
 def exact_pins(requirements: list[str]) -> dict[str, str]:
     """name -> version of the ``name==version`` requirements (not an extra's)."""
     pins = {}

@@ -13,15 +13,16 @@ With ``--model`` a cell is the compile map of SGLang's GLM-5 model forward
 (``trace --model --mode map``) in the cell's environment: how the release
 runs the prefill and the regions each phase enters. Where the resolved launch
 compiles the prefill forward with fullgraph (tc_piecewise), a second worker
-traces it as that runner does (``--mode piecewise``) for its verdict.
+traces it as that runner does (``--mode piecewise``) for its verdict. With
+``--vllm`` the framework axis is vLLM's releases instead: a cell is vLLM's
+compile map and CUDA-graph map of the served model (``trace --vllm-args ...
+--mode map``), whose regions are traced as vLLM compiles them (fullgraph).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -29,7 +30,7 @@ from itertools import pairwise
 
 from graphbreak_doctor.model import COMPLETE, FULLGRAPH_MODES, MAP_MODE
 from graphbreak_doctor.jobs.job import MAP, TRACE, Job
-from graphbreak_doctor.matrix.envs import Environments, EnvError, EnvSpec, version_key
+from graphbreak_doctor.matrix.envs import Environments, EnvSpec
 from graphbreak_doctor.matrix.executors import Limits, Work
 from graphbreak_doctor.model.matrix import (
     CRASHED,
@@ -40,7 +41,6 @@ from graphbreak_doctor.model.matrix import (
     OK,
     TARGET,
     TIMED_OUT,
-    Bisection,
     Cell,
     MatrixResult,
     NeighbourDiff,
@@ -67,8 +67,12 @@ class Plan:
     torch: tuple[str, ...] = ()
     # --torch release: (SGLang release, the torch it pins) -- each release's cells hold its own.
     pins: tuple[tuple[str, str], ...] = ()
+    # vLLM releases (--vllm): the framework axis in place of SGLang's (layer MODEL only).
+    vllm: tuple[str, ...] = ()
 
     def specs(self) -> list[EnvSpec]:
+        if self.vllm:
+            return [EnvSpec("", f, t, vllm=v) for v in self.vllm for f in self.flashinfer for t in self.torch or ("",)]
         pinned = dict(self.pins)
         return [EnvSpec(s, f, t) for s in (self.sglang or ("",)) for f in self.flashinfer
                 for t in ((pinned.get(s, ""),) if self.pins else self.torch or ("",))]
@@ -81,6 +85,8 @@ class Plan:
 
         if self.chosen:
             return list(self.chosen)
+        if self.vllm:
+            return [PROVIDER.vllm_selection(self.config, self.launch)]
         if self.layer == MODEL:
             return PROVIDER.served_selections(MODEL, "sglang", config=self.config, scope=MODEL, launch=self.launch)
         return PROVIDER.layer_selections(self.layer, self.impl, launch=self.launch)
@@ -90,8 +96,9 @@ def _refused(cell: Cell, usage) -> Cell:
     """A cell whose worker found bad input: the release refuses the launch
     arguments (SGLang's own message), or it does not import or build here."""
     from graphbreak_doctor.targets.frameworks.sglang.launch import rejection
+    from graphbreak_doctor.targets.frameworks.vllm.launch import rejection as vllm_rejection
 
-    said = rejection(one_line(usage.message))
+    said = rejection(one_line(usage.message)) or vllm_rejection(one_line(usage.message))
     # Paths inside the cell's environment, from its site-packages on.
     cell.status, cell.reason = ((NOT_AVAILABLE, said) if said else
                                 (NOT_RUNNABLE, re.sub(r"/\S*/site-packages/", "", one_line(usage.message))))
@@ -164,8 +171,11 @@ def run_cells(plan: Plan, environments: Environments, limits: Limits, progress: 
             ", ".join(plan.torch) if plan.torch else environments.torch)
     result = MatrixResult(layer=plan.layer, impl=plan.impl, mode=plan.mode, torch=held,
                           sglang=list(plan.sglang), flashinfer=list(plan.flashinfer), devices=list(plan.devices),
-                          launch=list(plan.launch))
+                          launch=list(plan.launch), vllm=list(plan.vllm))
     selections = plan.selections()
+    if plan.layer == MODEL:
+        served = selections[0].options.get("served")
+        result.model = str(served.get("name", "")) if isinstance(served, dict) else ""
     modes = [MAP_MODE] if plan.layer == MODEL else modes_for(plan.mode)
     cells: list[Cell] = []
     work: list[Work] = []
@@ -173,7 +183,8 @@ def run_cells(plan: Plan, environments: Environments, limits: Limits, progress: 
         for device in plan.devices:
             for selection in selections:
                 label = provider(selection.provider).cell_label(selection)
-                cells.append(Cell(spec.sglang, spec.flashinfer, device, label, status=OK, torch=spec.torch))
+                cells.append(Cell(spec.sglang, spec.flashinfer, device, label, status=OK, torch=spec.torch,
+                                  vllm=spec.vllm))
                 work += [Work(spec, Job(MAP if m == MAP_MODE else TRACE, selection, device, m)) for m in modes]
     start = time.monotonic()
     ran = executor.run(work, environments, limits, progress)
@@ -234,6 +245,8 @@ def _prefill_compiled(outcome) -> bool:
 
     if outcome.findings is None or outcome.findings.fullgraph.crashed:
         return False
+    if _launch(outcome.findings).get("framework") == "vllm":  # its map traced the compiled forward itself
+        return False
     resolved = _launch(outcome.findings).get("resolved")
     return isinstance(resolved, dict) and bool(prefill_compiled(resolved))
 
@@ -255,9 +268,13 @@ def _classify_map(cell: Cell, outcomes: list) -> Cell:
     findings = found.findings
     launch = _launch(findings)
     phases = launch.get("phases")
-    cell.prefill = str(phases.get("extend", "")) if isinstance(phases, dict) else ""
-    cell.sglang_said = [str(s) for s in launch.get("sglang_said") or []]
-    cell.sglang_rules = [str(s) for s in launch.get("sglang_rules") or []]
+    if launch.get("framework") == "vllm":  # one phase: vLLM's profile run
+        cell.prefill = str(next(iter(phases.values()), "")) if isinstance(phases, dict) else ""
+        cell.vllm_said = [str(s) for s in launch.get("said") or []]
+    else:
+        cell.prefill = str(phases.get("extend", "")) if isinstance(phases, dict) else ""
+        cell.sglang_said = [str(s) for s in launch.get("sglang_said") or []]
+        cell.sglang_rules = [str(s) for s in launch.get("sglang_rules") or []]
     if findings.fullgraph.crashed:  # the map stopped after the release resolved the launch
         cell.status, cell.reason, cell.findings = CRASHED, one_line(findings.fullgraph.error), findings
         return cell
@@ -360,34 +377,39 @@ def _shared_tail(a: str, b: str) -> str:
 
 def neighbour_diffs(result: MatrixResult) -> list[NeighbourDiff]:
     """The diff of every two cells next to each other on one axis (same
-    device, layer and other axis), where both have findings."""
+    device, layer and other axes), where both have findings."""
     from graphbreak_doctor.gate.diff import diff
 
     out = []
     torches = list(dict.fromkeys(c.torch for c in result.cells)) or [""]
     held = lambda torch: f", torch {torch}" if torch else ""  # noqa: E731
+    # The framework axis: SGLang's releases, or vLLM's ("" = neither).
+    framework, releases = ("vllm", result.vllm) if result.vllm else ("sglang", result.sglang)
+    key = lambda release, flashinfer, torch: (  # noqa: E731  (Cell.row without its layer)
+        release if framework == "sglang" else "", release if framework == "vllm" else "", flashinfer, torch)
     pairs = []  # (axis, older, newer, the older cell's key, the newer's, what the others hold)
     for torch in torches:
-        for axis, values, others in (("sglang", result.sglang, result.flashinfer),
-                                     ("flashinfer", result.flashinfer, result.sglang or [""])):
-            for older, newer in pairwise(values):
-                for other in others:
-                    pair_a, pair_b = ((older, other), (newer, other)) if axis == "sglang" else \
-                        ((other, older), (other, newer))
-                    fixed = (f"flashinfer {other}" if axis == "sglang" else
-                             (f"sglang {other}" if other else
-                              "without SGLang" if result.layer == TARGET else "reference"))
-                    pairs.append((axis, older, newer, (*pair_a, torch), (*pair_b, torch), fixed + held(torch)))
-    for older, newer in pairwise(t for t in torches if t):
-        for sglang in result.sglang or [""]:
+        for older, newer in pairwise(releases):
             for flashinfer in result.flashinfer:
-                fixed = (f"sglang {sglang} + " if sglang else "") + f"flashinfer {flashinfer}"
-                pairs.append(("torch", older, newer, (sglang, flashinfer, older), (sglang, flashinfer, newer), fixed))
+                pairs.append((framework, older, newer, key(older, flashinfer, torch), key(newer, flashinfer, torch),
+                              f"flashinfer {flashinfer}" + held(torch)))
+        for older, newer in pairwise(result.flashinfer):
+            for release in releases or [""]:
+                fixed = (f"{framework} {release}" if release else
+                         "without SGLang" if result.layer == TARGET else "reference")
+                pairs.append(("flashinfer", older, newer, key(release, older, torch), key(release, newer, torch),
+                              fixed + held(torch)))
+    for older, newer in pairwise(t for t in torches if t):
+        for release in releases or [""]:
+            for flashinfer in result.flashinfer:
+                fixed = (f"{framework} {release} + " if release else "") + f"flashinfer {flashinfer}"
+                pairs.append(("torch", older, newer, key(release, flashinfer, older), key(release, flashinfer, newer),
+                              fixed))
     for axis, older, newer, key_a, key_b, fixed in pairs:
         for device in result.devices:
             for layer in dict.fromkeys(c.layer for c in result.cells):
-                a = result.cell(key_a[0], key_a[1], layer, device, key_a[2])
-                b = result.cell(key_b[0], key_b[1], layer, device, key_b[2])
+                a = result.at((*key_a[:3], layer, key_a[3]), device)
+                b = result.at((*key_b[:3], layer, key_b[3]), device)
                 if a is None or b is None or not (a.decided and b.decided):
                     continue
                 d = diff(a.findings, b.findings, f"{axis} {older}", f"{axis} {newer}")
@@ -395,93 +417,3 @@ def neighbour_diffs(result: MatrixResult) -> list[NeighbourDiff]:
                 out.append(NeighbourDiff(axis, older, newer, device, layer, fixed,
                                          f"{older} -> {newer}: {summary}", d.to_dict()))
     return out
-
-
-def available_versions(package: str, low: str, high: str, find_links: list[str]) -> list[str]:
-    """The releases of ``package`` from ``low`` to ``high`` (inclusive, no
-    pre-releases), as the package index and the local wheel folders list them."""
-    links = [a for link in find_links for a in ("--find-links", link)]
-    out = subprocess.run([sys.executable, "-m", "pip", "index", "versions", package, *links], check=False,
-                         capture_output=True, text=True, stdin=subprocess.DEVNULL)
-    line = next((ln for ln in out.stdout.splitlines() if ln.startswith("Available versions:")), None)
-    if out.returncode != 0 or line is None:
-        raise EnvError(f"cannot list the releases of {package}: {one_line(out.stderr) or 'pip index versions failed'}")
-    lo, hi = version_key(low), version_key(high)
-    found = {version_key(v.strip()): v.strip() for v in line.split(":", 1)[1].split(",") if v.strip()}
-    return [found[v] for v in sorted(found) if lo <= v <= hi and not v.is_prerelease and not v.is_devrelease]
-
-
-def _probe_order(mid: int, lo: int, hi: int) -> list[int]:
-    """Indices strictly between lo and hi, nearest to mid first."""
-    order = []
-    for step in range(hi - lo):
-        for i in (mid + step, mid - step) if step else (mid,):
-            if lo < i < hi and i not in order:
-                order.append(i)
-    return order
-
-
-def bisect(versions: list[str], probe: Callable[[list[str]], dict[str, list[Cell]]], axis: str,
-           width: int = 1) -> Bisection:
-    """The first release in ``versions`` (ordered) whose verdict differs from
-    the first one's, probing O(log n) of them. ``probe`` runs the cells of the
-    releases it is given (one per layer each; the two ends at once, in
-    parallel). A release without a verdict is stepped over: its nearest
-    neighbours are probed next, ``width`` at once."""
-    b = Bisection(axis, versions[0], versions[-1], candidates=len(versions))
-    seen: dict[int, list[Cell]] = {}
-
-    def probe_once(*indices: int) -> None:
-        todo = [i for i in indices if i not in seen]
-        if not todo:
-            return
-        found = probe([versions[i] for i in todo])
-        for i in todo:
-            seen[i] = found[versions[i]]
-            b.probes.append((versions[i], _verdict(seen[i])))
-
-    def decided(i: int) -> bool:
-        probe_once(i)
-        return all(c.decided for c in seen[i])
-
-    probe_once(0, len(versions) - 1)
-    for end in (0, len(versions) - 1):
-        if not decided(end):
-            cell = next(c for c in seen[end] if not c.decided)
-            b.line = f"bisect {axis}: {versions[end]} (an end of the range) is {cell.status}: {cell.reason}"
-            return b
-    lo, hi = 0, len(versions) - 1
-    if _verdict(seen[lo]) == _verdict(seen[hi]):
-        b.line = (f"bisect {axis}: the verdict does not change from {versions[lo]} to {versions[hi]} "
-                  f"({_verdict(seen[lo])}; {len(b.probes)} releases probed)")
-        return b
-    while hi - lo > 1:
-        order = _probe_order((lo + hi) // 2, lo, hi)
-        probe_at = None
-        for n, i in enumerate(order):
-            if n and i not in seen:  # the middle gave no verdict: its neighbours, several at once
-                probe_once(*[j for j in order[n:] if j not in seen][:max(1, width)])
-            if decided(i):
-                probe_at = i
-                break
-        if probe_at is None:
-            b.line = (f"bisect {axis}: the verdict changes after {versions[lo]}, by {versions[hi]} "
-                      f"({_verdict(seen[lo])} -> {_verdict(seen[hi])}); the releases between did not run to a "
-                      f"verdict here ({len(b.probes)} releases probed)")
-            b.first = versions[hi]
-            return b
-        if _verdict(seen[probe_at]) == _verdict(seen[lo]):
-            lo = probe_at
-        else:
-            hi = probe_at
-    b.first = versions[hi]
-    skipped = [v for i, v in enumerate(versions) if i in seen and not decided(i)]
-    b.line = (f"bisect {axis}: {versions[hi]} is the first release where the verdict changes "
-              f"({versions[lo]}: {_verdict(seen[lo])} -> {versions[hi]}: {_verdict(seen[hi])}); "
-              f"{len(b.probes)} of {len(versions)} releases probed"
-              + (f", stepped over {', '.join(skipped)} (no verdict)" if skipped else ""))
-    return b
-
-
-def _verdict(cells: list[Cell]) -> str:
-    return ", ".join(f"{c.layer} {c.verdict()}" if len(cells) > 1 else c.verdict() for c in cells)

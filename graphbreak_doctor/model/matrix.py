@@ -20,9 +20,9 @@ KIND = "graphbreak-doctor matrix"
 
 # A cell's status; CRASHED and TIMED_OUT are a trace's outcomes (vocabulary).
 OK, FAILED, NOT_RUNNABLE = "ok", "failed", "not runnable"
-# The release refuses the cell's launch arguments (--sglang-args): its own message.
+# The release refuses the cell's launch arguments (--sglang-args, --vllm-args): its own message.
 NOT_AVAILABLE = "not available"
-# The layer of a cell that maps SGLang's GLM-5 model forward (--model).
+# The layer of a cell that maps a framework's model forward (--model).
 MODEL = "model"
 # A matrix of another provider's targets (--target M:F): each cell's layer is its target.
 TARGET = "target"
@@ -30,7 +30,7 @@ TARGET = "target"
 
 @dataclass
 class Cell:
-    sglang: str  # "" when the cell runs the reference layer without SGLang
+    sglang: str  # "" when the cell runs the reference layer without SGLang, or vLLM
     flashinfer: str
     device: str
     layer: str  # dense, moe, MODEL (the compile map of the model forward), or a TARGET matrix's target
@@ -68,16 +68,34 @@ class Cell:
     # The torch the cell's environment holds, where the matrix has a torch
     # axis (--torch); "" = the matrix's own (MatrixResult.torch).
     torch: str = ""
+    # A vLLM cell (--vllm): its release ("" otherwise), and what vLLM said
+    # about compiling and capturing while it resolved the launch. Its
+    # ``prefill`` is how the launch runs vLLM's profile run (a prefill batch).
+    vllm: str = ""
+    vllm_said: list[str] = field(default_factory=list)
+
+    @property
+    def row(self) -> tuple[str, str, str, str, str]:
+        """The table row it is in: (sglang, vllm, flashinfer, layer, torch)."""
+        return self.sglang, self.vllm, self.flashinfer, self.layer, self.torch
+
+    @property
+    def framework(self) -> tuple[str, str]:
+        """("sglang" or "vllm", its release); ("", "") for a cell without either."""
+        return ("sglang", self.sglang) if self.sglang else ("vllm", self.vllm) if self.vllm else ("", "")
 
     @property
     def versions(self) -> str:
-        """The row label: 'sglang 0.5.9 + flashinfer 0.6.3' or 'flashinfer 0.7.4' (+ 'torch 2.14.1')."""
-        return ((f"sglang {self.sglang} + " if self.sglang else "") + f"flashinfer {self.flashinfer}"
+        """The row label: 'sglang 0.5.9 + flashinfer 0.6.3', 'vllm 0.33.0 + flashinfer 0.7.4' or
+        'flashinfer 0.7.4' (+ 'torch 2.14.1')."""
+        name, release = self.framework
+        return ((f"{name} {release} + " if name else "") + f"flashinfer {self.flashinfer}"
                 + (f" + torch {self.torch}" if self.torch else ""))
 
     @property
     def slug(self) -> str:
-        what = f"sglang-{self.sglang}-" if self.sglang else ""
+        name, release = self.framework
+        what = f"{name}-{release}-" if name else ""
         torch = f"-torch-{self.torch}" if self.torch else ""
         return f"{what}flashinfer-{self.flashinfer}{torch}-{self.device}-{self.layer}"
 
@@ -97,10 +115,11 @@ class Cell:
         return f"{FAILED}: {self.category}" if self.status == FAILED else self.status
 
     def launch_text(self) -> list[str]:
-        """A MODEL cell: the prefill, its fullgraph verdict and SGLang's word, as parts of a line."""
+        """A MODEL cell: the prefill, its fullgraph verdict and the framework's word, as parts of a line."""
         return ([f"prefill: {self.prefill or 'not said'}"
                  + (f" -> fullgraph {self.prefill_fullgraph}" if self.prefill_fullgraph else "")]
                 + [f"SGLang: {text}" for text in self.sglang_said]
+                + [f"vLLM: {text}" for text in self.vllm_said]
                 + [f"SGLang's rule: {text}" for text in self.sglang_rules])
 
     def map_text(self) -> str:
@@ -132,6 +151,8 @@ class Cell:
         hazards = found.hazards()
         kinds = sorted({h.category for h in hazards})
         said = f"{counted(len(hazards), 'capture hazard')} ({', '.join(kinds)})" if hazards else "no capture hazard"
+        if found.error:  # the capture stopped: what it found before is all there is
+            said = f"{said} found before it stopped: {found.error}"
         return f"CUDA graphs: {', '.join(phases) or 'none captured'}, {said}"
 
     def text(self, torch: str) -> str:
@@ -159,14 +180,16 @@ class Cell:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "sglang": self.sglang, "flashinfer": self.flashinfer, "device": self.device, "layer": self.layer,
+            "sglang": self.sglang, "vllm": self.vllm, "flashinfer": self.flashinfer, "device": self.device,
+            "layer": self.layer,
             "status": self.status, "verdict": self.verdict(), "reason": self.reason, "category": self.category,
             "function": self.function, "breaks": self.breaks, "setup_seconds": round(self.setup_seconds, 1),
             "torch": self.torch,
             "environment": self.environment, "notes": self.notes, "host": self.host,
-            **({"prefill": self.prefill, "prefill_fullgraph": self.prefill_fullgraph, "sglang_said": self.sglang_said,
-                "sglang_rules": self.sglang_rules,
-                "regions": self.regions, "registered": self.registered} if self.layer == MODEL else {}),
+            **({"prefill": self.prefill, "prefill_fullgraph": self.prefill_fullgraph, "regions": self.regions,
+                "registered": self.registered} if self.layer == MODEL else {}),
+            **({"vllm_said": self.vllm_said} if self.layer == MODEL and self.vllm else
+               {"sglang_said": self.sglang_said, "sglang_rules": self.sglang_rules} if self.layer == MODEL else {}),
             "findings": self.findings.to_dict() if self.findings is not None else None,
         }
 
@@ -175,7 +198,7 @@ class Cell:
 class NeighbourDiff:
     """Two cells that differ in one version (same device and layer)."""
 
-    axis: str  # "sglang", "flashinfer" or "torch"
+    axis: str  # "sglang", "vllm", "flashinfer" or "torch"
     a: str  # the older version
     b: str  # the newer one
     device: str
@@ -205,8 +228,10 @@ class MatrixResult:
     sglang: list[str]
     flashinfer: list[str]
     devices: list[str]
-    # The launch arguments every SGLang cell ran with (--sglang-args; [] = the defaults).
+    # The launch arguments every cell's framework ran with (--sglang-args, --vllm-args; [] = the defaults).
     launch: list[str] = field(default_factory=list)
+    vllm: list[str] = field(default_factory=list)  # vLLM releases (--vllm; then ``sglang`` is [])
+    model: str = ""  # --model: the served model's name ("" = GLM-5-NVFP4, in matrices written before it was kept)
     cells: list[Cell] = field(default_factory=list)
     diffs: list[NeighbourDiff] = field(default_factory=list)
     bisection: Bisection | None = None
@@ -223,27 +248,29 @@ class MatrixResult:
     schema_version: int = MATRIX_SCHEMA_VERSION
     kind: str = KIND
 
-    def rows(self) -> list[tuple[str, str, str, str]]:
-        """(sglang, flashinfer, layer, torch) in table order."""
-        seen: dict[tuple[str, str, str, str], None] = {}
-        for c in self.cells:
-            seen.setdefault((c.sglang, c.flashinfer, c.layer, c.torch))
-        return list(seen)
+    def rows(self) -> list[tuple[str, str, str, str, str]]:
+        """Each row's key (Cell.row) in table order."""
+        return list(dict.fromkeys(c.row for c in self.cells))
 
     def log_text(self) -> str:
         """What the traced code wrote in every cell's workers, under a line naming the cell."""
         cells = "".join(f"=== {c.versions}, {c.device}, {c.layer}\n{c.log}" for c in self.cells if c.log)
         return cells + (f"=== the executor\n{self.log}" if self.log.strip() else "")
 
-    def cell(self, sglang: str, flashinfer: str, layer: str, device: str, torch: str = "") -> Cell | None:
-        return next((c for c in self.cells if (c.sglang, c.flashinfer, c.layer, c.device, c.torch)
-                     == (sglang, flashinfer, layer, device, torch)), None)
+    def cell(self, sglang: str, flashinfer: str, layer: str, device: str, torch: str = "",
+             vllm: str = "") -> Cell | None:
+        return self.at((sglang, vllm, flashinfer, layer, torch), device)
+
+    def at(self, row: tuple[str, str, str, str, str], device: str) -> Cell | None:
+        """The cell of a row (Cell.row) on a device."""
+        return next((c for c in self.cells if c.row == row and c.device == device), None)
 
     def to_dict(self) -> dict[str, Any]:
         b = self.bisection
         return {
             "schema_version": self.schema_version, "kind": self.kind, "layer": self.layer, "impl": self.impl,
-            "mode": self.mode, "torch": self.torch, "sglang": self.sglang, "flashinfer": self.flashinfer,
+            "mode": self.mode, "torch": self.torch, "sglang": self.sglang, "vllm": self.vllm,
+            "model": self.model, "flashinfer": self.flashinfer,
             "devices": self.devices, "launch": self.launch, "setup_seconds": round(self.setup_seconds, 3),
             "trace_seconds": round(self.trace_seconds, 1), "envs_built": self.envs_built, "envs_reused": self.envs_reused,
             "executor": self.executor,

@@ -17,8 +17,8 @@ from graphbreak_doctor.render.renderer import MATRIX, Renderer
 
 def render(m: MatrixResult) -> str:
     rows = []
-    for (sglang, flashinfer, layer, torch), labels in zip(m.rows(), table(m)[1:]):
-        cells = [m.cell(sglang, flashinfer, layer, d, torch) for d in m.devices]
+    for row, labels in zip(m.rows(), table(m)[1:]):
+        cells = [m.at(row, d) for d in m.devices]
         rows.append((labels[0], list(zip(cells, labels[1:]))))
     return template_environment().get_template("matrix.html.j2").render(
         m=m, rows=rows, title=title(m), version=__version__, csp=CSP, style=Markup(inline_static("report.css", "</style")),

@@ -13,10 +13,10 @@ def table(m: MatrixResult) -> list[list[str]]:
     """Header row, then one row per (versions, layer)."""
     layers = len({c.layer for c in m.cells}) > 1
     rows = [["versions" + (" / layer" if layers else ""), *m.devices]]
-    for sglang, flashinfer, layer, torch in m.rows():
-        first = next(c for c in m.cells if (c.sglang, c.flashinfer, c.layer, c.torch) == (sglang, flashinfer, layer, torch))
-        label = first.versions + (f" / {layer}" if layers else "")
-        cells = [m.cell(sglang, flashinfer, layer, d, torch) for d in m.devices]
+    for row in m.rows():
+        first = next(c for c in m.cells if c.row == row)
+        label = first.versions + (f" / {first.layer}" if layers else "")
+        cells = [m.at(row, d) for d in m.devices]
         rows.append([label, *[c.text(c.torch or m.torch) if c else "-" for c in cells]])
     return rows
 
@@ -25,7 +25,8 @@ def title(m: MatrixResult) -> str:
     """What the matrix traced, in one line (the terminal's first, the page's lede)."""
     launch = f"launch arguments: {' '.join(m.launch)}" if m.launch else "default launch arguments"
     if m.layer == MODEL:
-        return f"GLM-5 model forward, SGLang's compile map ({launch}), torch {m.torch}"
+        framework = "vLLM" if m.vllm else "SGLang"
+        return f"{m.model or 'GLM-5'} model forward, {framework}'s compile map ({launch}), torch {m.torch}"
     if m.layer == TARGET:
         targets = ", ".join(dict.fromkeys(c.layer for c in m.cells))
         return f"{targets} ({m.impl}), mode {m.mode}, torch {m.torch}"

@@ -3,8 +3,18 @@ own capture code (the CUDA-graph map's part of ``trace --vllm-args ...
 --mode map``).
 
 vLLM's model runner captures after its profile run, as follows, and the
-doctor does the same with vLLM's own pieces:
+doctor does the same with vLLM's own pieces. A release's runner is one of
+two kinds, found by what the release has:
 
+- A runner with a CUDA-graph manager (``CudaGraphManager``, the newer
+  runner; a release with both runners says in its resolved configuration
+  which one the launch uses): the manager, built for the launch's resolved cudagraph mode,
+  lists the batches per runtime mode and captures each with its own
+  ``capture``: a warm-up in mode NONE, then PIECEWISE batches through the
+  compiled pieces' graphs (or its breakable runner) and FULL batches in a
+  CUDA graph of its own around the model. The doctor hands it one batch at
+  a time, with the forward its runner's factory would make minus the
+  attention metadata. The rest of this list is the older runner.
 - Which batches are captured, and how: vLLM's ``CudagraphDispatcher``,
   given the launch's resolved cudagraph mode, lists its capture keys per
   runtime mode -- PIECEWISE (mixed prefill-decode batches) first, then FULL
@@ -43,12 +53,13 @@ captures the smallest, a middle and the largest size of each runtime mode
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import torch
 
 from graphbreak_doctor.frames import raised_at
-from graphbreak_doctor.model.cudagraph import CudaGraphCapture, CudaGraphPhase
+from graphbreak_doctor.model.cudagraph import CudaGraphPhase
 from graphbreak_doctor.patching import UndoLog
 from graphbreak_doctor.targets.provider import pick_sizes
 from graphbreak_doctor.text import one_line
@@ -60,6 +71,7 @@ HOW = {
                  "which run eagerly between the pieces)",
     "FULL": "vLLM's CUDAGraphWrapper around the whole model (one CUDA graph per batch size)",
 }
+MANAGER_FULL = "vLLM's CUDA-graph manager's own CUDA graph around the whole model (one per batch size)"
 BREAKABLE = ("vLLM's BreakableCUDAGraphWrapper around the whole model: one capture, broken at its attention and "
              "KV-cache ops, which run eagerly between the segments (no compile)")
 NO_KV_CACHE = ("attention ran without metadata (no KV cache here), as in vLLM's profile run: a server's capture "
@@ -71,20 +83,18 @@ def capture_phases(config: Any, model: torch.nn.Module, backbone: torch.nn.Modul
     """Each runtime mode as the launch captures it (see the module doc);
     ``session``: the CUDA-graph recorder's."""
     from vllm.config import CUDAGraphMode
-    from vllm.v1.cudagraph_dispatcher import CudagraphDispatcher
 
     cc = config.compilation_config
     mode = cc.cudagraph_mode
     if mode is None or mode == CUDAGraphMode.NONE:
         return [CudaGraphPhase(phase="all", backend="none", note="not captured: the launch's cudagraph mode is NONE")]
-    dispatcher = CudagraphDispatcher(config)
-    dispatcher.initialize_cudagraph_keys(mode, dispatcher.uniform_decode_query_len)
-    keys = dispatcher.get_capture_descs()
+    runner = _Manager(config, mode) if _uses_manager(config) else _Dispatcher(config, mode)
+    keys = runner.keys
     if not keys:
         return [CudaGraphPhase(phase="all", backend=mode.name.lower(),
-                               note="vLLM's dispatcher lists no batch to capture for this launch")]
+                               note="vLLM's runner lists no batch to capture for this launch")]
     _compile_for_real(config, backbone, log)
-    model, breakable = _wrapped(model, config)
+    model = runner.wrap(model)
     profile = int(config.scheduler_config.max_num_batched_tokens)
     buffers = _buffers(max(profile, *(d.num_tokens for _, descs in keys for d in descs)))
     # vLLM's profile run, at its largest batch: the first call compiles the
@@ -97,39 +107,132 @@ def capture_phases(config: Any, model: torch.nn.Module, backbone: torch.nn.Modul
                            f"{one_line(f'{type(e).__name__}: {e}', 300)}") from e
     from vllm.compilation import monitor
 
-    # What vLLM's runner switches on while it captures (it validates it at each capture).
-    log.setattr(monitor, "cudagraph_capturing_enabled", True)
-    return [_phase(runtime, descs, model, breakable, config, buffers, session) for runtime, descs in keys]
+    # What vLLM's runner switches on while it captures (a release that has
+    # the switch validates it at each capture).
+    if hasattr(monitor, "cudagraph_capturing_enabled"):
+        log.setattr(monitor, "cudagraph_capturing_enabled", True)
+    return [_phase(runtime, descs, runner, model, config, buffers, session) for runtime, descs in keys]
 
 
-def _phase(runtime: Any, descs: list[Any], model: torch.nn.Module, breakable: bool, config: Any,
-           buffers: dict[str, torch.Tensor], session: Any) -> CudaGraphPhase:
-    from vllm.config import CUDAGraphMode
-    from vllm.distributed.parallel_state import graph_capture
+def _uses_manager(config: Any) -> bool:
+    """Whether the launch's GPU runner captures through a CUDA-graph manager
+    (the newer runner) rather than a dispatcher's keys: as the resolved
+    configuration chooses, in a release that has both runners; else the
+    runner the release has."""
+    chosen = getattr(config, "use_v2_model_runner", None)
+    if chosen is not None:
+        return bool(chosen)
+    try:
+        from vllm.v1.worker.gpu.cudagraph_utils import CudaGraphManager  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
+
+class _Dispatcher:
+    """A release whose runner lists its captures with ``CudagraphDispatcher``
+    and captures each in the model's own wrappers: the launch's warm-ups in
+    mode NONE, then the call in the batch's runtime mode, inside vLLM's
+    ``graph_capture``."""
+
+    def __init__(self, config: Any, mode: Any) -> None:
+        from vllm.v1.cudagraph_dispatcher import CudagraphDispatcher
+
+        self.config = config
+        dispatcher = CudagraphDispatcher(config)
+        dispatcher.initialize_cudagraph_keys(mode, dispatcher.uniform_decode_query_len)
+        self.keys = dispatcher.get_capture_descs()
+        self.breakable = False
+
+    @staticmethod
+    def how(name: str) -> str:
+        return HOW.get(name, name)
+
+    def wrap(self, model: torch.nn.Module) -> Any:
+        model, self.breakable = _wrapped(model, self.config)
+        return model
+
+    def capture(self, model: Any, buffers: dict[str, torch.Tensor], runtime: Any, desc: Any) -> None:
+        from vllm.config import CUDAGraphMode
+        from vllm.distributed.parallel_state import graph_capture
+
+        with graph_capture(device=torch.device("cuda", 0)):
+            for _ in range(int(self.config.compilation_config.cudagraph_num_of_warmups)):
+                _run(model, self.config, buffers, desc.num_tokens, CUDAGraphMode.NONE, None)
+            torch.cuda.synchronize()
+            _run(model, self.config, buffers, desc.num_tokens, runtime, desc)
+
+
+class _Manager:
+    """A release whose runner captures through its ``CudaGraphManager``: the
+    manager lists the batches per runtime mode, and its own ``capture``
+    captures each (its warm-up, then FULL batches in a CUDA graph of its
+    own around the model, PIECEWISE batches in the compiled pieces' graphs
+    or its breakable runner). The doctor hands it one batch at a time and
+    the forward to run, as the runner's forward factory makes it, without
+    attention metadata."""
+
+    def __init__(self, config: Any, mode: Any) -> None:
+        from vllm.v1.worker.gpu.cudagraph_utils import CudaGraphManager
+
+        self.config = config
+        # A uniform decode batch's tokens per request, as the runner gives it
+        # (one where nothing is speculated): an older manager takes it as it
+        # is, a newer one as each query length's request limit (from the config).
+        query = int(getattr(config, "uniform_decode_query_len", 1) or 1)
+        takes = inspect.signature(CudaGraphManager.__init__).parameters
+        decode = ({"decode_query_lens": config.get_decode_cudagraph_query_lens(query)} if "decode_query_lens" in takes
+                  else {"decode_query_len": query})
+        self.manager = CudaGraphManager(config, torch.device("cuda", 0), mode, **decode)
+        found = self.manager._capture_descs
+        self.keys = [(m, found[m]) for m in type(mode) if m in found]  # vLLM's order: PIECEWISE, then FULL
+        self.breakable = bool(self.manager.use_breakable_cg)
+
+    @staticmethod
+    def how(name: str) -> str:
+        return MANAGER_FULL if name == "FULL" else HOW.get(name, name)
+
+    def wrap(self, model: torch.nn.Module) -> Any:
+        if self.breakable:
+            self.manager.init_breakable_cg_runner(model)
+        return model
+
+    def capture(self, model: Any, buffers: dict[str, torch.Tensor], runtime: Any, desc: Any) -> None:
+        from vllm.config import CUDAGraphMode
+        from vllm.forward_context import BatchDescriptor
+
+        manager, tokens = self.manager, desc.num_tokens
+
+        def forward_fn(mode: Any) -> None:
+            batch = BatchDescriptor(num_tokens=tokens) if mode == CUDAGraphMode.PIECEWISE else None
+            if mode == CUDAGraphMode.PIECEWISE:
+                _run(lambda **inputs: manager.run_pw_graph(model, inputs), self.config, buffers, tokens, mode, batch)
+            else:
+                _run(model, self.config, buffers, tokens, mode, batch)
+
+        manager._capture_descs = {desc.cg_mode: [desc]}
+        manager.capture(lambda _desc, warmup: forward_fn)
+
+
+def _phase(runtime: Any, descs: list[Any], runner: Any, model: Any, config: Any, buffers: dict[str, torch.Tensor],
+           session: Any) -> CudaGraphPhase:
     name = runtime.name
     sizes = sorted({d.num_tokens for d in descs})
-    backend, how = ("breakable", BREAKABLE) if name == "PIECEWISE" and breakable else (name.lower(),
-                                                                                      HOW.get(name, name))
+    backend, how = ("breakable", BREAKABLE) if name == "PIECEWISE" and runner.breakable else (name.lower(),
+                                                                                             runner.how(name))
     phase = CudaGraphPhase(phase=PHASES.get(name, name.lower()), backend=backend, sizes=sizes,
                            how=f"{how}; {NO_KV_CACHE}")
     picked = set(pick_sizes(sizes))
-    warm_ups = int(config.compilation_config.cudagraph_num_of_warmups)
-    with graph_capture(device=torch.device("cuda", 0)):
-        for desc in descs:  # largest first, as vLLM's runner captures them
-            if desc.num_tokens not in picked:
-                continue
-            with session.recording(desc.num_tokens) as recorder:
-                error = ""
-                try:
-                    for _ in range(warm_ups):
-                        _run(model, config, buffers, desc.num_tokens, CUDAGraphMode.NONE, None)
-                    if warm_ups:
-                        torch.cuda.synchronize()
-                    _run(model, config, buffers, desc.num_tokens, runtime, desc)
-                except Exception as e:  # the server's capture stops here: the map says where
-                    error = one_line(f"{type(e).__name__}: {e}", 300) + raised_at(e)
-            phase.captures.append(recorder.done(error))
+    for desc in descs:  # largest first, as vLLM's runner captures them
+        if desc.num_tokens not in picked:
+            continue
+        with session.recording(desc.num_tokens) as recorder:
+            error = ""
+            try:
+                runner.capture(model, buffers, runtime, desc)
+            except Exception as e:  # the server's capture stops here: the map says where
+                error = one_line(f"{type(e).__name__}: {e}", 300) + raised_at(e)
+        phase.captures.append(recorder.done(error))
     phase.captures.sort(key=lambda c: c.size)
     return phase
 

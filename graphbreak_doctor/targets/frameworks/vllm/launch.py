@@ -63,6 +63,18 @@ def _listening() -> Iterator[_Said]:
         logger.setLevel(level)
 
 
+# How the release's refusal of the launch reads: "--vllm-args: vLLM 0.33.0
+# refuses them: <vLLM's message>" (its parser) or "... refuses the launch:
+# <its message>" (its configuration); rejection() reads vLLM's message back.
+_REFUSAL = re.compile(r"--vllm-args: vLLM \S+ refuses (?:them|the launch): (.*)")
+
+
+def rejection(text: str) -> str:
+    """vLLM's own message in a refusal of the launch arguments ("" for any other text)."""
+    found = _REFUSAL.search(text)
+    return found.group(1) if found else ""
+
+
 def _parse(args: tuple[str, ...], model_dir: str) -> Any:
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
@@ -149,11 +161,21 @@ def describe(config: Any, said: list[str], args: tuple[str, ...]) -> dict[str, A
         "optimization_level": _name(getattr(config, "optimization_level", None)),
         # vLLM's own switch, which its resolution sets for the architectures
         # on its breakable-CUDA-graph list (unset: its default for the platform).
-        "use_breakable_cudagraph": os.environ.get("VLLM_USE_BREAKABLE_CUDAGRAPH"),
+        "use_breakable_cudagraph": _breakable(cc),
     }
     resolved["not_compiled_because"] = _not_compiled_because(resolved) if not compiled(resolved) else []
     return {"framework": "vllm", "release": version(), "args": list(args), "resolved": resolved, "said": said,
             "compiled": compiled(resolved)}
+
+
+def _breakable(cc: Any) -> str | None:
+    """vLLM's breakable-CUDA-graph switch as its resolution left it: "1" or
+    "0", None where unset. A release that keeps it in the compilation config
+    has it there; an older one sets its environment variable."""
+    kept = getattr(cc, "use_breakable_cudagraph", None)
+    if kept is not None:
+        return "1" if kept else "0"
+    return os.environ.get("VLLM_USE_BREAKABLE_CUDAGRAPH")
 
 
 def _not_compiled_because(resolved: dict[str, Any]) -> list[str]:
@@ -183,4 +205,4 @@ def version() -> str:
         return "?"
 
 
-__all__ = ["compiled", "describe", "resolve", "version"]
+__all__ = ["compiled", "describe", "rejection", "resolve", "version"]

@@ -1,0 +1,90 @@
+"""A vLLM release's environment (a matrix cell of ``--vllm``).
+
+It starts from the project's vLLM file (``requirements/vllm.txt``, package
+data, the file the Makefile's vLLM environment installs): vLLM and the
+pure-Python packages its launch resolution, model loader and model code
+import, every one pinned and installed without dependencies (vLLM declares
+the CUDA stack, which never runs here). The cell's vLLM, FlashInfer and
+torch replace the file's pins.
+
+A release is written against its own pins, not the file's: once it is
+installed, each of its requirements on a package the file pins, where the
+file's version does not meet it, is followed -- the release's ``==`` pin, or
+the lowest version its range allows (the version of its day) -- and those
+packages are installed with their dependencies (a newer release of a
+package can need a package the file does not have). The cell's own axes are
+never followed: where the release asks another torch or FlashInfer than the
+cell holds, the environment's notes say so (each cell line shows them).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Callable
+
+from graphbreak_doctor.matrix.pins import EnvError, exact_pins, norm_name, pin
+from graphbreak_doctor.text import one_line
+
+PROFILE = "vllm.txt"
+# The cell's own axes: the environment holds the cell's versions whatever the release asks.
+AXES = ("vllm", "torch", "flashinfer-python")
+
+
+def requirement_lines(lines: list[str], vllm: str, flashinfer: str, torch: str) -> list[str]:
+    """The file's lines with the cell's vLLM, FlashInfer and torch (where
+    given) in place of its pins."""
+    lines = pin(pin(lines, "vllm", vllm), "flashinfer-python", flashinfer)
+    return pin(lines, "torch", torch) if torch else lines
+
+
+def choose(requires: list[str], pins: dict[str, str], release: str) -> tuple[dict[str, str], list[str]]:
+    """What to install where the release's requirements (its metadata's
+    lines) and the file's pins (normalised name -> version) disagree: the
+    packages to follow (name -> version), and a note for each disagreement
+    that is kept (a cell axis, or a range without a lowest version)."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    follow: dict[str, str] = {}
+    notes: list[str] = []
+    for line in requires:
+        try:
+            requirement = Requirement(line)
+        except InvalidRequirement:
+            continue
+        if requirement.marker is not None and ("extra" in str(requirement.marker)
+                                               or not requirement.marker.evaluate()):
+            continue
+        name = norm_name(requirement.name)
+        have = pins.get(name)
+        if have is None or requirement.specifier.contains(have, prereleases=True):
+            continue
+        asked = f"{requirement.name}{requirement.specifier}"
+        if name in AXES:
+            notes.append(f"vLLM {release} asks {asked}; the cell holds {have}")
+            continue
+        pinned = [s.version for s in requirement.specifier if s.operator == "=="]
+        floors = [s.version for s in requirement.specifier if s.operator in (">=", "~=")]
+        from packaging.version import Version
+
+        chosen = pinned[0] if pinned else max(floors, key=Version) if floors else ""
+        if chosen:
+            follow[name] = chosen
+        else:
+            notes.append(f"vLLM {release} asks {asked}; kept {have} (no version of its own to follow)")
+    return follow, notes
+
+
+def follow(python: str, release: str, text: str, install: Callable[..., None]) -> tuple[dict[str, str], list[str]]:
+    """Install the release's own versions where the file's do not meet its
+    requirements (``install(*args, what=...)`` runs uv's install into the
+    environment); returns what was followed and the notes."""
+    code = "import importlib.metadata as m, json; print(json.dumps(m.requires('vllm') or []))"
+    out = subprocess.run([python, "-c", code], check=False, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    if out.returncode != 0:
+        raise EnvError(f"reading vllm {release}'s requirements: {one_line(out.stderr)}")
+    chosen, notes = choose(json.loads(out.stdout), exact_pins(text.splitlines()), release)
+    if chosen:
+        install(*(f"{name}=={version}" for name, version in sorted(chosen.items())),
+                what=f"installing vllm {release}'s own versions of {', '.join(sorted(chosen))}")
+    return chosen, notes
