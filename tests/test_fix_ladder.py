@@ -176,7 +176,7 @@ def test_glm5_dense_layer_ladder_ends_with_fullgraph_ok():
 # ---------------------------------------------------- pure-PyTorch fixtures
 
 FIXABLE = ["subprocess_call", "filesystem_exists", "filesystem_pathstat", "builtin_namespace", "opaque_ctypes",
-           "compiler_disable"]
+           "compiler_disable", "cached_classmethod"]
 
 
 @pytest.mark.parametrize("name", FIXABLE)

@@ -188,6 +188,8 @@ def test_fix_ladder_on_a_vllm_target_ends_fullgraph_ok(tmp_path):
     (kept,) = [r for r in found["ladder"] if r["result"] == "fullgraph ok"]
     assert "fake inferred as a shape rule" in kept["detail"] and "tuned_scale" in kept["detail"]
     assert "hidden.new_empty((hidden.shape[0], hidden.shape[1])" in kept["patch"]
+    # Where to change it: the model's line that calls the helper, not vLLM's compile wrapper that entered the forward.
+    assert all(r["where"].endswith("vllm_models.py:GbdQwen3MoeModel.forward") for r in found["ladder"]), found["ladder"]
     assert any(n.startswith("marked dynamic by vLLM's decorator: input_ids[0]") for n in found["target"]["notes"])
     resolved = found["target"]["facts"]["launch"]["resolved"]
     sizes, said = _vllm_sizes(resolved)

@@ -12,7 +12,9 @@ stage); the bad-input tests need no environment and run in the main stage.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -161,3 +163,34 @@ def test_bad_vllm_matrix_input_is_one_line(tmp_path, args, said):
     lines = proc.stderr.strip().splitlines()
     assert said in lines[-1] and "Traceback" not in proc.stderr, proc.stderr
     assert not (tmp_path / "m.json").exists() and not (tmp_path / "envs").exists()
+
+
+@pytest.mark.vllm_matrix
+def test_the_same_matrix_on_a_ray_cluster(vllm_run, envs_dir, tmp_path):
+    """The vLLM axis on a real local Ray cluster of two nodes (tests/ray_cluster.py):
+    the same table and cells as the local run, each built and traced on a node."""
+    pytest.importorskip("ray", reason="Ray is an optional extra (requirements/ray.txt)")
+    from ray_cluster import NoNamespace, loopback_cluster, popen_in_ns
+    from test_matrix_ray import _comparable, _table
+
+    local, local_data, _out = vllm_run
+    try:
+        cluster = loopback_cluster(nodes=2, cpus=1, port=6390)
+        ns, address = cluster.__enter__()
+    except NoNamespace as e:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip(f"no network namespace here: {e}")
+    try:
+        proc = popen_in_ns(ns, sys.executable, "-m", "graphbreak_doctor", "matrix", "--model", "--vllm",
+                           ",".join(RELEASES), "--flashinfer", FI_NEW, "--model-path", "qwen3-30b-a3b", "--device",
+                           "sm90", "--vllm-args", LAUNCH, "--envs", str(envs_dir), "--json", str(tmp_path / "m.json"),
+                           "--executor", "ray", "--address", address, cwd=tmp_path)
+        stdout, stderr = proc.communicate(timeout=900)
+    finally:
+        cluster.__exit__(None, None, None)
+    assert proc.returncode == 0, stderr[-3000:]
+    assert _table(stdout) == _table(local.stdout)
+    assert f"on the Ray cluster at {address} (2 nodes, 2 CPUs)" in stdout
+    ours = json.loads((tmp_path / "m.json").read_text())
+    assert [_comparable(c) for c in ours["cells"]] == [_comparable(c) for c in local_data["cells"]]

@@ -294,6 +294,30 @@ def test_a_warm_up_keyed_on_the_size_gives_way_to_an_op_that_holds_at_every_size
     assert "wrap-custom-op: tilelib.scale" in readme and "holds for: the input shapes" in readme
 
 
+def test_a_cached_classmethod_the_traced_line_calls_answers_from_a_warm_up(tmp_path):
+    """A library's capability query, a classmethod cached with functools.cache
+    and called through its platform object (Dynamo cannot enter the cache's C
+    wrapper): the class's method answers from a warm-up, in the ladder and in
+    the written patch, which replaces it on its class in its own module."""
+    folder, out = tmp_path / "patch", tmp_path / "fix.json"
+    proc = run_cli("fix", "--target", "fixtures.breaks.cached_classmethod:target", "--device", "cpu",
+                   "--write-patch", str(folder), "--json", str(out), "--no-html")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    findings = _findings(out)
+    (rung,) = findings.ladder
+    assert (rung.category, rung.recipe, rung.result) == ("unsupported-builtin", "hoist-call", "fullgraph ok")
+    assert rung.where.endswith("platform_query.py:Platform.vector_width"), rung.where
+    (change,) = findings.fix.changes
+    assert (change.kind, change.function) == ("memo", "Platform.vector_width")
+    assert change.module == "fixtures.breaks.platform_query"
+    assert findings.fix.patch.summary.startswith("verified: fresh process, the target's own size: fullgraph ok; "
+                                                 "the user's program: ")
+    diff = next(folder.glob("*.patch")).read_text(encoding="utf-8")
+    assert "+++ b/fixtures/breaks/platform_query.py" in diff
+    assert "+++ b/fixtures/breaks/cached_classmethod.py" not in diff
+    assert "+Platform.vector_width = _graphbreak_doctor_1_Platform_vector_width()" in diff
+
+
 def test_unseen_flashinfer_code_fresh_process_equals_the_ladder(tmp_path):
     """FlashInfer's RMSNorm: no fixture, no catalogue entry. Its inferred fake
     and JIT-module hoists hold in fresh processes exactly as in the ladder."""

@@ -43,16 +43,21 @@ class NotWritable(Exception):
 
 def block(change: Change, step: int, recipe: str, removes: str) -> str:
     """The source appended to ``change.module`` (ends with a newline)."""
-    if not change.function.isidentifier():
-        raise NotWritable(f"{change.function!r} is not a plain name")
+    if not change.function.isidentifier() or (change.owner and not change.owner.isidentifier()):
+        raise NotWritable(f"{change.owner + '.' if change.owner else ''}{change.function!r} is not a plain name")
+    if change.owner and (change.kind != "memo" or change.member not in ("classmethod", "staticmethod")):
+        raise NotWritable(f"{change.owner}.{change.function}: only a memo of a classmethod or staticmethod is written")
     body = {"memo": _memo, "custom_op": _custom_op, "registered_op": _registered_op}[change.kind](change)
-    factory = f"_graphbreak_doctor_{step}_{change.function}"
+    # A class's method is replaced on its class (a global of the module), as a method of its kind.
+    target = f"{change.owner}.{change.function}" if change.owner else change.function
+    factory = f"_graphbreak_doctor_{step}_{target.replace('.', '_')}"
     head = [
-        f"# graphbreak-doctor patch, change {step} ({recipe}): {change.function} -- removes {removes}",
+        f"# graphbreak-doctor patch, change {step} ({recipe}): {target} -- removes {removes}",
         f"# Holds for {change.holds}.",
         f"def {factory}():",
     ]
-    tail = [f"    return {change.function}", "", "", f"{change.function} = {factory}()", f"del {factory}"]
+    made = f"{change.member}({change.function})" if change.owner else change.function
+    tail = [f"    return {made}", "", "", f"{target} = {factory}()", f"del {factory}"]
     return "\n".join(head + [textwrap.indent(line, "    ") if line else "" for line in body] + tail) + "\n"
 
 
@@ -68,21 +73,25 @@ def _literal(value: Any, what: str) -> str:
 
 
 def _wrapped(change: Change) -> list[str]:
+    if change.owner:  # the function under the class's classmethod or staticmethod
+        return ["import functools", "import sys", f"_original = vars({change.owner})[{change.function!r}].__func__"]
     return ["import functools", "import sys", f"_original = globals()[{change.function!r}]"]
 
 
 def _memo(change: Change) -> list[str]:
     name = change.function
+    # A classmethod takes its class first; the table's keys leave it out.
+    cls, warm_cls = ("cls, ", f"{change.owner}, ") if change.member == "classmethod" else ("", "")
     lines = _wrapped(change) + [
         "_table = {}",
         "_failed = set()",
         f"_keys = {_literal(change.keys, 'the warm-up calls')}",
         "",
-        f"def {name}(*args, **kwargs):",
+        f"def {name}({cls}*args, **kwargs):",
         "    key = (args, tuple(kwargs.items()))",
         "    if key in _table:   # no work while tracing",
         "        return _table[key]",
-        "    return _original(*args, **kwargs)",
+        f"    return _original({cls}*args, **kwargs)",
         "",
         f"functools.update_wrapper({name}, _original)",
         "",
@@ -92,7 +101,7 @@ def _memo(change: Change) -> list[str]:
         "            continue",
         "        args, kwargs = key",
         "        try:",
-        "            _table[key] = _original(*args, **dict(kwargs))",
+        f"            _table[key] = _original({warm_cls}*args, **dict(kwargs))",
         "        except Exception as e:",
         "            _failed.add(key)",
         "            sys.stderr.write(f\"graphbreak_doctor_patch: warming up " + name + "{args!r} failed \"",

@@ -289,8 +289,9 @@ def written_changes(outcome: LadderOutcome) -> list[PatchChange]:
             entry.why_not = f"{rung.recipe} is a change only a person can make here"
             out.append(entry)
             continue
-        entry.kind, entry.module, entry.function, entry.file, entry.holds, entry.every_size = (
-            change.kind, change.module, change.function, change.file, change.holds, change.every_size)
+        entry.kind, entry.module, entry.file, entry.holds, entry.every_size = (
+            change.kind, change.module, change.file, change.holds, change.every_size)
+        entry.function = f"{change.owner}.{change.function}" if change.owner else change.function
         try:
             entry.block = emit.block(change, rung.step, rung.recipe, f"the [{rung.category}] {rung.gb_type} at {rung.site}")
         except emit.NotWritable as e:

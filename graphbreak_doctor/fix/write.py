@@ -116,8 +116,10 @@ def diff_text(kept: list[PatchChange]) -> tuple[str, dict[str, dict]]:
     for c in kept:
         entry = modules.setdefault(c.module, {"file": c.file, "blocks": [], "functions": []})
         entry["blocks"].append(c.block)
-        if c.function not in entry["functions"]:
-            entry["functions"].append(c.function)
+        # The module global the block changes: the function, or the class whose method it replaces ("Cls.name").
+        changed = c.function.split(".", 1)[0]
+        if changed not in entry["functions"]:
+            entry["functions"].append(changed)
     parts = []
     for name, entry in modules.items():
         path = Path(entry["file"])

@@ -83,21 +83,28 @@ def resolve(frame: Frame) -> tuple[types.ModuleType, Any] | None:
 def library_entry(stack: list[Frame]) -> tuple[Frame, Frame, types.ModuleType, Any] | None:
     """(caller, entry, module, function): the first library function the
     traced code calls that is a module global (``flashinfer.fp4_quantize``),
-    with the traced code's frame that calls it."""
+    with the traced code's frame that calls it: its last frame before the
+    entry; or where the traced callable is a wrapper object that only enters
+    other code (its frame a ``__call__``: vLLM's compile wrapper around the
+    model's forward) and no later frame is the traced code's, the frame that
+    calls the entry."""
     if not stack:
         return None
     own = package_of(stack[0].file)
     caller = stack[0]
+    previous = None  # the last frame before the entry outside the infrastructure
     for frame in stack[1:]:
         package = package_of(frame.file)
         if package == own:
-            caller = frame
+            caller = previous = frame
             continue
         if package in INFRASTRUCTURE:
             continue
         found = resolve(frame)
         if found is not None:
-            return caller, frame, found[0], found[1]
+            entered = caller is stack[0] and stack[0].function == "__call__" and previous is not None
+            return (previous if entered else caller), frame, found[0], found[1]
+        previous = frame
     return None
 
 

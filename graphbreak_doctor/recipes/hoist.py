@@ -15,7 +15,7 @@ from graphbreak_doctor.model import Break, Frame
 from graphbreak_doctor.frames import INFRASTRUCTURE, package_of, short_path
 from graphbreak_doctor.patching import PatchSet
 from graphbreak_doctor.targets.provider import pick_sizes
-from graphbreak_doctor.recipes import adapters
+from graphbreak_doctor.recipes import adapters, hoist_member
 from graphbreak_doctor.recipes.common import (
     call_text,
     calls_at_sizes,
@@ -66,10 +66,19 @@ PRECOMPUTED: dict[tuple[str, str], Precomputed] = {
 
 
 def plan(brk: Break, ctx: FixContext, *, recipe: str) -> Plan:
-    """Compute the innermost tensor-free module-level function once, before capture."""
+    """Compute the innermost tensor-free module-level function once, before
+    capture; or first, a class's method the break's own line calls
+    (recipes/hoist_member.py)."""
+    reasons = []
+    try:
+        member = hoist_member.plan(brk, ctx, recipe=recipe)
+    except NotApplicable as e:
+        reasons.append(str(e))
+    else:
+        if member is not None:
+            return member
     stack = brk.stack
     start = stack.index(brk.actionable_frame) if brk.actionable_frame in stack else len(stack) - 1
-    reasons = []
     for j in range(start, 0, -1):  # never stack[0]: that is the traced function itself
         frame = stack[j]
         if package_of(frame.file) in INFRASTRUCTURE:

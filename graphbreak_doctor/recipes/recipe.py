@@ -109,6 +109,10 @@ class Change:
     # every size the server uses (None: not known, no sizes were given).
     holds: str = ""
     every_size: bool | None = None
+    # A memo of a class's method: the class (a global of ``module``) and the
+    # method's kind (classmethod, staticmethod); ``function`` is its name.
+    owner: str = ""
+    member: str = ""
 
 
 @dataclass
