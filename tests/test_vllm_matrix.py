@@ -106,16 +106,17 @@ def test_an_environment_holds_the_release_own_pins_or_says_why(vllm_run, envs_di
              "    if not r.specifier.contains(have, prereleases=True):\n"
              "        unmet.append(r.name)\n"
              "print(json.dumps(unmet))\n")
+    from graphbreak_doctor.matrix.envs import Environments, EnvSpec
+
+    environments = Environments(Path(envs_dir))
     for cell in data["cells"]:
-        (env,) = [p for p in Path(envs_dir).glob(f"vllm-{cell['vllm']}-flashinfer-{FI_NEW}-*")
-                  if (p / "matrix-env.json").is_file()]
+        env = environments.path(EnvSpec("", FI_NEW, vllm=cell["vllm"]))  # this doctor's environment of the release
         unmet = json.loads(subprocess.run([str(env / "bin" / "python"), "-c", check], check=True,
                                           capture_output=True, text=True).stdout)
         assert "torch" in unmet  # both releases pin a CUDA torch; the cell holds this interpreter's
         for name in unmet:
             assert any(f"asks {name}" in note for note in cell["environment"]), (cell["vllm"], name)
-    followed = json.loads(next(p for p in Path(envs_dir).glob(f"vllm-0.34.0-flashinfer-{FI_NEW}-*")
-                               if (p / "matrix-env.json").is_file()).joinpath("matrix-env.json").read_text())
+    followed = json.loads((environments.path(EnvSpec("", FI_NEW, vllm="0.34.0")) / "matrix-env.json").read_text())
     # 0.34.0 asks a newer huggingface-hub than the project's vLLM file pins: followed, with its dependencies.
     assert followed["followed_release_pins"].get("huggingface-hub", "").startswith("2.")
 
