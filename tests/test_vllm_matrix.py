@@ -195,3 +195,25 @@ def test_the_same_matrix_on_a_ray_cluster(vllm_run, envs_dir, tmp_path):
     assert f"on the Ray cluster at {address} (2 nodes, 2 CPUs)" in stdout
     ours = json.loads((tmp_path / "m.json").read_text())
     assert [_comparable(c) for c in ours["cells"]] == [_comparable(c) for c in local_data["cells"]]
+
+
+def test_what_an_environment_follows_of_a_release_and_what_it_keeps():
+    """The rules an environment follows a release's requirements by, on lines
+    of vLLM 0.25.0's and 0.34.0's metadata and FlashInfer 0.7.4's: a pin the
+    file does not meet is followed, a range's lowest version too; the cell's
+    torch and FlashInfer are kept, and so is a version the cell's FlashInfer
+    refuses; a package the file does not pin, an extra's and a marker that
+    does not hold here are left alone."""
+    from graphbreak_doctor.matrix.vllm_release import choose
+
+    release = ["torch==2.11.0", "flashinfer-python==0.6.13", "nvidia-cutlass-dsl[cu13]==4.5.2",
+               "huggingface-hub>=2.0.0", "transformers<5.23.0,>=5.16.1", "lark==1.2.2",
+               'setuptools<81.0.0,>=78.1.1; python_version > "3.11"', 'pytest; extra == "test"']
+    pins = {"torch": "2.13.0", "flashinfer-python": "0.7.4", "nvidia-cutlass-dsl": "4.8.1",
+            "huggingface-hub": "1.33.0", "transformers": "5.19.0", "setuptools": "84.2.1", "pytest": "9.0.0"}
+    follow, notes = choose(release, pins, "0.25.0", ["nvidia-cutlass-dsl>=4.8.0", "apache-tvm-ffi<0.2,>=0.1.11"])
+    assert follow == {"huggingface-hub": "2.0.0"}
+    assert notes == ["vLLM 0.25.0 asks torch==2.11.0; the cell holds 2.13.0",
+                     "vLLM 0.25.0 asks flashinfer-python==0.6.13; the cell holds 0.7.4",
+                     "vLLM 0.25.0 asks nvidia-cutlass-dsl==4.5.2; the cell's FlashInfer asks "
+                     "nvidia-cutlass-dsl>=4.8.0: kept 4.8.1"]

@@ -200,8 +200,9 @@ class EnvSpec:
         return [f"torch=={self.torch}" if re.match(r"\s*torch\s*==", line) else line for line in lines]
 
     def key(self, torch: str) -> str:
-        text = json.dumps([sys.version, self.torch or torch, running_doctor().identity(), self.requirement_files(), FOLLOW_RELEASE,
-                           KERNEL_PACKAGES, FOLLOW_TIME, self.profile()[2] if self.sglang else ()])
+        text = json.dumps([sys.version, self.torch or torch, running_doctor().identity(), self.requirement_files(),
+                           FOLLOW_RELEASE, KERNEL_PACKAGES, FOLLOW_TIME, self.profile()[2] if self.sglang else ()]
+                          + ([vllm_release.RULES] if self.vllm else []))
         return hashlib.sha256(text.encode()).hexdigest()[:10]
 
     def folder_name(self, torch: str) -> str:

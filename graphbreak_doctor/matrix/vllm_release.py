@@ -14,7 +14,10 @@ the lowest version its range allows (the version of its day) -- and those
 packages are installed with their dependencies (a newer release of a
 package can need a package the file does not have). The cell's own axes are
 never followed: where the release asks another torch or FlashInfer than the
-cell holds, the environment's notes say so (each cell line shows them).
+cell holds, the environment's notes say so (each cell line shows them). Nor
+is a version the cell's FlashInfer refuses (its own requirement on the
+package): the file's is kept, and noted -- the cell runs the FlashInfer it
+is about.
 """
 
 from __future__ import annotations
@@ -27,6 +30,9 @@ from graphbreak_doctor.matrix.pins import EnvError, exact_pins, norm_name, pin
 from graphbreak_doctor.text import one_line
 
 PROFILE = "vllm.txt"
+# The version of the rules below: part of a vLLM environment's key (envs.py),
+# so an environment built by other rules is built again.
+RULES = 2
 # The cell's own axes: the environment holds the cell's versions whatever the release asks.
 AXES = ("vllm", "torch", "flashinfer-python")
 
@@ -38,23 +44,33 @@ def requirement_lines(lines: list[str], vllm: str, flashinfer: str, torch: str) 
     return pin(lines, "torch", torch) if torch else lines
 
 
-def choose(requires: list[str], pins: dict[str, str], release: str) -> tuple[dict[str, str], list[str]]:
-    """What to install where the release's requirements (its metadata's
-    lines) and the file's pins (normalised name -> version) disagree: the
-    packages to follow (name -> version), and a note for each disagreement
-    that is kept (a cell axis, or a range without a lowest version)."""
+def _requirements(lines: list[str]) -> list:
+    """The requirements of metadata lines that apply here (no extra's; markers evaluated)."""
     from packaging.requirements import InvalidRequirement, Requirement
 
-    follow: dict[str, str] = {}
-    notes: list[str] = []
-    for line in requires:
+    out = []
+    for line in lines:
         try:
             requirement = Requirement(line)
         except InvalidRequirement:
             continue
-        if requirement.marker is not None and ("extra" in str(requirement.marker)
-                                               or not requirement.marker.evaluate()):
-            continue
+        if requirement.marker is None or ("extra" not in str(requirement.marker) and requirement.marker.evaluate()):
+            out.append(requirement)
+    return out
+
+
+def choose(requires: list[str], pins: dict[str, str], release: str,
+           flashinfer: list[str] = ()) -> tuple[dict[str, str], list[str]]:
+    """What to install where the release's requirements (its metadata's
+    lines) and the file's pins (normalised name -> version) disagree: the
+    packages to follow (name -> version), and a note for each disagreement
+    that is kept (a cell axis, a range without a lowest version, or one the
+    cell's FlashInfer refuses: ``flashinfer``, its requirement lines; the
+    cell runs the FlashInfer it is about, so its requirement wins)."""
+    theirs = {norm_name(r.name): r.specifier for r in _requirements(list(flashinfer))}
+    follow: dict[str, str] = {}
+    notes: list[str] = []
+    for requirement in _requirements(requires):
         name = norm_name(requirement.name)
         have = pins.get(name)
         if have is None or requirement.specifier.contains(have, prereleases=True):
@@ -68,7 +84,10 @@ def choose(requires: list[str], pins: dict[str, str], release: str) -> tuple[dic
         from packaging.version import Version
 
         chosen = pinned[0] if pinned else max(floors, key=Version) if floors else ""
-        if chosen:
+        if chosen and name in theirs and not theirs[name].contains(chosen, prereleases=True):
+            notes.append(f"vLLM {release} asks {asked}; the cell's FlashInfer asks {requirement.name}{theirs[name]}: "
+                         f"kept {have}")
+        elif chosen:
             follow[name] = chosen
         else:
             notes.append(f"vLLM {release} asks {asked}; kept {have} (no version of its own to follow)")
@@ -79,11 +98,13 @@ def follow(python: str, release: str, text: str, install: Callable[..., None]) -
     """Install the release's own versions where the file's do not meet its
     requirements (``install(*args, what=...)`` runs uv's install into the
     environment); returns what was followed and the notes."""
-    code = "import importlib.metadata as m, json; print(json.dumps(m.requires('vllm') or []))"
+    code = ("import importlib.metadata as m, json; "
+            "print(json.dumps([m.requires(p) or [] for p in ('vllm', 'flashinfer-python')]))")
     out = subprocess.run([python, "-c", code], check=False, capture_output=True, text=True, stdin=subprocess.DEVNULL)
     if out.returncode != 0:
         raise EnvError(f"reading vllm {release}'s requirements: {one_line(out.stderr)}")
-    chosen, notes = choose(json.loads(out.stdout), exact_pins(text.splitlines()), release)
+    release_requires, flashinfer_requires = json.loads(out.stdout)
+    chosen, notes = choose(release_requires, exact_pins(text.splitlines()), release, flashinfer_requires)
     if chosen:
         install(*(f"{name}=={version}" for name, version in sorted(chosen.items())),
                 what=f"installing vllm {release}'s own versions of {', '.join(sorted(chosen))}")

@@ -72,23 +72,27 @@ def build(vllm_config: Any, log: UndoLog, building: Callable[[], Any]) -> Built:
     taken out before it fills and processes the weights, as a pipeline
     stage holds only its own layers."""
     from vllm.config import set_current_vllm_config
-    from vllm.model_executor.model_loader import get_model
+    from vllm.model_executor.model_loader import base_loader, get_model
     from vllm.model_executor.model_loader.base_loader import BaseModelLoader
 
     log.enter(set_current_vllm_config(vllm_config))
     init_distributed(log, Path(tempfile.mkdtemp(prefix="graphbreak-doctor-vllm-dist-")))
     full = int(getattr(vllm_config.model_config.hf_config, "num_hidden_layers", 0) or 0)
     reduced: dict[str, Any] = {}
-    create_model = BaseModelLoader.create_model
+    # Where the loader makes the model: its create_model, or in an older
+    # release the initialize_model its module calls.
+    owner, name = ((BaseModelLoader, "create_model") if hasattr(BaseModelLoader, "create_model")
+                   else (base_loader, "initialize_model"))
+    create = getattr(owner, name)
 
-    def reducing(loader: Any, *args: Any, **kwargs: Any) -> torch.nn.Module:
-        model = create_model(loader, *args, **kwargs)
+    def reducing(*args: Any, **kwargs: Any) -> torch.nn.Module:
+        model = create(*args, **kwargs)
         reduced["depth"] = _reduce(getattr(model, "model", model), full)
         return model
 
     try:
         with building(), torch.device("cuda"), UndoLog() as window:
-            window.setattr(BaseModelLoader, "create_model", reducing)
+            window.setattr(owner, name, reducing)
             init_workspace(log)
             model = get_model(vllm_config=vllm_config)
     except TargetError:
