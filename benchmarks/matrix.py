@@ -4,6 +4,11 @@ matrix with --jobs 1 and --jobs 2. Prints the load averages with each
 number: on a shared machine they say how far to trust it.
 
     .venv/bin/python benchmarks/matrix.py [--envs DIR] [--sglang 0.5.9,0.5.23 --find-links DIR ...]
+    .venv/bin/python benchmarks/matrix.py --vllm 0.33.0,0.34.0 --flashinfer 0.7.4 --parts setup
+
+With --vllm the set-up part runs vLLM cells: the compile and CUDA-graph maps
+of Qwen3-MoE's default launch on sm90, one per release (peak RSS: the
+largest process so far, from the kernel).
 
 --envs defaults to a new temporary folder (removed afterwards), so the first
 run builds every environment (from uv's cache where it has the packages).
@@ -14,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -45,6 +51,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--envs", help="environments folder (default: a new temporary one)")
     parser.add_argument("--sglang", help="SGLang releases for the set-up part (default: none, reference layer)")
+    parser.add_argument("--vllm", help="vLLM releases for the set-up part (the model's maps instead of a layer)")
     parser.add_argument("--flashinfer", default="0.6.3,0.7.4")
     parser.add_argument("--find-links", action="append", default=[])
     parser.add_argument("--parts", default="setup,jobs", help="which parts to run (default setup,jobs)")
@@ -52,21 +59,27 @@ def main() -> int:
     temp = None if args.envs else tempfile.mkdtemp(prefix="matrix-bench-envs-")
     envs = args.envs or temp
     links = [a for link in args.find_links for a in ("--find-links", link)]
-    axes = ["--sglang", args.sglang] if args.sglang else ["--impl", "reference"]
-    common = ["--layer", "dense", "--flashinfer", args.flashinfer, "--envs", envs, *links]
+    axes = (["--sglang", args.sglang] if args.sglang else
+            ["--vllm", args.vllm, "--model-path", "qwen3-30b-a3b", "--device", "sm90"] if args.vllm else
+            ["--impl", "reference"])
+    common = ["--flashinfer", args.flashinfer, "--envs", envs, *links]
+    what = ["--model"] if args.vllm else ["--layer", "dense", "--mode", "fullgraph"]
     try:
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "m.json"
             parts = args.parts.split(",")
-            print(f"set-up ({'sglang ' + args.sglang if args.sglang else 'reference'} x flashinfer "
-                  f"{args.flashinfer}; cells traced in fullgraph mode)")
+            axis = ("sglang " + args.sglang if args.sglang else "vllm " + args.vllm if args.vllm else "reference")
+            print(f"set-up ({axis} x flashinfer {args.flashinfer}; "
+                  f"{'each cell the compile and CUDA-graph maps' if args.vllm else 'cells traced in fullgraph mode'})")
             setup = []
             for run in ("first", "second") if "setup" in parts else ():
                 before = load()
-                data, wall = matrix([*common, *axes, "--mode", "fullgraph"], out)
+                data, wall = matrix([*what, *common, *axes], out)
                 setup.append(data["setup_seconds"])
+                peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
                 print(f"  {run} run: set-up {data['setup_seconds']:.3f} s ({data['envs_built']} built, "
-                      f"{data['envs_reused']} reused), whole run {wall:.1f} s; {before} -> {load()}")
+                      f"{data['envs_reused']} reused), whole run {wall:.1f} s, peak RSS so far {peak:.0f} MiB; "
+                      f"{before} -> {load()}")
             if setup:
                 ratio = setup[1] / setup[0] if setup[0] else 0.0
                 print(f"  second / first set-up: {ratio:.1%} (target < {TARGET:.0%}: "
@@ -74,7 +87,8 @@ def main() -> int:
             if "jobs" in parts:
                 print("traces: 4 cells (reference dense layer, flashinfer x sm120,sm100, fullgraph), "
                       "environments reused")
-            four = [*common, "--impl", "reference", "--device", "sm120,sm100", "--mode", "fullgraph"]
+            four = [*common, "--layer", "dense", "--impl", "reference", "--device", "sm120,sm100",
+                    "--mode", "fullgraph"]
             for jobs in ("1", "2") if "jobs" in parts else ():
                 before = load()
                 data, wall = matrix([*four, "--jobs", jobs], out)
