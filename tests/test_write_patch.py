@@ -309,11 +309,11 @@ def test_a_cached_classmethod_the_traced_line_calls_answers_from_a_warm_up(tmp_p
     assert rung.where.endswith("platform_query.py:Platform.vector_width"), rung.where
     (change,) = findings.fix.changes
     assert (change.kind, change.function) == ("memo", "Platform.vector_width")
-    assert change.module == "fixtures.breaks.platform_query"
+    assert change.module == "fixtures.platform_query"
     assert findings.fix.patch.summary.startswith("verified: fresh process, the target's own size: fullgraph ok; "
                                                  "the user's program: ")
     diff = next(folder.glob("*.patch")).read_text(encoding="utf-8")
-    assert "+++ b/fixtures/breaks/platform_query.py" in diff
+    assert "+++ b/fixtures/platform_query.py" in diff
     assert "+++ b/fixtures/breaks/cached_classmethod.py" not in diff
     assert "+Platform.vector_width = _graphbreak_doctor_1_Platform_vector_width()" in diff
 
