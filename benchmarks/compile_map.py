@@ -25,11 +25,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,7 +45,7 @@ def measure(model: str, launch: str, tokens: int, device: str, framework: str = 
         "wall = time.perf_counter() - t\n"
         "peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024\n"
         "print(json.dumps({'exit': done.returncode, 'wall_s': round(wall, 1), 'peak_mib': round(peak),\n"
-        "                  'stderr': done.stderr[-400:]}))\n"
+        "                  'stderr': done.stderr[-400:], 'stdout': done.stdout[-4000:]}))\n"
     )
     with tempfile.TemporaryDirectory() as folder:
         argv = [sys.executable, "-m", "graphbreak_doctor", "trace", "--mode", "map", "--device", device,
@@ -102,11 +100,15 @@ def main() -> int:
         limit = CUDAGRAPH_LIMIT_S if r.get("cudagraph") else LIMIT_S
         ok = r["wall_s"] <= limit and r["peak_mib"] <= LIMIT_MIB
         failed |= not ok and not launch
+        # A map that stopped is no measurement of the map: never "met".
+        verdict = (f"{'met' if ok else 'MISSED'} (<= {limit} s, <= {LIMIT_MIB} MiB)" if r["exit"] == 0
+                   else "not measured: the map stopped")
         print(f"{model:<16} {launch or '(default)':<28} {r['exit']:>4} {r['wall_s']:>7} {r['peak_mib']:>9} "
               f"{r.get('entered', '-'):>8} {r.get('registered', '-'):>10}  "
-              f"{'met' if ok else 'MISSED'} (<= {limit} s, <= {LIMIT_MIB} MiB); {r.get('cudagraph') or '-'}")
-        if r["exit"] not in (0,):
-            print(f"    stderr: {r['stderr'].strip()[-300:]}")
+              f"{verdict}; {r.get('cudagraph') or '-'}")
+        if r["exit"] != 0:
+            said = [line for line in r["stdout"].splitlines() if line.startswith(("CRASHED", "error"))]
+            print(f"    {(said or [r['stderr'].strip() or '(nothing said)'])[-1][:300]}")
     return 1 if failed else 0
 
 
