@@ -146,15 +146,21 @@ def warm_calls(ctx: FixContext, obj: Any, size: int | None = None) -> list[tuple
     with PatchSet("warm-up") as ps:
         if not ps.rebind(obj, adapters.recorder(obj, calls)):
             return []
-        try:
-            if size is None or ctx.warm_up_at is None:
-                ctx.warm_up()
-            else:
-                ctx.warm_up_at(size)
-        except Exception as e:
-            at = f" at size {size}" if size is not None else ""
-            raise NotApplicable(f"a warm-up (eager) run of the target{at} fails here: {type(e).__name__}: {e}") from e
+        warm_up(ctx, size)
     return calls
+
+
+def warm_up(ctx: FixContext, size: int | None = None) -> None:
+    """One eager run of the target (at ``size`` where given and the target
+    can be built again at it); NotApplicable where it fails."""
+    try:
+        if size is None or ctx.warm_up_at is None:
+            ctx.warm_up()
+        else:
+            ctx.warm_up_at(size)
+    except Exception as e:
+        at = f" at size {size}" if size is not None else ""
+        raise NotApplicable(f"a warm-up (eager) run of the target{at} fails here: {type(e).__name__}: {e}") from e
 
 
 def calls_at_sizes(ctx: FixContext, obj: Any, sizes: list[int]) -> list[tuple[tuple, dict, Any]]:

@@ -20,7 +20,8 @@ from typing import Any
 from graphbreak_doctor.frames import INFRASTRUCTURE, package_of, short_path
 from graphbreak_doctor.model import Break, Frame
 from graphbreak_doctor.patching import PatchSet
-from graphbreak_doctor.recipes.common import call_text, has_tensor, module_of_file
+from graphbreak_doctor.recipes import adapters
+from graphbreak_doctor.recipes.common import call_text, has_tensor, module_of_file, warm_up
 from graphbreak_doctor.recipes.recipe import Change, FixContext, NotApplicable, Plan
 
 # The kinds of class attribute the recipe replaces: neither takes the instance.
@@ -93,10 +94,7 @@ def _recorded(ctx: FixContext, name: str, members: list[tuple[type, Any]]) -> li
     with PatchSet("warm-up") as ps:
         for owner, static in members:
             ps.setattr(owner, name, recorder(owner, static))
-        try:
-            ctx.warm_up()
-        except Exception as e:
-            raise NotApplicable(f"a warm-up (eager) run of the target fails here: {type(e).__name__}: {e}") from e
+        warm_up(ctx)
     return calls
 
 
@@ -134,11 +132,10 @@ def plan(brk: Break, ctx: FixContext, *, recipe: str) -> Plan | None:
     if defining is None or "." in owner.__qualname__ or getattr(defining, owner.__name__, None) is not owner:
         raise NotApplicable(f"{label}: its class is not a global of its module")
 
-    def answer(*args: Any, **kwargs: Any) -> Any:
-        key = (args[1:] if kind == "classmethod" else args, tuple(kwargs.items()))
-        if key in table:
-            return table[key]
-        return inner(*args, **kwargs)
+    # The function under a classmethod takes its class first: so do its keys
+    # (a subclass calling it through ``cls`` runs the original, as its cache would).
+    keyed = {((owner, *a) if kind == "classmethod" else a, k): r for (a, k), r in table.items()}
+    answer = adapters.memo_adapter(inner, keyed, f"warm-up of {label}")
 
     def apply(ps: PatchSet) -> str:
         ps.setattr(owner, name, _with_function(kind, answer))

@@ -204,11 +204,11 @@ class _Manager:
         manager, tokens = self.manager, desc.num_tokens
 
         def forward_fn(mode: Any) -> None:
-            batch = BatchDescriptor(num_tokens=tokens) if mode == CUDAGraphMode.PIECEWISE else None
             if mode == CUDAGraphMode.PIECEWISE:
-                _run(lambda **inputs: manager.run_pw_graph(model, inputs), self.config, buffers, tokens, mode, batch)
+                _run(lambda **inputs: manager.run_pw_graph(model, inputs), self.config, buffers, tokens, mode,
+                     BatchDescriptor(num_tokens=tokens))
             else:
-                _run(model, self.config, buffers, tokens, mode, batch)
+                _run(model, self.config, buffers, tokens, mode, None)
 
         manager._capture_descs = {desc.cg_mode: [desc]}
         manager.capture(lambda _desc, warmup: forward_fn)
