@@ -19,7 +19,9 @@ such as ``/dev/null`` or a terminal, a FIFO, a symlink to either -- or that
 is reached through a file descriptor's name (``/dev/stdout``, ``/dev/fd/N``,
 ``/proc/self/fd/N``, whatever they point at) is written in place, after the
 regular files, never replaced: a FIFO no reader opens within a few seconds
-is refused, not waited on.
+is refused, not waited on. The file behind the doctor's own stdout or
+stderr (``> out.log``, or a link to it) is no output's: refused, unless named
+through its descriptor (``/dev/stdout``).
 
 Every file the commands write goes through :func:`write_all`: the outputs,
 the traced code's log (:func:`keep_logs`, planned with the outputs, so it
@@ -166,15 +168,46 @@ def writes_in_place(path: str | os.PathLike) -> bool:
     return stat.S_ISCHR(mode) or stat.S_ISFIFO(mode) or through_fd(path)
 
 
+def own_stream(path: str | os.PathLike) -> str | None:
+    """"stdout" or "stderr" when ``path`` is, or links to (a symlink, a hard
+    link), the regular file behind the doctor's own stdout or stderr (a
+    shell's ``> out.log``): written over, it would lose what the doctor
+    prints there. None otherwise, and for a name that reaches it through a
+    file descriptor (``/dev/stdout``), which is written through, after what
+    the doctor printed."""
+    if through_fd(path):
+        return None
+    _, ident = _identity(path)
+    if ident is None:
+        return None
+    for fd, name in ((1, "stdout"), (2, "stderr")):
+        try:
+            st = os.fstat(fd)
+        except OSError:  # closed: no file behind it
+            continue
+        if stat.S_ISREG(st.st_mode) and (st.st_dev, st.st_ino) == ident:
+            return name
+    return None
+
+
+def _refuse_own_stream(path: str | os.PathLike, label: str) -> None:
+    stream = own_stream(path)
+    if stream:
+        raise UsageError(f"{label}: is the doctor's own {stream} (redirected to that file); refusing to write over "
+                         f"it (/dev/{stream} adds it after what the doctor prints there; or choose another path)")
+
+
 def check_output(path: str | os.PathLike, inputs: Iterable[str] = (), *, create_parent: bool = False,
                  what: str = "") -> None:
     """The one check of an output path, run before anything is traced or read:
-    a UsageError (one line) for an output that is one of ``inputs``, a folder,
-    a block device or socket, or in a folder that cannot be written."""
+    a UsageError (one line) for an output that is one of ``inputs``, the file
+    behind the doctor's own stdout or stderr, a folder, a block device or
+    socket, or in a folder that cannot be written."""
     shown = str(path)
     label = f"{what} {shown}" if what else shown
     if "\x00" in shown:
         raise UsageError(f"{label!r}: a path cannot hold a NUL byte")
+    _refuse_own_stream(path, label)
     real, ident = _identity(path)
     for given in inputs:
         other_real, other = _identity(given)
@@ -257,7 +290,8 @@ class OutputSet:
     def _plan_logs(self, stems: list[str], inputs: list[str]) -> None:
         """Each subject's log beside its first output that is a regular file:
         ``<name>.log``, else ``<name><suffix>.log`` where that would be an
-        input, another output or a file that cannot be written; no log where
+        input, another output, the file behind the doctor's own stdout or
+        stderr (check_output) or a file that cannot be written; no log where
         neither can be (a device or FIFO is no place to put one beside)."""
         taken = [_identity(p.path) for p in self.planned] + [_identity(i) for i in inputs]
         for stem in stems:
@@ -312,9 +346,13 @@ def write_all(files: list[tuple[Path, str, bool]]) -> None:
     file it names (through a symlink: beside its target, the link kept),
     renamed into place only when all are complete; the in-place ones are
     written last. Text that cannot be encoded (a lone surrogate) is written
-    as its escape. A UsageError (one line) when a file cannot be written."""
+    as its escape. A UsageError (one line) when a file cannot be written,
+    and before anything is written when one is the file behind the doctor's
+    own stdout or stderr."""
     in_place = [(Path(path), text) for path, text, _ in files if writes_in_place(path)]
     regular = [(Path(path), text, ours) for path, text, ours in files if not writes_in_place(path)]
+    for path, _, _ in regular:
+        _refuse_own_stream(path, str(path))
     opened = []
     temps: list[tuple[Path, Path]] = []
     try:

@@ -111,8 +111,12 @@ def _vllm_sizes(resolved: dict[str, Any]) -> tuple[list[int], str]:
 def vllm_launch_arguments(text: str, config: str | None) -> tuple[tuple[str, ...], str | None]:
     """``--vllm-args`` split as a shell does, and the config folder: the
     model vLLM is given (``vllm serve MODEL`` or ``--model MODEL``), if any,
-    is the model's config (and --config is then left out)."""
+    is the model's config (and --config is then left out). A file of
+    further arguments inside them is refused (vllm.launch.refuse_config_file)."""
+    from graphbreak_doctor.targets.frameworks.vllm.launch import refuse_config_file
+
     args = _split(text, "--vllm-args", "give vLLM's launch arguments (what follows `vllm serve`)")
+    refuse_config_file(args)
     model = None
     if not args[0].startswith("-"):  # vllm serve MODEL ...
         model, args = args[0], args[1:]

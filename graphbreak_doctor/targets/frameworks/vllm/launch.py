@@ -8,7 +8,9 @@ optimization level's defaults, ``--enforce-eager``, the breakable-CUDA-graph
 list, splitting ops, capture sizes, compile ranges). The doctor adds only
 ``--model`` (the config folder) and ``--load-format dummy`` (no checkpoint
 is read). An argument the release refuses is one line with vLLM's own
-message (TargetError: exit 2).
+message (TargetError: exit 2). A file of further arguments (``--config
+FILE``, which vLLM's parser reads as YAML) is refused before anything runs
+(``refuse_config_file``): what the launch is must be in the arguments given.
 
 ``describe`` is the record the findings keep (``facts["launch"]``), in
 vLLM's own names and words: its resolved compilation settings, and the
@@ -67,6 +69,22 @@ def _listening() -> Iterator[_Said]:
 # refuses them: <vLLM's message>" (its parser) or "... refuses the launch:
 # <its message>" (its configuration); rejection() reads vLLM's message back.
 _REFUSAL = re.compile(r"--vllm-args: vLLM \S+ refuses (?:them|the launch): (.*)")
+
+
+# What vLLM's parser takes as --config, its file of further arguments: the
+# word anywhere in the line (its parser looks for it before argparse does),
+# --config=FILE, its dotted form (--config.KEY VALUE) and the abbreviations
+# argparse allows (--conf, --confi; --con is also --convert's).
+_CONFIG_FILE = re.compile(r"--conf(ig?)?([=.].*)?", re.DOTALL)
+
+
+def refuse_config_file(args: list[str] | tuple[str, ...]) -> None:
+    """A ValueError (exit 2, one line) when the launch arguments name a file
+    of further arguments: the doctor reads the launch from the arguments
+    themselves, never from a file vLLM would open."""
+    if any(_CONFIG_FILE.fullmatch(arg) for arg in args):
+        raise ValueError("--vllm-args: --config (a file of server arguments) is not read; "
+                         "give the arguments themselves")
 
 
 def rejection(text: str) -> str:
@@ -205,4 +223,4 @@ def version() -> str:
         return "?"
 
 
-__all__ = ["compiled", "describe", "rejection", "resolve", "version"]
+__all__ = ["compiled", "describe", "refuse_config_file", "rejection", "resolve", "version"]
