@@ -9,8 +9,13 @@ import os
 from pathlib import Path
 
 
+CACHE_ENV = "GRAPHBREAK_DOCTOR_CACHE"
+# GRAPHBREAK_DOCTOR_NO_CACHE=1: the findings cache is off (nothing recorded, read or kept).
+OFF_ENV = "GRAPHBREAK_DOCTOR_NO_CACHE"
+
+
 def cache_root() -> Path:
-    override = os.environ.get("GRAPHBREAK_DOCTOR_CACHE")
+    override = os.environ.get(CACHE_ENV)
     if override:
         return Path(override)
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")

@@ -23,6 +23,13 @@ TRACES_ENV = "GRAPHBREAK_DOCTOR_TEST_TRACES"
 os.environ["GRAPHBREAK_DOCTOR_NO_CACHE"] = "1"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _cache_key(tmp_path_factory):
+    """The findings cache's key (jobs/cache_trust.py) in a folder of the
+    test run's own: no test reads or makes the user's."""
+    os.environ["GRAPHBREAK_DOCTOR_CACHE_KEY"] = str(tmp_path_factory.mktemp("cache-key") / "cache-key")
+
+
 def run_cli(*args: str, cwd: Path = ROOT, env: dict | None = None) -> subprocess.CompletedProcess:
     """Run the installed console entry point the way a user does."""
     full_env = {**os.environ, **(env or {})}

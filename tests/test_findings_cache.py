@@ -75,7 +75,7 @@ def first(project) -> dict:
 
 
 def test_a_rerun_reads_the_same_findings_back_and_says_so(project, first):
-    assert first["findings"]["cache"] == {"source": "traced", "stored_at": ""}
+    assert first["findings"]["cache"] == {"source": "traced", "stored_at": "", "not_kept": ""}
     assert "findings cache" not in first["stdout"]
     assert len(list(project["cache"].glob("*.json"))) == 1
     junit, sarif = project["root"] / "g.xml", project["root"] / "g.sarif"
@@ -204,8 +204,9 @@ def test_two_writers_at_once_leave_a_valid_entry(project, first, tmp_path):
         job = Job.from_dict({{**data["job"], "log": "", "debug": False}})
         outcome = Outcome(job, findings=Findings.from_dict(data["outcome"]["findings"]), inputs=data["inputs"],
                           message=sys.argv[1])
+        secret = findings_cache.trusted_secret()
         for _ in range(40):
-            findings_cache.store(job, "k" * 64, outcome, sys.argv[1] * 100000)
+            findings_cache.store(job, "k" * 64, outcome, sys.argv[1] * 100000, secret)
     """)
     env = {**os.environ, "GRAPHBREAK_DOCTOR_CACHE": str(cache), "PYTHONPATH": str(ROOT)}
     writers = [subprocess.Popen([sys.executable, "-c", script, tag], env=env) for tag in ("a", "b")]

@@ -13,7 +13,8 @@ read (source files, data files, folder listings, versions, environment);
 trace, check and fix read them back while none of it changed (--no-cache
 traces anyway). It lives in findings/ of the doctor's cache folder
 ($GRAPHBREAK_DOCTOR_CACHE, else graphbreak-doctor under $XDG_CACHE_HOME or
-~/.cache); GRAPHBREAK_DOCTOR_NO_CACHE=1 turns it off.
+~/.cache); GRAPHBREAK_DOCTOR_NO_CACHE=1 turns it off. clear removes only
+the doctor's own entries, never through a symbolic link.
 
 """
 
@@ -31,6 +32,11 @@ def run(args: argparse.Namespace) -> int:
 
     if args.action is None:
         raise UsageError("choose what to do with the findings cache: cache clear")
-    removed = findings_cache.clear()
+    from graphbreak_doctor.jobs.cache_trust import Untrusted
+
+    try:
+        removed = findings_cache.clear()
+    except Untrusted as e:  # findings/ is a link or not a folder: nothing removed
+        raise UsageError(f"cache clear: {e}") from e
     show(f"findings cache: removed {removed} entr{'y' if removed == 1 else 'ies'} from {findings_cache.folder()}\n")
     return EXIT_OK

@@ -11,11 +11,15 @@ JIT and patch folders, the distributions' METADATA and versions); a lookup
 re-stats each and re-hashes only those whose stat changed. Any change is a
 miss: the job is traced and its entry replaced.
 
-Entries are untrusted files: read with a size limit, checked for shape, and
-the paths they name are only stat-ed and hashed (regular files, a capped
-number of bytes). An entry that is not one (corrupt, cut short, another
-format) is ignored with one line on stderr. Standard library and the model
-only: a hit never imports torch.
+Entries are untrusted files: read with a size limit, checked for shape and
+for their signature (jobs/cache_trust.py: the cache is used only from
+folders no one else can write, and each entry carries an HMAC under the
+user's key), and the paths they name are only stat-ed and hashed (regular
+files, a capped number of bytes). An entry that is not one (corrupt, cut
+short, another format, another key's) is ignored with one line on stderr.
+A job whose inputs could not all be recorded (jobs/inputs.py: ``unknown``)
+is not kept. Standard library and the model only: a hit never imports
+torch.
 """
 
 from __future__ import annotations
@@ -24,12 +28,14 @@ import datetime
 import hashlib
 import json
 import os
+import re
+import stat
 import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from graphbreak_doctor.cache import cache_root
-from graphbreak_doctor.jobs import hash_memo, inputs
+from graphbreak_doctor.cache import CACHE_ENV, cache_root
+from graphbreak_doctor.jobs import cache_trust, hash_memo, inputs, process_inputs
 from graphbreak_doctor.jobs.atomic import replace_json
 from graphbreak_doctor.jobs.job import Job, Outcome
 from graphbreak_doctor.model import COMPLETE, Findings
@@ -37,16 +43,16 @@ from graphbreak_doctor.model.cache_facts import CacheFacts
 from graphbreak_doctor.text import escape_controls
 
 FORMAT = "graphbreak-doctor findings cache"
-VERSION = 1
-# The environment the traced code, the emulation and Dynamo read: variables
-# with these prefixes, and these names (docs/cache.md lists them).
-ENV_PREFIXES = ("TORCH_", "TORCHDYNAMO_", "TORCHINDUCTOR_", "PYTORCH_", "FLASHINFER_", "SGLANG_", "SGL_", "VLLM_",
-                "CUDA_", "NVIDIA_", "XDG_", "GRAPHBREAK_DOCTOR_")
-ENV_NAMES = ("PATH", "PYTHONPATH", "HOME", "LD_LIBRARY_PATH", "LD_PRELOAD", "PYTHONHASHSEED", "OMP_NUM_THREADS")
+VERSION = 2  # 2: signed (``mac``)
 # Not part of the key: where the cache is, and whether it is used.
-CACHE_ENV = "GRAPHBREAK_DOCTOR_CACHE"
-_NOT_KEYED = (CACHE_ENV, inputs.OFF_ENV)
+_NOT_KEYED = (CACHE_ENV, inputs.OFF_ENV, cache_trust.KEY_ENV)
 ENTRY_LIMIT = 256 << 20  # bytes of one entry, at most
+# The names of the doctor's own files in findings/: an entry (a pre-key),
+# and a writer's temporary file (jobs/atomic.py). Nothing else there is ever
+# removed.
+_ENTRY_NAME = re.compile(r"[0-9a-f]{64}\.json")
+_TMP_NAME = re.compile(r"\.[0-9a-f]{64}\.json\.[0-9]+\.[0-9a-f]{8}\.tmp")
+_ENTRY_HEAD = json.dumps({"format": FORMAT}, separators=(",", ":"))[:-1].encode()
 _LOG_LIMIT = 8 << 20  # what the traced code wrote, kept up to this many characters
 
 
@@ -56,8 +62,7 @@ def folder() -> Path:
 
 def keyed_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
     env = os.environ if environ is None else environ
-    return {k: env[k] for k in sorted(env)
-            if (k in ENV_NAMES or k.startswith(ENV_PREFIXES)) and k not in _NOT_KEYED}
+    return {k: env[k] for k in sorted(env) if process_inputs.keyed_variable(k) and k not in _NOT_KEYED}
 
 
 def pre_key(job: Job, memory: int, environ: dict[str, str] | None = None) -> str:
@@ -130,7 +135,7 @@ def _shape(entry: Any) -> str:
         return "not a graphbreak-doctor findings cache entry"
     if entry.get("version") != VERSION:
         return f"format version {entry.get('version')!r}, this graphbreak-doctor reads version {VERSION}"
-    kinds = {"key": str, "stored_at": str, "inputs": dict, "outcome": dict, "log": str}
+    kinds = {"key": str, "stored_at": str, "inputs": dict, "outcome": dict, "log": str, "mac": str}
     for name, kind in kinds.items():
         if not isinstance(entry.get(name), kind):
             return f"its {name} is missing or not a {kind.__name__}"
@@ -140,15 +145,21 @@ def _shape(entry: Any) -> str:
     return ""
 
 
-def lookup(job: Job, key: str) -> Outcome | None:
-    """The cached outcome of ``job`` when its entry exists and none of its
-    inputs changed; None to trace."""
+def lookup(job: Job, key: str, secret: bytes) -> Outcome | None:
+    """The cached outcome of ``job`` when its entry exists, is signed with
+    the user's key ``secret`` and none of its inputs changed; None to trace."""
     path = _entry_path(key)
     entry = _read_entry(path)
     if entry is None:
         return None
+    if not cache_trust.verified(secret, key, entry):
+        _ignore(path, "its signature does not match this user's cache key (written elsewhere, or changed since)")
+        return None
     if entry["key"] != key:
         _ignore(path, "it is the entry of another job")
+        return None
+    if not entry["inputs"].get("files"):
+        _ignore(path, "it records no input: nothing says whether it still holds")
         return None
     why = inputs.changed(entry["inputs"])
     if why:  # stale: traced again, and the entry replaced
@@ -171,10 +182,10 @@ def storable(outcome: Outcome) -> bool:
     worker that could not say what it read is traced again next time."""
     f = outcome.findings
     return (f is not None and outcome.status == COMPLETE and not outcome.usage and f.outcome == COMPLETE
-            and isinstance(outcome.inputs, dict))
+            and isinstance(outcome.inputs, dict) and not outcome.inputs.get("unknown"))
 
 
-def store(job: Job, key: str, outcome: Outcome, log: str) -> None:
+def store(job: Job, key: str, outcome: Outcome, log: str, secret: bytes) -> None:
     """Write the entry of ``job`` atomically (a temporary file in the same
     folder, then renamed over the entry: two doctors writing at once leave
     one whole entry); a failure to write is one line on stderr."""
@@ -189,9 +200,10 @@ def store(job: Job, key: str, outcome: Outcome, log: str) -> None:
         "outcome": {"message": outcome.message, "findings": findings},
         "log": log[:_LOG_LIMIT],
     }
+    entry["mac"] = cache_trust.sign(secret, key, entry)
     path = _entry_path(key)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        cache_trust.make_private_folder(path.parent)
         replace_json(path, entry, compact=True)
     except OSError as e:
         sys.stderr.write(escape_controls(f"graphbreak-doctor: the findings cache could not keep {job.describe()}: "
@@ -205,50 +217,123 @@ def _write_log(job: Job, text: str) -> None:
             f.write(text)
 
 
+def trusted_secret() -> bytes | None:
+    """The user's cache key when the cache may be used; None, with one line
+    on stderr saying why, when it may not (jobs/cache_trust.py)."""
+    try:
+        secret = cache_trust.secret(cache_root())
+        why = cache_trust.plain_folder_problem(folder())
+    except cache_trust.Untrusted as e:
+        why = str(e)
+    except OSError as e:
+        why = f"{e.strerror or e}: {e.filename or cache_root()}"
+    if why:
+        sys.stderr.write(escape_controls(f"graphbreak-doctor: the findings cache is not used: {why}") + "\n")
+        return None
+    return secret
+
+
 def run(jobs: list[Job], trace: Callable[[list[Job]], list[Outcome]], *, read: bool,
         memory: int) -> list[Outcome]:
     """The outcomes of ``jobs`` in order: each unchanged job's from the cache
     (unless not ``read``: --no-cache), the others from ``trace`` (worker
     processes), kept for next time. GRAPHBREAK_DOCTOR_NO_CACHE=1: neither
-    read nor kept."""
-    enabled = not inputs.cache_is_off()
+    read nor kept; a cache that may not be trusted is neither read nor kept
+    either, and its workers record nothing."""
+    from graphbreak_doctor.patching import UndoLog
+
+    secret = None if inputs.cache_is_off() else trusted_secret()
+    enabled = secret is not None
+    memo = hash_memo.problem() if enabled else ""
+    if memo:  # said here: the workers' own line goes to the traced code's log
+        sys.stderr.write(escape_controls(memo) + "\n")
     read = read and enabled
     keys = [pre_key(job, memory) if enabled else "" for job in jobs]
-    outcomes: list[Outcome | None] = [lookup(job, key) if read else None for job, key in zip(jobs, keys)]
+    outcomes: list[Outcome | None] = [lookup(job, key, secret) if read else None for job, key in zip(jobs, keys)]
     for job, outcome in zip(jobs, outcomes):
         if outcome is not None:
             _write_log(job, outcome.log)
     missed = [i for i, o in enumerate(outcomes) if o is None]
-    for i, outcome in zip(missed, trace([jobs[i] for i in missed]) if missed else []):
+    with UndoLog() as undo:
+        if not enabled and not inputs.cache_is_off():
+            undo.setenv(inputs.OFF_ENV, "1")  # the workers record nothing and leave the memo alone
+        traced = trace([jobs[i] for i in missed]) if missed else []
+    for i, outcome in zip(missed, traced):
         if outcome.findings is not None:
-            outcome.findings.cache = CacheFacts(source="traced")
+            outcome.findings.cache = CacheFacts(source="traced", not_kept=_not_kept(outcome) if enabled else "")
         if enabled and storable(outcome):
             from graphbreak_doctor.jobs.output import read_log
 
-            store(jobs[i], keys[i], outcome, read_log(jobs[i].log) if jobs[i].log else "")
+            store(jobs[i], keys[i], outcome, read_log(jobs[i].log) if jobs[i].log else "", secret)
         outcomes[i] = outcome
     return [o for o in outcomes if o is not None]
 
 
+def _not_kept(outcome: Outcome) -> str:
+    """Why a whole trace was not kept although the cache is on: its inputs
+    could not all be known ("" else)."""
+    unknown = outcome.inputs.get("unknown") if isinstance(outcome.inputs, dict) else ""
+    return f"not kept in the findings cache: {unknown}" if isinstance(unknown, str) and unknown else ""
+
+
 def clear() -> int:
     """Remove every entry (and a writer's leftover temporary file) and the
-    file-hash memo; how many entries there were."""
-    try:
-        os.unlink(hash_memo.path())
-    except FileNotFoundError:
-        pass  # none yet, or another doctor removed it meanwhile
+    file-hash memo; how many entries there were. Only the doctor's own
+    files are removed -- regular files with the names the doctor gives them
+    (and, for an entry, its format's first bytes) -- from ``findings/``
+    itself, never through a link: a ``findings/`` that is a link, or not a
+    folder, is refused (cache_trust.Untrusted) with nothing removed."""
+    memo = hash_memo.path()
+    if _regular_at(memo):
+        try:
+            os.unlink(memo)
+        except FileNotFoundError:
+            pass  # another doctor removed it meanwhile
     where = folder()
     try:
-        names = os.listdir(where)
+        fd = os.open(where, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     except FileNotFoundError:
         return 0
+    except OSError as e:
+        if os.path.islink(where):
+            raise cache_trust.Untrusted(f"{where} is a symbolic link: nothing was removed") from e
+        raise cache_trust.Untrusted(f"{where} is not a folder the doctor can clear "
+                                    f"({e.strerror or e}): nothing was removed") from e
     removed = 0
-    for name in names:
-        if not (name.endswith(".json") or name.endswith(".tmp")):
-            continue
-        try:
-            os.unlink(where / name)
-        except FileNotFoundError:
-            continue  # another doctor removed or replaced it meanwhile
-        removed += name.endswith(".json")
+    try:
+        for name in os.listdir(fd):
+            entry, tmp = _ENTRY_NAME.fullmatch(name), _TMP_NAME.fullmatch(name)
+            if not (entry or tmp) or not _ours(fd, name, check_head=bool(entry)):
+                continue
+            try:
+                os.unlink(name, dir_fd=fd)
+            except FileNotFoundError:
+                continue  # another doctor removed or replaced it meanwhile
+            removed += bool(entry)
+    finally:
+        os.close(fd)
     return removed
+
+
+def _regular_at(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _ours(folder_fd: int, name: str, *, check_head: bool) -> bool:
+    """Whether ``name`` in the open folder is a regular file of the doctor's
+    (an entry starts as every entry does)."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=folder_fd)
+    except OSError:
+        return False
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        return not check_head or os.read(fd, len(_ENTRY_HEAD)) == _ENTRY_HEAD
+    except OSError:
+        return False
+    finally:
+        os.close(fd)

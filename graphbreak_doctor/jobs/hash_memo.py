@@ -11,17 +11,22 @@ user's tools, so a rewritten file is always hashed again.
 One file, ``file-hashes.json`` in the doctor's cache folder, replaced whole
 (a temporary file, then a rename): two jobs writing at once leave one valid
 memo, holding one of their views. A memo that cannot be read is ignored with
-one line and rewritten; ``cache clear`` removes it. Standard library only.
+one line and rewritten (the doctor says so before its workers start: their
+own output goes to the traced code's log); ``cache clear`` removes it.
+Standard library only.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import stat
 import sys
 from pathlib import Path
 
 from graphbreak_doctor.cache import cache_root
 from graphbreak_doctor.jobs.atomic import replace_json
+from graphbreak_doctor.jobs.cache_trust import make_private_folder
 
 FORMAT = "graphbreak-doctor file hashes"
 VERSION = 1
@@ -35,23 +40,53 @@ def path() -> Path:
     return cache_root() / NAME
 
 
+def _read() -> dict[str, list]:
+    """The memo's files; FileNotFoundError when there is none, OSError or
+    ValueError when what is there is not a memo. Opened as the cache opens
+    its entries: a regular file only, never followed through a link, never
+    waiting on a FIFO."""
+    where = path()
+    fd = os.open(where, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0))
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise ValueError("not a regular file")
+        raw = f.read(_BYTES_LIMIT + 1)
+    if len(raw) > _BYTES_LIMIT:
+        raise ValueError(f"larger than {_BYTES_LIMIT} bytes")
+    data = json.loads(raw.decode("utf-8"))
+    if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("version") != VERSION:
+        raise ValueError("not a memo of this version")
+    files = data.get("files")
+    if not isinstance(files, dict):
+        raise ValueError("no files")
+    return files
+
+
+def problem() -> str:
+    """One line when the memo is there and is not one ("" else): the doctor
+    says it before its workers ignore it and write a new one."""
+    try:
+        _read()
+    except FileNotFoundError:
+        return ""
+    except (OSError, ValueError, RecursionError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        return _ignoring(e)
+    return ""
+
+
+def _ignoring(e: BaseException) -> str:
+    return (f"graphbreak-doctor: ignoring the file-hash memo {ascii(str(path()))} "
+            f"({type(e).__name__}: {ascii(str(e))[:200]}); files are hashed again")
+
+
 def load() -> dict[str, list]:
     """path -> [size, mtime_ns, ctime_ns, sha256] as last hashed ({} when none)."""
-    where = path()
     try:
-        if where.stat().st_size > _BYTES_LIMIT:
-            raise ValueError(f"larger than {_BYTES_LIMIT} bytes")
-        data = json.loads(where.read_text(encoding="utf-8"))
-        if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("version") != VERSION:
-            raise ValueError("not a memo of this version")
-        files = data.get("files")
-        if not isinstance(files, dict):
-            raise ValueError("no files")
+        files = _read()
     except FileNotFoundError:
         return {}
-    except (OSError, ValueError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        sys.stderr.write(f"graphbreak-doctor: ignoring the file-hash memo {ascii(str(where))} "
-                         f"({type(e).__name__}: {ascii(str(e))[:200]}); files are hashed again\n")
+    except (OSError, ValueError, RecursionError) as e:
+        sys.stderr.write(_ignoring(e) + "\n")
         return {}
     return {p: v for p, v in files.items()
             if isinstance(p, str) and isinstance(v, list) and len(v) == 4
@@ -67,5 +102,5 @@ def save(identities: dict[str, list], known: dict[str, list]) -> None:
     merged = {**fresh, **{p: v for p, v in known.items() if p not in fresh}}
     merged = dict(list(merged.items())[:LIMIT])
     where = path()
-    where.parent.mkdir(parents=True, exist_ok=True)
+    make_private_folder(where.parent)
     replace_json(where, {"format": FORMAT, "version": VERSION, "files": merged}, compact=True)

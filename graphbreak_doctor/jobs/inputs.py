@@ -13,6 +13,17 @@ size, times and sha256, each folder with a hash of its sorted names. The
 same functions compare a recorded manifest with the files as they are now
 (``changed``), so recording and checking cannot disagree.
 
+What a job reads outside its own process is keyed on what can be known of
+it: a child process (``subprocess``, ``os.posix_spawn``, ``os.exec*``) by
+its executable's content, its arguments and every file or folder its
+arguments name; a program looked for on PATH and not found, by its absence.
+An executable in the run's own folder was written during the run by code
+whose files are recorded (the emulated CUDA toolkit): it is keyed by those
+and its content is noted. The environment variables the job read
+(``os.environ``, ``os.getenv``) are recorded with their values. A command
+run through a shell (``os.system``, ``shell=True``) cannot be known: the
+manifest says so (``unknown``) and the job is not kept.
+
 Standard library only: the doctor's parent process checks a manifest without
 importing torch.
 """
@@ -27,7 +38,9 @@ import sys
 import tempfile
 from typing import Any
 
-from graphbreak_doctor.jobs import hash_memo
+from graphbreak_doctor.cache import OFF_ENV
+from graphbreak_doctor.jobs import hash_memo, process_inputs
+from graphbreak_doctor.patching import UndoLog
 
 # Files larger than this are not hashed: they are the same when their size
 # and modification time are (docs/cache.md).
@@ -37,10 +50,6 @@ _NOT_FILES = ("/proc/", "/sys/", "/dev/")
 # Names in one listing, at most (a larger folder is hashed on its first ones
 # and its count).
 _LISTING_LIMIT = 100_000
-
-# GRAPHBREAK_DOCTOR_NO_CACHE=1: the findings cache is off (nothing recorded, read or kept).
-OFF_ENV = "GRAPHBREAK_DOCTOR_NO_CACHE"
-
 
 def cache_is_off() -> bool:
     return os.environ.get(OFF_ENV, "") not in ("", "0")
@@ -57,6 +66,12 @@ _IMPORTERS = ("<frozen importlib._bootstrap_external>", os.path.dirname(importli
 _skip: list[str] = []
 _recording: list[bool] = []  # [True] while recording (manifest() stops it)
 _unnamed: list[str] = []  # relative paths read while the current folder was gone
+# Child processes (process_inputs.describe_child; "own": the sha256 of an executable in the run's own folder), and
+# why the job's inputs cannot all be known.
+_children: list[dict[str, Any]] = []
+_unknown: list[str] = []
+_in_hook: list[bool] = []
+_undo = UndoLog()  # the recording os.environ, put back when the manifest is made
 
 
 def _absolute(path: Any) -> str:
@@ -87,9 +102,26 @@ def _kept(path: str) -> bool:
 
 
 def _hook(event: str, args: tuple) -> None:
-    if not _recording:
+    if not _recording or _in_hook:
         return
-    if event == "open":
+    _in_hook.append(True)
+    try:
+        _note(event, args)
+    finally:
+        _in_hook.pop()
+
+
+def _note(event: str, args: tuple) -> None:
+    if event in ("subprocess.Popen", "os.posix_spawn", "os.exec", "os.spawn"):
+        if event == "os.spawn":
+            args = args[1:]  # (mode, path, args, env)
+        executable, argv = args[0] if args else None, args[1] if len(args) > 1 else None
+        cwd = args[2] if event == "subprocess.Popen" and len(args) > 2 else None
+        env = args[3] if event == "subprocess.Popen" and len(args) > 3 else args[2] if len(args) > 2 else None
+        _child(executable, argv, cwd, env)
+    elif event == "os.system":
+        _unknown.append("a command ran through a shell (os.system): what it reads cannot be known")
+    elif event == "open":
         flags = args[2] if len(args) > 2 and isinstance(args[2], int) else 0
         if flags & os.O_ACCMODE == os.O_RDONLY and not flags & os.O_CREAT:
             path = _absolute(args[0])
@@ -99,7 +131,7 @@ def _hook(event: str, args: tuple) -> None:
         path = _absolute("." if args and args[0] is None else args[0] if args else "")
         if _kept(path):
             try:
-                caller = sys._getframe(1).f_code.co_filename
+                caller = sys._getframe(2).f_code.co_filename  # past _hook
             except ValueError:  # listed from C code, with no Python frame above the hook
                 caller = ""
             (_searched if caller.startswith(_IMPORTERS) else _listed).add(path)
@@ -113,6 +145,23 @@ def _hook(event: str, args: tuple) -> None:
             _listed.add(path)
 
 
+def _child(executable: Any, argv: Any, cwd: Any, env: Any) -> None:
+    """Note a child process: its executable and the paths its arguments name."""
+    try:
+        child, named = process_inputs.describe_child(executable, argv, cwd, env)
+    except process_inputs.Unknowable as e:
+        _unknown.append(str(e))
+        return
+    found = child["executable"]
+    if found and not _kept(found):  # written during the run (the emulated toolkit): its content, noted
+        child["own"] = _sha256(found, HASH_LIMIT) if os.path.isfile(found) else "absent"
+    elif found:
+        _opened.add(found)
+    _children.append(child)
+    for path in filter(_kept, named):
+        (_opened if os.path.isfile(path) else _listed).add(path)
+
+
 def start_recording(skip: tuple[str, ...] = ()) -> None:
     """Record what this process (and a process forked from it) opens for
     reading and lists, from now on; paths in ``skip`` (the worker's own
@@ -120,6 +169,7 @@ def start_recording(skip: tuple[str, ...] = ()) -> None:
     if cache_is_off():
         return
     _skip.extend(os.path.normpath(os.path.abspath(s)) for s in (*skip, tempfile.gettempdir()) if s)
+    process_inputs.record_environment(_undo)
     _recording[:] = [True]
     sys.addaudithook(_hook)
     # The folders the import system listed before this (their finders are cached).
@@ -289,6 +339,7 @@ def manifest(job_path: str = "") -> dict[str, Any]:
     import platform
 
     _recording.clear()  # what follows reads files for the manifest, not for the job
+    _undo.undo()
     if _unnamed:
         raise ValueError(f"{_unnamed[0]!r} was read while the current folder did not exist")
     files, listings, searched = set(_opened), set(_listed), set(_searched)
@@ -315,6 +366,9 @@ def manifest(job_path: str = "") -> dict[str, Any]:
         "listings": {d: listing_identity(d) for d in sorted(listings)},
         "searched": {d: listing_identity(d, modules_only=True) for d in sorted(searched - listings)},
         "versions": {"python": platform.python_version(), **versions},
+        "environment": process_inputs.environment_read(),
+        "children": list(_children),
+        "unknown": _unknown[0] if _unknown else "",
     }
 
 
@@ -326,6 +380,12 @@ def changed(recorded: dict[str, Any], limit: int = 1_000_000) -> str:
         return "the manifest is not whole"
     if len(files) + len(listings) + len(searched) > limit:
         return "the manifest is too long"
+    if recorded.get("unknown"):
+        return f"its inputs could not all be known: {recorded['unknown']}"
+    why = (process_inputs.environment_changed(recorded.get("environment", {}))
+           or process_inputs.children_changed(recorded.get("children", [])))
+    if why:
+        return why
     for path, known in files.items():
         if not isinstance(known, list) or not os.path.isabs(path):
             return "the manifest is not whole"

@@ -18,6 +18,10 @@ class CacheFacts:
     # When the cached findings were traced (UTC, ISO 8601; the oldest of the
     # jobs read back); "" when traced now.
     stored_at: str = ""
+    # Traced now and not kept although the cache is on, and why: what the
+    # trace read could not all be known (a child process run through a
+    # shell, ...); "" otherwise.
+    not_kept: str = ""
 
     def describe(self) -> str:
         """One line for a summary; "" when traced now."""
@@ -33,13 +37,20 @@ class CacheFacts:
         if not known:
             return None
         hits = [p for p in known if p.source != CACHE_TRACED]
+        not_kept = next((p.not_kept for p in known if p.not_kept), "")
         if not hits:
-            return cls()
+            return cls(not_kept=not_kept)
         source = CACHE_HIT if len(hits) == len(known) and all(p.source == CACHE_HIT for p in hits) else CACHE_MIXED
-        return cls(source, min((p.stored_at for p in hits if p.stored_at), default=""))
+        return cls(source, min((p.stored_at for p in hits if p.stored_at), default=""), not_kept)
 
 
 def cache_note(facts: CacheFacts | None) -> str:
     """"" unless a diagnosis came (partly) from the findings cache
     (``findings.cache``): then one line saying so."""
     return facts.describe() if facts is not None else ""
+
+
+def not_kept_note(facts: CacheFacts | None) -> str:
+    """"" unless a diagnosis traced now was not kept in the findings cache
+    although the cache is on: then why."""
+    return facts.not_kept if facts is not None else ""

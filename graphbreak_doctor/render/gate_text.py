@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from graphbreak_doctor.model import COMPLETE, Break, GateReport, TargetResult
 from graphbreak_doctor.frames import at
-from graphbreak_doctor.model.cache_facts import cache_note
+from graphbreak_doctor.model.cache_facts import cache_note, not_kept_note
 from graphbreak_doctor.render.renderer import GATE, Renderer
 
 
@@ -43,6 +43,8 @@ def target_result_lines(t: TargetResult, device: str) -> list[str]:
     lines = []
     if cache_note(t.findings.cache):
         lines.append(f"{t.name} [{device}]: verdict {cache_note(t.findings.cache)}")
+    elif not_kept_note(t.findings.cache):
+        lines.append(f"{t.name} [{device}]: traced; {not_kept_note(t.findings.cache)}")
     if t.crashed and not t.cases:  # nothing to check (an input cut short): why, in its own words
         lines.append(f"{t.name} [{device}]: {_stopped(t)}: {t.findings.incomplete()}")
     for case in t.cases:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from graphbreak_doctor.model import Findings, FixOutcome
-from graphbreak_doctor.model.cache_facts import cache_note
+from graphbreak_doctor.model.cache_facts import cache_note, not_kept_note
 from graphbreak_doctor.render.renderer import FINDINGS, Renderer
 from graphbreak_doctor.render.terminal import describe_device, describe_target
 
@@ -12,8 +12,8 @@ def render(findings: Findings) -> str:
     env = findings.environment
     versions = ", ".join(f"{k} {v}" for k, v in env.items() if v and k != "python")
     lines = [f"target: {describe_target(findings)}", f"device: {describe_device(findings)}; {versions}"]
-    if cache_note(findings.cache):
-        lines.append(f"cache: {cache_note(findings.cache)}")
+    if cache_note(findings.cache) or not_kept_note(findings.cache):
+        lines.append(f"cache: {cache_note(findings.cache) or not_kept_note(findings.cache)}")
     fg = findings.fullgraph
     before = "OK" if fg.ok else f"FAILED -- {fg.error}"
     lines.append(f"fullgraph as it is: {before}")

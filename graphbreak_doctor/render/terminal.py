@@ -5,7 +5,7 @@ root cause's number instead of repeating the fix."""
 from __future__ import annotations
 
 from graphbreak_doctor.model import COMPLETE, MAP_MODE, Findings, Fix
-from graphbreak_doctor.model.cache_facts import cache_note
+from graphbreak_doctor.model.cache_facts import cache_note, not_kept_note
 from graphbreak_doctor.render import compile_map, cudagraph, sizes, warm
 from graphbreak_doctor.render.causes import cause_fixes
 from graphbreak_doctor.frames import at as frame_at
@@ -54,8 +54,8 @@ def render(findings: Findings) -> str:
     versions = ", ".join(f"{k} {v}" for k, v in env.items() if v and k != "python")
     lines.append(f"target: {describe_target(findings)}")
     lines.append(f"device: {describe_device(findings)}; {versions}")
-    if cache_note(findings.cache):
-        lines.append(f"cache: {cache_note(findings.cache)}")
+    if cache_note(findings.cache) or not_kept_note(findings.cache):
+        lines.append(f"cache: {cache_note(findings.cache) or not_kept_note(findings.cache)}")
     for note in findings.target.notes:
         lines.append(f"note: {note}")
     if findings.unparsed_events:
