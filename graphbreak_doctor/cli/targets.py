@@ -21,6 +21,7 @@ from graphbreak_doctor.jobs.job import CUDAGRAPH, FIX, MAP, SIZES, TRACE
 from graphbreak_doctor.jobs.local import run_here
 from graphbreak_doctor.jobs.output import lines, log_sections, with_logs
 from graphbreak_doctor.jobs.pool import crash_report_line, held_back
+from graphbreak_doctor.jobs.worker import memory_ceiling
 from graphbreak_doctor.progress import Progress
 from graphbreak_doctor.targets.provider import Option, Selection, TargetProvider
 from graphbreak_doctor.targets.registry import PROVIDERS
@@ -136,9 +137,21 @@ def add_cudagraph_option(p: argparse.ArgumentParser) -> None:
                         "(check fails on a hazard the baseline lacks)")
 
 
+def torch_version(text: str) -> str:
+    """argparse type: ``--torch VERSION``, a release's version (never '' or
+    blank, which would quietly trace with this environment's torch)."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        Version(text)
+    except InvalidVersion:
+        raise argparse.ArgumentTypeError(f"expected a torch version (2.14.1), got {text!r}") from None
+    return text.strip()
+
+
 def add_torch_option(p: argparse.ArgumentParser) -> None:
     """--torch on trace: the trace in an environment holding that torch."""
-    p.add_argument("--torch", metavar="VERSION",
+    p.add_argument("--torch", metavar="VERSION", type=torch_version,
                    help="trace in an environment holding this torch release, with this environment's FlashInfer "
                         "(and SGLang, for its targets): built once by the matrix's machinery (pip installs the "
                         "torch from the wheel folders and indexes it is configured with) and kept in the cache")
@@ -149,14 +162,8 @@ def torch_python(args: argparse.Namespace, selected: list[Selection], progress: 
     version = getattr(args, "torch", None)
     if not version:
         return ""
-    from packaging.version import InvalidVersion, Version
-
     from graphbreak_doctor.matrix.envs import Environments, EnvError, EnvSpec, default_envs_dir, installed
 
-    try:
-        Version(version)
-    except InvalidVersion:
-        raise UsageError(f"--torch: not a version: {version!r}") from None
     if args.in_process:
         raise UsageError("--torch traces in another environment's workers: --in-process runs none")
     sglang = installed("sglang") if any(s.options.get("impl") == "sglang" for s in selected) else ""
@@ -172,15 +179,25 @@ def torch_python(args: argparse.Namespace, selected: list[Selection], progress: 
 
 def add_memory_option(group: Any) -> None:
     """--memory, for every command that runs targets in workers."""
-    group.add_argument("--memory", type=int_at_least(0), default=None, metavar="GB",
+    group.add_argument("--memory", type=_memory_gib, default=None, metavar="GB",
                        help=f"address-space limit per worker, GiB (default {DEFAULT_MEMORY_GB}; none for "
                             "--device cuda; 0: none); a target that allocates past it crashes (exit 3)")
 
 
+def _memory_gib(text: str) -> int:
+    """argparse type of --memory: GiB, from 0 to the largest limit a worker
+    can be given here (refused before any worker starts)."""
+    gib, most = int_at_least(0)(text), memory_ceiling() >> 30
+    if gib > most:
+        raise argparse.ArgumentTypeError(f"expected at most {most} GiB (the largest address-space limit a worker "
+                                         f"can be given here), got {text!r}")
+    return gib
+
+
 def memory_limit(args: argparse.Namespace) -> int:
     """The address-space limit per worker that ``args`` ask for, in bytes (0: none)."""
-    if args.memory is None:
-        return 0 if getattr(args, "device", None) == "cuda" else DEFAULT_MEMORY_GB << 30
+    if args.memory is None:  # the default, within a limit this process already has
+        return 0 if getattr(args, "device", None) == "cuda" else min(DEFAULT_MEMORY_GB << 30, memory_ceiling())
     return args.memory << 30
 
 

@@ -52,6 +52,17 @@ def _preload(stderr: str) -> str:
         return ""
 
 
+def memory_ceiling() -> int:
+    """The largest address-space limit, in bytes, a worker can be given here
+    (``--memory``): what setrlimit takes (a C long), and no more than this
+    process's own hard limit, which a worker inherits and cannot raise."""
+    import resource
+
+    hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+    most = (1 << 63) - 1
+    return most if hard == resource.RLIM_INFINITY else min(most, hard)
+
+
 def main(argv: list[str]) -> int:
     shared_path, control = argv
     from graphbreak_doctor.jobs import inputs  # first: what the job reads is recorded (findings cache)
