@@ -259,8 +259,9 @@ def run_in_process(job: Job, progress: Callable[[str], None] = lambda _m: None, 
             findings = trace_mode(build, job.mode, device=job.device, progress=progress,
                                   cold=bool(job.selection.options.get("cold")))
     except TargetError as e:
-        if out_of_memory(e, memory):
-            return Outcome(job, status=CRASHED, message=out_of_memory(e, memory), details=[traceback.format_exc()])
+        limit = out_of_memory(e, memory)
+        if limit:
+            return Outcome(job, status=CRASHED, message=limit, details=[traceback.format_exc()])
         return Outcome(job, usage=True, message=str(e), details=[traceback.format_exc()])
     except Interrupted:
         raise
