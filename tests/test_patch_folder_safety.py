@@ -384,3 +384,42 @@ def test_a_signal_during_the_check_leaves_the_earlier_patch_as_it_was(patch, tmp
     assert err.strip().splitlines()[-1].endswith("stopped, nothing written"), err
     assert _tree(earlier) == before, "the folder changed, yet 'nothing written' was said"
     assert sorted(p.name for p in project.iterdir() if p.name.startswith(".")) == []
+
+
+# ------------- hostile round five, item 10: only the owner can write a patch
+
+@pytest.mark.parametrize("where", ["blocks-file", "package", "folder", "parent"])
+def test_a_patch_others_can_write_is_not_loaded(patch, tmp_path, where):
+    """The manifest is not signed: a patch whose folder, package, blocks or
+    the folder it lies in its group can write is refused at load, nothing
+    runs (a block changed together with its recorded hash would run)."""
+    project = _project(tmp_path / "project")
+    holder = tmp_path / "holder"
+    holder.mkdir(mode=0o755)
+    copy = holder / "patch"
+    shutil.copytree(patch, copy)
+    target = {"blocks-file": next((copy / PACKAGE / "blocks").glob("*.py")), "package": copy / PACKAGE,
+              "folder": copy, "parent": holder}[where]
+    os.chmod(target, stat.S_IMODE(target.stat().st_mode) | stat.S_IWGRP)
+    code = "import tilelib, graphbreak_doctor_patch as p; print(p.STATE['applied'])"
+    proc = _python(code, copy, cwd=project)
+    _goes_on_unpatched(proc, f"{target} can be written by its group", UNPATCHED)
+    assert proc.stdout.strip() == "[]"
+    # As the doctor wrote it, the same copy loads.
+    os.chmod(target, stat.S_IMODE(target.stat().st_mode) & ~stat.S_IWGRP)
+    assert _python(code, copy, cwd=project).stdout.strip() != "[]"
+
+
+def test_write_patch_refuses_a_folder_others_can_write_before_the_ladder(tmp_path):
+    project = _project(tmp_path / "project")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)  # no sticky bit: anyone could put another folder in DIR's place
+    proc = _doctor(project, "--write-patch", str(shared / "patch"))
+    _refused_before_the_ladder(proc, project, "can be written by every user")
+    os.chmod(shared, 0o1777)  # shared with the sticky bit, as /tmp: no one replaces another's folder
+    group = shared / "g"
+    group.mkdir()
+    os.chmod(group, 0o775)
+    proc = _doctor(project, "--write-patch", str(group))
+    _refused_before_the_ladder(proc, project, "can be written by its group")

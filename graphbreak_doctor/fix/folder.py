@@ -21,6 +21,12 @@ written beside DIR, and moved into place whole -- or not at all.
   SIGTERM wait while the folders are swapped, and one that came meanwhile
   undoes the swap: after any signal or failure DIR is as it was, and no
   ``.DIR-new-*`` or ``.DIR-old-*`` is left.
+- **Only its owner can write it**: DIR (and the folder it lies in, unless
+  that is shared with the sticky bit, as /tmp is) must not be writable by
+  its group or every user, and the written files and folders lose those
+  write bits (:meth:`Staged.seal`); the package refuses to load otherwise.
+  Its manifest is not signed: whoever can write the folder could change a
+  block and its recorded hash together.
 """
 
 from __future__ import annotations
@@ -74,12 +80,31 @@ def check_folder(folder: Path) -> None:
         raise PatchError(f"{shown}: no such folder {folder.parent}")
     if folder.exists() and not folder.is_dir():
         raise PatchError(f"{shown}: not a folder")
+    for where, shared_ok in ((folder.parent, True), (folder, False)):
+        why = others_can_write(where, shared_ok=shared_ok)
+        if why:  # the written package would refuse to load from there
+            raise PatchError(f"{shown}: {why}: whoever can write there could change what the patch runs; "
+                             "choose a folder only you can write")
     if folder.is_dir():
         why = not_ours(folder)
         if why:
             raise PatchError(f"{shown}: {why}; choose a new folder")
         _probe(folder, lambda: tempfile.mkstemp(prefix=".graphbreak-doctor-probe-", dir=folder), shown)
     _probe(folder.parent, lambda: new_folder(folder, "probe"), shown)
+
+
+def others_can_write(path: Path, *, shared_ok: bool = False) -> str:
+    """Why someone other than its owner can write ``path`` ("" when no one
+    can, or it does not exist); with ``shared_ok`` a folder shared with the
+    sticky bit (/tmp), where no one can replace another's folder, is fine."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return ""
+    if not st.st_mode & 0o022 or (shared_ok and st.st_mode & stat.S_ISVTX):
+        return ""
+    who = "every user" if st.st_mode & 0o002 else "its group"
+    return f"{path} can be written by {who} ({stat.filemode(st.st_mode)})"
 
 
 def _probe(where: Path, make, shown: str) -> None:
@@ -246,6 +271,16 @@ class Staged:
         self.path = new_folder(folder, "new")
         self.committed = False
         self.written: Any = None  # what the patch is (model.WrittenPatch), set by fix/write.py
+
+    def seal(self) -> None:
+        """Only the owner can write the written patch: the group's and every
+        user's write bits are taken off whatever the umask gave (the package
+        refuses to load from a folder others can write)."""
+        for root, folders, files in os.walk(self.path):
+            for path in (root, *(os.path.join(root, n) for n in (*folders, *files))):
+                st = os.lstat(path)
+                if not stat.S_ISLNK(st.st_mode) and st.st_mode & 0o022:
+                    os.chmod(path, stat.S_IMODE(st.st_mode) & ~0o022)
 
     def commit(self) -> str:
         """Move the patch into place, replacing an earlier one. A signal that

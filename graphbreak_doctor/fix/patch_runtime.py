@@ -204,7 +204,39 @@ def check_manifest(manifest, here):
     return {name: _checked_module(name, entry, versions, here) for name, entry in modules.items()}
 
 
+def _writable_by_others(here):
+    """The first part of the patch that someone other than its owner can
+    write ("" when none): the folder, the one it lies in (unless shared with
+    the sticky bit, as /tmp is), the package, its blocks/ and every file.
+    The manifest is not signed: whoever can write a block and its recorded
+    hash could make this process run anything."""
+    folder = os.path.dirname(here)
+    parent = os.path.dirname(os.path.abspath(folder))
+    parts = [(parent, True), (folder, False), (here, False)]
+    for where in (folder, here, os.path.join(here, "blocks")):
+        try:
+            names = sorted(os.listdir(where))
+        except OSError:
+            continue
+        parts.extend((os.path.join(where, n), False) for n in names if n != "__pycache__")
+    for path, shared_ok in parts:
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if stat.S_ISLNK(st.st_mode):
+            continue  # refused by the checks that follow where it matters
+        if st.st_mode & 0o022 and not (shared_ok and st.st_mode & stat.S_ISVTX):
+            who = "every user" if st.st_mode & 0o002 else "its group"
+            return f"{path} can be written by {who} (mode {stat.S_IMODE(st.st_mode):04o})"
+    return ""
+
+
 def _plan():
+    unsafe = _writable_by_others(_HERE)
+    if unsafe:
+        raise Refused(f"{unsafe}: whoever can write the patch could make this process run anything; "
+                      "make it writable by its owner alone (chmod -R go-w)")
     others = _other_patch_folders(_HERE)
     if others:
         raise Refused(f"another patch folder is on sys.path ({others[0]}) besides {os.path.dirname(_HERE)}; "

@@ -171,6 +171,7 @@ def stage(folder: Path, name: str, findings: Findings) -> Staged:
         (staged.path / "sitecustomize.py").write_text(SITECUSTOMIZE, encoding="utf-8")
         (staged.path / written.diff).write_text(diff, encoding="utf-8")
         update_readme(findings, written, staged)
+        staged.seal()
     except BaseException:
         staged.discard()
         raise

@@ -60,14 +60,29 @@ _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _MAPPING_PLUMBING = {os._Environ.copy.__code__.co_filename,  # type: ignore[attr-defined]
                      sys.modules["_collections_abc"].Mapping.get.__code__.co_filename}
 _SUBSCRIPT = {dis.opmap[name] for name in ("BINARY_SUBSCR", "BINARY_OP") if name in dis.opmap}
+_CACHE = dis.opmap.get("CACHE", -1)  # the inline cache entries that follow an instruction
+# The mapping methods that read one variable, and those that read them all.
+_ONE_VARIABLE = {"get", "__contains__", "pop", "setdefault", "getenv"}
+
+
+def _instruction(frame: Any) -> int:
+    """The instruction a frame is executing (past its inline cache entries)."""
+    code, at = frame.f_code.co_code, frame.f_lasti
+    while at > 0 and code[at] == _CACHE:
+        at -= 2
+    return code[at]
 
 
 def _how_read(frame: Any) -> str:
     """How os.environ is being read: "doctor" (by the doctor's own code),
     "one" (one variable: ``[]``, ``get``, ``in``, ``getenv``) or "all" (a
     copy or a walk of the whole environment)."""
-    one = frame is not None and frame.f_code.co_name not in ("__iter__", "copy") and (
-        frame.f_code.co_code[frame.f_lasti] in _SUBSCRIPT)
+    if frame is None:
+        return "all"
+    if frame.f_code.co_filename in _MAPPING_PLUMBING:
+        one = frame.f_code.co_name in _ONE_VARIABLE
+    else:
+        one = _instruction(frame) in _SUBSCRIPT  # os.environ[name]; dict(os.environ) is a call
     while frame is not None and frame.f_code.co_filename in _MAPPING_PLUMBING:
         frame = frame.f_back
     if frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
