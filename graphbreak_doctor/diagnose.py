@@ -106,11 +106,14 @@ def build_target(build: Build, log: UndoLog, mode: str, progress: Callable[[str]
     return target
 
 
-def warm_up(target: Target, dev: Any, *, cold: bool, progress: Callable[[str], None]) -> WarmUp:
+def warm_up(target: Target, dev: Any, *, cold: bool, progress: Callable[[str], None],
+            fatal: Callable[[Exception], bool] = lambda _e: False) -> WarmUp:
     """Put the target in the state a server compiles it in: one eager call
     at the traced size (servers run their forward before they capture it),
     unless ``cold`` or the target's framework warms it up itself. An eager
-    call that raises is no verdict: the target is traced cold, and says so."""
+    call that raises is no verdict: the target is traced cold, and says so --
+    unless ``fatal`` says the failure ends the run (the worker's memory limit
+    caused it: jobs/local.py), which is raised."""
     if target.own_warm_up:
         return WarmUp(ran=not cold, how="skipped (--cold)" if cold else
                       "the framework's own warm-up, where the framework runs it")
@@ -123,6 +126,8 @@ def warm_up(target: Target, dev: Any, *, cold: bool, progress: Callable[[str], N
         with contextlib.redirect_stdout(sys.stderr):
             target.fn(*target.args, **target.kwargs)
     except Exception as e:
+        if fatal(e):
+            raise
         warm.ran, warm.error = False, one_line(f"{type(e).__name__}: {e}", 200)
     warm.loaded = [f"{r.name} ({r.action})" for r in dev.jit_requests[jit_before:]]
     warm.imported = _packages(set(sys.modules) - modules_before)
@@ -143,11 +148,13 @@ def trace_mode(
     device: str = DEFAULT_DEVICE,
     progress: Callable[[str], None] = lambda _msg: None,
     cold: bool = False,
+    fatal: Callable[[Exception], bool] = lambda _e: False,
 ) -> Findings:
     """Build the target inside the device, warm it up (``warm_up``; not when
-    ``cold``) and trace it in one mode. A fullgraph mode of a target the
-    doctor warms up is traced cold first, too: when the two stop at
-    different first failures, the findings say so (analysis/warm_state.py)."""
+    ``cold``; ``fatal``: which of its failures end the run) and trace it in
+    one mode. A fullgraph mode of a target the doctor warms up is traced cold
+    first, too: when the two stop at different first failures, the findings
+    say so (analysis/warm_state.py)."""
     with inside_device(device) as (dev, log):
         target = build_target(build, log, mode, progress)
         before = None
@@ -155,7 +162,7 @@ def trace_mode(
             with contextlib.redirect_stdout(sys.stderr):
                 progress(f"tracing cold ({mode}), before the warm-up")
                 before = capture.trace(target, mode, decompile=False)
-        warm = warm_up(target, dev, cold=cold, progress=progress)
+        warm = warm_up(target, dev, cold=cold, progress=progress, fatal=fatal)
         # What the build and its warm-up asked for is not a trace-time request.
         already = len(dev.jit_requests)
         current: list[capture.BreakEvent] = []

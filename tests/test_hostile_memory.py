@@ -106,8 +106,6 @@ def test_an_import_that_cannot_be_mapped_under_the_limit_names_it(target_dir):
     assert "Traceback" not in done.stderr, done.stderr
 
 
-@pytest.mark.xfail(strict=True, reason="the warm-up's eager call asks the worker's limit whether its failure "
-                   "ends the run (diagnose.warm_up's fatal, passed by jobs/local.py)")
 def test_an_mmap_past_the_limit_in_the_warm_up_names_it(target_dir):
     done = _trace(target_dir, "maps_past_the_limit", "--mode", "fullgraph", "--memory", "1")
     assert done.returncode == 3, done.stdout + done.stderr

@@ -257,7 +257,8 @@ def run_in_process(job: Job, progress: Callable[[str], None] = lambda _m: None, 
             findings = user_run.run(build, device=job.device, progress=progress)
         else:
             findings = trace_mode(build, job.mode, device=job.device, progress=progress,
-                                  cold=bool(job.selection.options.get("cold")))
+                                  cold=bool(job.selection.options.get("cold")),
+                                  fatal=lambda e: bool(out_of_memory(e, memory)))
     except TargetError as e:
         limit = out_of_memory(e, memory)
         if limit:
