@@ -134,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:
         return _fail(f"{e.strerror or e}: {e.filename or ''}".rstrip(": "), EXIT_USAGE, debug)
     except Interrupted as e:
-        return _fail(f"{e} received; stopped, nothing written", e.exit_code, debug, "interrupted")
+        said = f"received after {e.after}; stopped" if e.after else "received; stopped, nothing written"
+        return _fail(f"{e} {said}", e.exit_code, debug, "interrupted")
     except KeyboardInterrupt:
         return _fail("Ctrl-C; stopped, nothing written", EXIT_SIGNAL_BASE + 2, debug, "interrupted")
     except Exception as e:  # a bug of the doctor's own: one line and exit 3, never a traceback with exit 1

@@ -145,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
     if not report.crashed and not any(t.cases for t in report.targets):
         # No target x mode was checked: the input reports nothing Dynamo did.
         # A gate that checked nothing does not pass.
-        raise NothingToGate(nothing_to_gate(args.from_path or "the traced targets"))
+        raise NothingToGate(nothing_to_gate(args.from_path or "the traced targets", *results))
     show(get("gate").render(report))
     outputs.write({**dict(zip(stems, results)), "": report})
     keep_logs(outputs, stems, logs)

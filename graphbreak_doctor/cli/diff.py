@@ -43,9 +43,9 @@ def run(args: argparse.Namespace) -> int:
     if args.fail_on_new:
         # A side with no Dynamo report has no breaks to compare: no new break
         # there means nothing, and the gate does not pass on it.
-        empty = [path for path, f in ((args.a, a), (args.b, b)) if reports_nothing(f)]
+        empty = [(path, f) for path, f in ((args.a, a), (args.b, b)) if reports_nothing(f)]
         if empty:
-            raise NothingToGate(nothing_to_gate(" and ".join(empty)))
+            raise NothingToGate(nothing_to_gate(" and ".join(path for path, _f in empty), *(f for _p, f in empty)))
     result = diff(a, b, args.a, args.b)
     show(get("diff").render(result))
     outputs.write({stem: result})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 
 from graphbreak_doctor.cli import patch
@@ -21,6 +22,7 @@ from graphbreak_doctor.cli.targets import (
     selections,
     stem,
 )
+from graphbreak_doctor.jobs import Interrupted
 from graphbreak_doctor.model import DEFAULT_FIX_STEPS as DEFAULT_STEPS
 from graphbreak_doctor.model import FULLGRAPH_MODES
 from graphbreak_doctor.progress import Progress
@@ -55,25 +57,39 @@ def run(args: argparse.Namespace) -> int:
     done = run_fixes(args, selected, progress)
     not_held, staged, warning = "", None, ""
     try:
-        if args.write_patch and done.findings[0].fix is not None:
-            staged, not_held, checked = patch.write_and_check(args, selected[0], done.findings[0], stems[0],
-                                                              progress)
-            done.logs[0] += checked
-        ladder = get("ladder")
-        for findings in done.findings:
-            show(ladder.render(findings))
-        outputs.write(dict(zip(stems, done.findings)))
-        if staged is not None:  # the patch folder last: a failure or a signal before leaves DIR as it was
-            failed, warning = patch.commit(args, staged)
-            not_held = failed or not_held
-    finally:
-        if staged is not None:
-            staged.discard()  # nothing once committed
-    if warning:
-        sys.stderr.write(escape_controls(f"graphbreak-doctor: warning: {warning}") + "\n")
-    keep_logs(outputs, stems, done.logs)
+        try:
+            if args.write_patch and done.findings[0].fix is not None:
+                staged, not_held, checked = patch.write_and_check(args, selected[0], done.findings[0], stems[0],
+                                                                  progress)
+                done.logs[0] += checked
+            ladder = get("ladder")
+            for findings in done.findings:
+                show(ladder.render(findings))
+            outputs.write(dict(zip(stems, done.findings)))
+            if staged is not None:  # the patch folder last: a failure or a signal before leaves DIR as it was
+                failed, warning = patch.commit(args, staged)
+                not_held = failed or not_held
+        finally:
+            if staged is not None:
+                staged.discard()  # nothing once committed
+        if warning:
+            sys.stderr.write(escape_controls(f"graphbreak-doctor: warning: {warning}") + "\n")
+        keep_logs(outputs, stems, done.logs)
+    except (Interrupted, KeyboardInterrupt) as e:
+        if staged is None or not staged.committed:
+            raise
+        # Once moved into place the patch is kept: the line says so, and where.
+        signum = e.signum if isinstance(e, Interrupted) else signal.SIGINT
+        raise Interrupted(signum, after=_kept(args, staged)) from None
     code = run_exit_code(done.findings)
     if not_held:
         sys.stderr.write(escape_controls(f"graphbreak-doctor: {not_held}") + "\n")
         return code or EXIT_GATE
     return code
+
+
+def _kept(args: argparse.Namespace, staged) -> str:
+    """The patch a signal came after, in DIR: what the interrupted line says."""
+    how = "written and verified" if staged.written is not None and staged.written.verified else \
+        "written (it does not hold in a fresh process)"
+    return f"the patch was {how}: {args.write_patch} (kept)"

@@ -10,6 +10,7 @@ from pathlib import Path
 from graphbreak_doctor.cli.common import EXIT_CRASH, EXIT_OK, UsageError, add_subcommand, show
 from graphbreak_doctor.cli.outputs import OutputSet, add_output_options
 from graphbreak_doctor.cli.report import findings_of
+from graphbreak_doctor.ingest.source import MAX_LINE
 from graphbreak_doctor.model import Findings
 from graphbreak_doctor.render import FINDINGS, get
 from graphbreak_doctor.targets.factory import slug
@@ -76,9 +77,26 @@ def read_run(args: argparse.Namespace) -> tuple[str, Findings]:
     return name, findings_from(args.from_path)
 
 
-def nothing_to_gate(where: str) -> str:
-    """The one line of a gate that checked nothing (exit 5)."""
-    return f"nothing to gate: no Dynamo report in {where} (no graph break, Dynamo error or compilation); not a pass"
+def nothing_to_gate(where: str, *read: Findings) -> str:
+    """The one line of a gate that checked nothing (exit 5); ``read``: the
+    findings of what it read, whose line cut is named (line_cut_note)."""
+    notes = "".join(f"; {note}" for note in map(line_cut_note, read) if note)
+    return (f"nothing to gate: no Dynamo report in {where} (no graph break, Dynamo error or compilation){notes}; "
+            "not a pass")
+
+
+def line_cut_note(findings: Findings) -> str:
+    """Where the input had a line longer than the line cut, whose rest was
+    never read (a report there included: ingest/source.py); "" where none had."""
+    files = findings.target.facts.get("ingested", {}).get("files", [])
+    cut = [(str(f.get("path")), n) for f in files if isinstance(f, dict)  # saved findings: any shape
+           for n in (f.get("long_lines") if isinstance(f.get("long_lines"), list) else ()) if isinstance(n, int)]
+    if not cut:
+        return ""
+    mib = MAX_LINE >> 20
+    more = f" (and {len(cut) - 1} more)" if len(cut) > 1 else ""
+    return (f"{cut[0][0]} line {cut[0][1]} is longer than the {mib} MiB line cut{more}: what lies past its first "
+            f"{mib} MiB was not read")
 
 
 def reports_nothing(findings: Findings) -> bool:
@@ -114,7 +132,9 @@ def summary(findings: Findings) -> str:
         graphs = sum(fr["graphs"] for fr in compiled)
         lines.append(f"compiled: {len(compiled)} frame(s), {graphs} graph(s)")
     if not findings.breaks and not findings.fullgraph.crashed and not compiled and not findings.unparsed_events:
-        lines.append("nothing found: no graph break, Dynamo error or compilation in the input")
+        note = line_cut_note(findings)
+        lines.append("nothing found: no graph break, Dynamo error or compilation in the input"
+                     + (f"; {note}" if note else ""))
     return "\n".join(lines) + "\n"
 
 

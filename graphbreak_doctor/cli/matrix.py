@@ -52,7 +52,11 @@ map and CUDA-graph map of the served model under --vllm-args (as `trace
 def _version_list(text: str) -> tuple[str, ...]:
     from packaging.version import InvalidVersion, Version
 
+    from graphbreak_doctor.matrix.run import MAX_RELEASES
+
     values = names_list(text)
+    if len(values) > MAX_RELEASES:
+        raise argparse.ArgumentTypeError(f"at most {MAX_RELEASES} releases per axis, got {len(values)}")
     for v in values:
         try:
             Version(v)
@@ -277,6 +281,16 @@ def _vllm_plan(args: argparse.Namespace):
                 torch=tuple(args.torch or ()), vllm=tuple(args.vllm))
 
 
+def _check_size(plan) -> None:
+    """Refused before any environment is built: a matrix past MAX_CELLS."""
+    from graphbreak_doctor.matrix.run import MAX_CELLS
+
+    cells = plan.cell_count()
+    if cells > MAX_CELLS:
+        raise UsageError(f"the matrix would have {cells} cells, at most {MAX_CELLS}: give fewer releases, "
+                         "devices or targets (or run it in parts)")
+
+
 def _bisect_range(args: argparse.Namespace, plan) -> tuple[str, str, str]:
     from packaging.version import InvalidVersion, Version
 
@@ -306,6 +320,7 @@ def run(args: argparse.Namespace) -> int:
     from graphbreak_doctor.progress import Progress
 
     plan = _plan(args)
+    _check_size(plan)
     bisecting = _bisect_range(args, plan) if args.bisect else None
     if args.executor != "ray" and args.address:
         raise UsageError("--address names a Ray cluster: give --executor ray")

@@ -37,6 +37,8 @@ class FileRecord:
     unparsed: int = 0
     # Why the file broke off before its end (a compressed file copied while written).
     cut: str = ""
+    # Lines longer than the line cut (source.MAX_LINE), by number: only their start was read (a few kept).
+    long_lines: list[int] = field(default_factory=list)
     # Ranks named in the file's lines ("[rank3]:" prefixes, TORCH_TRACE metadata).
     ranks: set[int] = field(default_factory=set)
     # (gb_type, site) of the events read from this file, first-seen order.
@@ -151,6 +153,10 @@ class Collection:
         record.cut = why
         self.unparsed_block(record, record.path, f"the file ends early ({why}); what came before was read", [])
 
+    def long_line(self, record: FileRecord, number: int) -> None:
+        if len(record.long_lines) < _MAX_NOTES:
+            record.long_lines.append(number)
+
     def frame(self, function: str, file: str, line: int) -> FrameStats:
         key = (function, file, line)
         stats = self.frames.get(key)
@@ -201,7 +207,8 @@ class Collection:
         ranks = sorted({r for f in self.files for r in f.all_ranks()})
         files = [{"path": f.path, "format": f.format, "compression": f.compression or "none",
                   "rank": f.all_ranks()[0] if len(f.all_ranks()) == 1 else None, "ranks": f.all_ranks(),
-                  "lines": f.lines, "reports": f.reports, "unparsed": f.unparsed} for f in self.files]
+                  "lines": f.lines, "reports": f.reports, "unparsed": f.unparsed, "long_lines": f.long_lines}
+                 for f in self.files]
         frames = sorted(self.frames.values(), key=lambda s: (s.file, s.line, s.function))
         ingested = {
             "format": fmt,

@@ -40,7 +40,8 @@ def ingest_collection(paths: list[str], fmt: str = "auto") -> Collection:
 def _read(collection: Collection, file: source.InputFile, fmt: str) -> None:
     kind = _format_of(file, fmt)
     record = collection.file(file.name, kind, file.compression, file.rank_from_name())
-    lines = source.lines(file, on_cut=lambda why: collection.cut(record, why))
+    lines = source.lines(file, on_cut=lambda why: collection.cut(record, why),
+                         on_long=lambda number: collection.long_line(record, number))
     if kind == "torch-trace":
         TraceReader(collection, record).read(lines)
     else:

@@ -6,7 +6,9 @@ process). Files may be gzip- or zstd-compressed (recognised by their magic
 bytes, not their names), have Windows line endings or ANSI colours. Reading
 is streaming: fixed-size chunks are decompressed, decoded and split, so memory
 does not grow with the file; a "line" longer than :data:`MAX_LINE` characters
-(a file of noise without newlines) is cut there and its rest skipped.
+(a file of noise without newlines) is cut there and its rest skipped (the
+reader is told its line number: a report that lay past the cut is never
+read, and an input that reports nothing then says why).
 
 Only regular files are read: a FIFO or a device would block or never end
 (and every file is read twice: its first line tells the format). A
@@ -174,16 +176,19 @@ def _binary_stream(file: InputFile) -> BinaryIO:
     return raw
 
 
-def lines(file: InputFile, on_cut: Callable[[str], None] | None = None) -> Iterator[str]:
+def lines(file: InputFile, on_cut: Callable[[str], None] | None = None,
+          on_long: Callable[[int], None] | None = None) -> Iterator[str]:
     """The file's lines without line endings; an IngestError if it is not text.
 
     A compressed file that breaks off (copied while it was written) keeps
     the lines before the cut, if any: ``on_cut`` is told why it ended early.
-    Data that cannot be decompressed at all (not a cut) is an IngestError."""
+    Data that cannot be decompressed at all (not a cut) is an IngestError.
+    ``on_long`` is told the number (from 1) of each line longer than
+    MAX_LINE, whose first MAX_LINE characters are all that is read of it."""
     stream = _binary_stream(file)
     read = 0
     try:
-        for line in _split(file, stream):
+        for line in _split(file, stream, on_long or (lambda _number: None)):
             read += 1
             yield line
     except (OSError, EOFError, ValueError) as e:
@@ -198,11 +203,12 @@ def lines(file: InputFile, on_cut: Callable[[str], None] | None = None) -> Itera
         stream.close()
 
 
-def _split(file: InputFile, stream: BinaryIO) -> Iterator[str]:
+def _split(file: InputFile, stream: BinaryIO, on_long: Callable[[int], None]) -> Iterator[str]:
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     rest = ""
     skipping = False  # inside an over-long line: drop until its end
     first = True
+    number = 0  # lines yielded so far
     # read1: what the decompressor has so far, so a file that breaks off keeps its lines.
     read = getattr(stream, "read1", stream.read)
     while True:
@@ -219,9 +225,12 @@ def _split(file: InputFile, stream: BinaryIO) -> Iterator[str]:
             if skipping:
                 skipping = False
                 continue
+            number += 1
             yield part[:-1] if part.endswith("\r") else part
         if len(rest) > MAX_LINE:
             if not skipping:
+                number += 1
+                on_long(number)
                 yield rest[:MAX_LINE]
             skipping, rest = True, ""
     rest += decoder.decode(b"", final=True)

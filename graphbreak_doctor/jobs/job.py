@@ -118,11 +118,14 @@ def _environment() -> dict[str, str]:
 
 class Interrupted(BaseException):
     """The doctor got SIGINT or SIGTERM: everything started is stopped and
-    cleaned up, nothing is written, and the exit code is 128 + the signal."""
+    cleaned up, nothing is written, and the exit code is 128 + the signal.
+    ``after``: what was written before it came and is kept (fix's patch,
+    moved into place), said in its line instead of "nothing written"."""
 
-    def __init__(self, signum: int) -> None:
+    def __init__(self, signum: int, after: str = "") -> None:
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
+        self.after = after
 
     @property
     def exit_code(self) -> int:

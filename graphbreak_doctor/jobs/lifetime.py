@@ -14,13 +14,14 @@ GIL.) Other programs the doctor starts (uv, for the matrix's environments)
 get the same request through a small exec trampoline (:func:`command`).
 
 A killed doctor cannot clean up: its temporary folders
-(``graphbreak-doctor-run-*``, ``graphbreak-doctor-env-*``) stay, and so may
-processes the workers started. Each such folder holds ``.owner``, a file its
-creator keeps locked (``flock``) while it lives; the kernel drops the lock
-when the owner dies. :func:`sweep_temp` -- run by the worker pool and the
-matrix before they create their own -- removes every such folder whose lock
-it can take, after killing the processes still running in it (found by the
-``TMPDIR`` each worker was given, which their children inherit; a process
+(``graphbreak-doctor-run-*``, ``graphbreak-doctor-env-*``, its log folder
+``graphbreak-doctor-logs-*``) stay, and so may processes the workers
+started. Each such folder holds ``.owner``, a file its creator keeps locked
+(``flock``) while it lives; the kernel drops the lock when the owner dies.
+:func:`sweep_temp` -- run by the worker pool, the log folder's maker
+(jobs/output.py) and the matrix before they create their own -- removes
+every such folder whose lock it can take, after killing the processes still
+running in it (found by the ``TMPDIR`` each worker was given, which their children inherit; a process
 forked below a shared worker, never exec'd, shows the shared worker's, also
 inside the run's folder). A
 half-built matrix environment (no manifest) whose build lock is free is
@@ -59,7 +60,9 @@ from typing import TYPE_CHECKING, Iterator
 if TYPE_CHECKING:
     from graphbreak_doctor.patching import UndoLog
 
-PREFIXES = ("graphbreak-doctor-run-", "graphbreak-doctor-env-")
+# A run's log folder (jobs/output.py): the traced code's output, per job.
+LOGS_PREFIX = "graphbreak-doctor-logs-"
+PREFIXES = ("graphbreak-doctor-run-", "graphbreak-doctor-env-", LOGS_PREFIX)
 OWNER = ".owner"
 # Where a worker learns its parent's pid: it must be that process's child.
 PARENT_ENV = "GRAPHBREAK_DOCTOR_PARENT"

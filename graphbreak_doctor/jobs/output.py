@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
 import sys
-import tempfile
 from typing import Callable
 
 from graphbreak_doctor import progress
+from graphbreak_doctor.jobs import lifetime
 from graphbreak_doctor.patching import UndoLog
 
 
@@ -57,16 +56,15 @@ def read_log(path: str) -> str:
 
 def with_logs(jobs: list, run: Callable[[list], list]) -> list:
     """``run(jobs)`` with each job writing to a log file of its own (in a
-    temporary folder, removed afterwards); the outcomes come back with what
-    each job's traced code wrote in ``log``."""
-    folder = tempfile.mkdtemp(prefix="graphbreak-doctor-logs-")
-    try:
+    temporary folder this run owns, removed afterwards, or by the next run
+    where this one is killed: lifetime.sweep_temp); the outcomes come back
+    with what each job's traced code wrote in ``log``."""
+    lifetime.sweep_temp()  # what a killed run left goes first
+    with lifetime.owned_folder(lifetime.LOGS_PREFIX) as folder:
         jobs = [dataclasses.replace(job, log=os.path.join(folder, f"job-{i}.log")) for i, job in enumerate(jobs)]
         outcomes = run(jobs)
         for outcome, job in zip(outcomes, jobs):
             outcome.log = read_log(job.log)
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
     return outcomes
 
 

@@ -15,17 +15,18 @@ environment is ready once its manifest is written, last; a second run finds
 the manifest and builds nothing. uv's cache hard-links the packages, so
 environments share their files.
 
-A build holds its environment's lock file (``.<name>.lock``) while it runs;
-an environment without a manifest whose lock nobody holds was left by a
-killed run, and the next run's Environments removes it (with the killed run's
-``graphbreak-doctor-env-*`` temporary folder: jobs/lifetime.py). uv runs so
-that it dies with the doctor.
+A build holds its environment's lock file (``.<name>.lock``) while it runs,
+and removes it when it ends, built, failed or stopped (jobs/atomic.py:
+locked); an environment without a manifest whose lock nobody holds was left
+by a killed run, and the next run's Environments removes it and its lock file
+(with the killed run's ``graphbreak-doctor-env-*`` temporary folder:
+jobs/lifetime.py). uv runs so that it dies with the doctor.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import fcntl
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -40,6 +41,7 @@ from pathlib import Path
 
 from graphbreak_doctor.cache import cache_root
 from graphbreak_doctor.jobs import lifetime
+from graphbreak_doctor.jobs.atomic import locked
 from graphbreak_doctor.matrix import doctor_source
 # EnvError, of_its_time and release_torch are this module's too (callers import them from here).
 from graphbreak_doctor.matrix import vllm_release
@@ -253,8 +255,8 @@ class Environments:
 
     def sweep(self) -> list[Path]:
         """Remove what killed runs left: half-built environments (no manifest)
-        whose lock nobody holds, and their temporary folders. Returns the
-        environments removed."""
+        whose lock nobody holds, their temporary folders, and lock files
+        nobody holds. Returns the environments removed."""
         lifetime.sweep_temp()
         removed: list[Path] = []
         if not self.root.is_dir():
@@ -262,18 +264,22 @@ class Environments:
         for path in sorted(self.root.iterdir()):
             if not path.is_dir() or path.name.startswith(".") or (path / MANIFEST).is_file():
                 continue
-            lock = self.root / f".{path.name}.lock"
+            lock = self._lock(path)
             if not lock.is_file():
                 continue  # not an environment of ours
-            with open(lock, "a") as f:
-                try:
-                    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except OSError:
-                    continue  # being built now
-                if not (path / MANIFEST).is_file():
+            with contextlib.suppress(OSError), locked(lock, wait=False) as mine:
+                if mine and not (path / MANIFEST).is_file():  # not being built now
                     shutil.rmtree(path, ignore_errors=True)
                     removed.append(path)
+        for lock in self.root.glob(".*.lock"):  # a killed build's, its folder gone: taken, and so removed
+            with contextlib.suppress(OSError), locked(lock, wait=False):
+                pass
         return removed
+
+    def _lock(self, path: Path) -> Path:
+        """The lock an environment's build holds (two runs building the same
+        one): made when the build starts, removed when it ends, however."""
+        return self.root / f".{path.name}.lock"
 
     def held(self, spec: EnvSpec) -> EnvSpec:
         """``spec`` with its torch left out where it is this interpreter's
@@ -294,8 +300,7 @@ class Environments:
         start = time.monotonic()
         path = self.path(spec)
         self.root.mkdir(parents=True, exist_ok=True)
-        with open(self.root / f".{path.name}.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # two runs building the same environment
+        with locked(self._lock(path)):
             if (path / MANIFEST).is_file():
                 return Env(spec, path, built=False, seconds=time.monotonic() - start)
             shutil.rmtree(path, ignore_errors=True)  # a build that did not finish

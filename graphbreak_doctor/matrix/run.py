@@ -48,6 +48,11 @@ from graphbreak_doctor.model.matrix import (
 from graphbreak_doctor.text import counted, one_line
 
 AXES = ("sglang", "flashinfer")
+# How large a matrix may be: each release an environment of its own (several
+# GB, minutes to build), each cell a worker per mode. Past either bound the
+# command is refused before any environment is built (docs/matrix.md).
+MAX_RELEASES = 16  # per axis: --sglang, --vllm, --flashinfer, --torch
+MAX_CELLS = 256  # environments x devices x targets
 
 
 @dataclass(frozen=True)
@@ -76,6 +81,9 @@ class Plan:
         pinned = dict(self.pins)
         return [EnvSpec(s, f, t) for s in (self.sglang or ("",)) for f in self.flashinfer
                 for t in ((pinned.get(s, ""),) if self.pins else self.torch or ("",))]
+
+    def cell_count(self) -> int:
+        return len(self.specs()) * len(self.devices) * len(self.selections())
 
     def kinds(self) -> list[str]:
         return ["dense", "moe"] if self.layer == "all" else [self.layer]
