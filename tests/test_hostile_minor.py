@@ -14,7 +14,8 @@ kills or two runs at once are the case):
    (the file is read, updated and replaced under a lock beside it, read
    again after the trace; no lock file is left).
 5. A killed run's log folder (``graphbreak-doctor-logs-*``) is removed by the
-   next run; a live run's is left alone.
+   next run; a live run's is left alone. So is the folder ``matrix --torch
+   release`` downloads a release's wheel into (``graphbreak-doctor-pin-*``).
 6. ``matrix`` with 500 releases (or too many cells) is refused before any
    environment or lock file is made (exit 2, one line naming the limit); an
    environment build that fails, or is stopped by SIGTERM, leaves no lock
@@ -232,6 +233,28 @@ def test_the_next_run_removes_a_killed_runs_log_folder_not_a_live_ones(tmp_path,
         for process in runs:
             process.kill()
             process.communicate()
+
+
+def test_a_killed_runs_wheel_download_folder_is_swept_too(scratch):
+    """`matrix --torch release` reads each release's torch pin from its wheel,
+    downloaded into a folder of its own (graphbreak-doctor-pin-*)."""
+    from graphbreak_doctor.jobs import lifetime
+
+    code = ("import sys, time; from graphbreak_doctor.jobs import lifetime; "
+            "held = lifetime.owned_folder('graphbreak-doctor-pin-', dir=sys.argv[1]); held.__enter__(); "
+            "print('ready', flush=True); time.sleep(300)")
+    owner = subprocess.Popen([sys.executable, "-c", code, str(scratch)], stdout=subprocess.PIPE, text=True,
+                             env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        assert owner.stdout.readline() == "ready\n"
+        (folder,) = scratch.glob("graphbreak-doctor-pin-*")
+        assert lifetime.sweep_temp(scratch) == [] and folder.is_dir(), "its owner lives"
+        owner.kill()
+        owner.wait(timeout=60)
+        assert lifetime.sweep_temp(scratch) == [folder] and not folder.exists()
+    finally:
+        owner.kill()
+        owner.communicate()
 
 
 # ----------------------------------------------- 6. the matrix's size, locks

@@ -14,9 +14,9 @@ GIL.) Other programs the doctor starts (uv, for the matrix's environments)
 get the same request through a small exec trampoline (:func:`command`).
 
 A killed doctor cannot clean up: its temporary folders
-(``graphbreak-doctor-run-*``, ``graphbreak-doctor-env-*``, its log folder
-``graphbreak-doctor-logs-*``) stay, and so may processes the workers
-started. Each such folder holds ``.owner``, a file its creator keeps locked
+(``graphbreak-doctor-run-*``, ``graphbreak-doctor-env-*``,
+``graphbreak-doctor-pin-*``, its log folder ``graphbreak-doctor-logs-*``)
+stay, and so may processes the workers started. Each such folder holds ``.owner``, a file its creator keeps locked
 (``flock``) while it lives; the kernel drops the lock when the owner dies.
 :func:`sweep_temp` -- run by the worker pool, the log folder's maker
 (jobs/output.py) and the matrix before they create their own -- removes
@@ -62,7 +62,9 @@ if TYPE_CHECKING:
 
 # A run's log folder (jobs/output.py): the traced code's output, per job.
 LOGS_PREFIX = "graphbreak-doctor-logs-"
-PREFIXES = ("graphbreak-doctor-run-", "graphbreak-doctor-env-", LOGS_PREFIX)
+# The worker pool's, a matrix environment build's, the log folder, and where
+# `matrix --torch release` downloads a release's wheel (matrix/pins.py).
+PREFIXES = ("graphbreak-doctor-run-", "graphbreak-doctor-env-", LOGS_PREFIX, "graphbreak-doctor-pin-")
 OWNER = ".owner"
 # Where a worker learns its parent's pid: it must be that process's child.
 PARENT_ENV = "GRAPHBREAK_DOCTOR_PARENT"
