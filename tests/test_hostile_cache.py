@@ -53,7 +53,8 @@ def target():
         os.system("true")
 
     def layer(x):
-        if mode == "break" or extra == "break":
+        # Read under Dynamo too: the recording of what the job reads is no break of its own.
+        if mode == "break" or extra == "break" or os.environ.get("HOSTILE_CACHE_INNER") == "break":
             print("a break")
         return x + 1
     return layer, (torch.ones(4),)

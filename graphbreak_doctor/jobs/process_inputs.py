@@ -90,11 +90,28 @@ def _how_read(frame: Any) -> str:
     return "one" if one else "all"
 
 
+def _torch_compiling() -> bool:
+    """False until torch is loaded; then torch's own ``is_compiling``, which
+    takes this function's place."""
+    compiler = sys.modules.get("torch.compiler")
+    if compiler is None or not hasattr(compiler, "is_compiling"):
+        return False
+    _compiling[0] = compiler.is_compiling
+    return compiler.is_compiling()
+
+
+# Whether Dynamo is tracing: it traces a read of os.environ inside a
+# compiled function through __getitem__, and must see os.environ's own
+# code there (is_compiling is True only while it traces; frames cannot be
+# traced), or the recording would be a graph break a real server never has.
+_compiling: list[Any] = [_torch_compiling]
+
+
 class _RecordingEnviron(os._Environ):  # type: ignore[name-defined]
     """os.environ, noting each variable the job reads one by one."""
 
     def __getitem__(self, key: Any) -> Any:
-        if _recording and isinstance(key, str) and _how_read(sys._getframe(1)) == "one":
+        if _recording and not _compiling[0]() and isinstance(key, str) and _how_read(sys._getframe(1)) == "one":
             _read.add(key)
         return super().__getitem__(key)
 
