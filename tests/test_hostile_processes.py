@@ -78,12 +78,12 @@ def test_case06_workers_die_with_a_killed_doctor_and_the_next_run_removes_the_le
             os.kill(pid, signal.SIGKILL)
         process.kill()
         process.communicate(timeout=60)  # the workers held its pipes too
-    left = sorted(scratch.glob("graphbreak-doctor-run-*"))
-    assert left, "a killed doctor cannot remove its folder"
+    left = sorted([*scratch.glob("graphbreak-doctor-run-*"), *scratch.glob("graphbreak-doctor-logs-*")])
+    assert len(left) == 2, "a killed doctor cannot remove its folders (its workers', its log folder)"
     from graphbreak_doctor.jobs import lifetime
 
-    assert lifetime.sweep_temp(scratch) == left
-    assert not list(scratch.glob("graphbreak-doctor-run-*"))
+    assert sorted(lifetime.sweep_temp(scratch)) == left
+    assert not list(scratch.glob("graphbreak-doctor-*"))
 
 
 def test_case06_leftovers_are_removed_only_when_their_owner_is_dead(tmp_path):
