@@ -389,3 +389,20 @@ def test_case05_any_file_at_any_cache_path_loses_nothing_hangs_nothing_passes_no
     assert _tree(outside) == before, f"data outside the cache changed: {changes}"
     if found is not None:  # never another verdict than the one traced
         assert {**found.findings.to_dict(), "cache": None} == genuine.findings, changes
+
+
+# ------------------------------------------------------------- case 6
+
+def test_case06_matrix_environments_run_only_from_a_folder_no_one_else_can_write(tmp_path):
+    """What else the cache folder holds is code the doctor runs: the matrix's
+    environments (their interpreters) are used only from a folder no one
+    else can write (the host builds of FlashInfer's planners, from such a
+    folder only too, else built for the run alone: graphbreak_doctor/cache.py)."""
+    envs = tmp_path / "envs"
+    envs.mkdir()
+    os.chmod(envs, 0o777)
+    proc = run_cli("matrix", "--layer", "dense", "--impl", "reference", "--flashinfer", "0.7.4", "--envs", str(envs),
+                   cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and f"{envs} can be written by every user" in proc.stderr
+    assert list(envs.iterdir()) == []

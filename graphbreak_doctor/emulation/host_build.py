@@ -51,7 +51,7 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
-from graphbreak_doctor.cache import cache_root
+from graphbreak_doctor.cache import cache_root, folder_problem
 from graphbreak_doctor.progress import Progress
 
 EXPORT_RE = re.compile(r"TVM_FFI_DLL_EXPORT_TYPED_FUNC\(\s*([A-Za-z_]\w*)\s*,")
@@ -183,13 +183,17 @@ def compile_library(name: str, sources: list[Path], include_flags: list[str], id
         return out
     sources = [Path(s) for s in sources if Path(s).is_file()]
     flags = [*_FLAGS, *include_flags, f"-I{headers}"]
-    folder = cache_root() / "host-build" / f"{name}-{_key(cxx, flags, sources, identity)}"
+    builds, unsafe = cache_root() / "host-build", folder_problem(cache_root())
+    if unsafe:  # a library loaded from where others can write runs their code: built for this run alone
+        builds = Path(tempfile.mkdtemp(prefix="graphbreak-doctor-host-build-"))
+    folder = builds / f"{name}-{_key(cxx, flags, sources, identity)}"
     manifest = folder / "library.json"
     if manifest.is_file():
         return _from_manifest(name, manifest)
 
     folder.parent.mkdir(parents=True, exist_ok=True)
-    Progress()(f"compiling FlashInfer's {name} host code for this machine (once: cached in {folder.parent})")
+    Progress()(f"compiling FlashInfer's {name} host code for this machine "
+               + (f"(not cached: {unsafe})" if unsafe else f"(once: cached in {folder.parent})"))
     work = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=folder.parent))
     try:
         stub = work / "device_names.h"

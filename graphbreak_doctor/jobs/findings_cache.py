@@ -34,7 +34,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from graphbreak_doctor.cache import CACHE_ENV, cache_root
+from graphbreak_doctor.cache import CACHE_ENV, cache_root, make_private_folder, plain_folder_problem
 from graphbreak_doctor.jobs import cache_trust, hash_memo, inputs, process_inputs
 from graphbreak_doctor.jobs.atomic import replace_json
 from graphbreak_doctor.jobs.job import Job, Outcome
@@ -203,7 +203,7 @@ def store(job: Job, key: str, outcome: Outcome, log: str, secret: bytes) -> None
     entry["mac"] = cache_trust.sign(secret, key, entry)
     path = _entry_path(key)
     try:
-        cache_trust.make_private_folder(path.parent)
+        make_private_folder(path.parent)
         replace_json(path, entry, compact=True)
     except OSError as e:
         sys.stderr.write(escape_controls(f"graphbreak-doctor: the findings cache could not keep {job.describe()}: "
@@ -222,7 +222,7 @@ def trusted_secret() -> bytes | None:
     on stderr saying why, when it may not (jobs/cache_trust.py)."""
     try:
         secret = cache_trust.secret(cache_root())
-        why = cache_trust.plain_folder_problem(folder())
+        why = plain_folder_problem(folder())
     except cache_trust.Untrusted as e:
         why = str(e)
     except OSError as e:

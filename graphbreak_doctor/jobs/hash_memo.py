@@ -24,9 +24,8 @@ import stat
 import sys
 from pathlib import Path
 
-from graphbreak_doctor.cache import cache_root
+from graphbreak_doctor.cache import cache_root, make_private_folder
 from graphbreak_doctor.jobs.atomic import replace_json
-from graphbreak_doctor.jobs.cache_trust import make_private_folder
 
 FORMAT = "graphbreak-doctor file hashes"
 VERSION = 1

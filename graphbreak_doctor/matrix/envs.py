@@ -39,7 +39,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from graphbreak_doctor.cache import cache_root
+from graphbreak_doctor.cache import cache_root, folder_problem
 from graphbreak_doctor.jobs import lifetime
 from graphbreak_doctor.jobs.atomic import locked
 from graphbreak_doctor.matrix import doctor_source
@@ -244,6 +244,10 @@ class Environments:
 
     def __init__(self, root: Path, find_links: list[str] | None = None) -> None:
         self.root = Path(root)
+        unsafe = folder_problem(self.root)
+        if unsafe:  # their interpreters run as the user: whoever can write there could replace them
+            raise EnvError(f"the environments' folder: {unsafe}; the matrix runs environments only from a folder "
+                           "no one else can write (--envs DIR)")
         self.torch = torch_version()
         if not self.torch:
             raise EnvError("torch is not installed in this environment: the matrix holds every cell at its version")
