@@ -68,6 +68,8 @@ _ONE_VARIABLE = {"get", "__contains__", "pop", "setdefault", "getenv"}
 def _instruction(frame: Any) -> int:
     """The instruction a frame is executing (past its inline cache entries)."""
     code, at = frame.f_code.co_code, frame.f_lasti
+    if not 0 <= at < len(code):  # not started, or an offset this interpreter counts otherwise: not a subscript
+        return -1
     while at > 0 and code[at] == _CACHE:
         at -= 2
     return code[at]
