@@ -16,7 +16,7 @@ import platform
 import sys
 from typing import Any, Callable
 
-from graphbreak_doctor.analysis.assemble import assemble, join
+from graphbreak_doctor.analysis.assemble import assemble, captured, join, sized
 from graphbreak_doctor.analysis.warm_state import compare
 from graphbreak_doctor.capture import trace as capture
 from graphbreak_doctor.model import DEFAULT_DEVICE, FULLGRAPH_MODES, Findings, JitRequest, modes_for
@@ -195,7 +195,6 @@ def trace_sizes(
     as a server does (graphbreak_doctor.capture.sizes)."""
     from graphbreak_doctor.analysis.recompiles import judge
     from graphbreak_doctor.capture import sizes
-    from graphbreak_doctor.model import SIZES_MODE
 
     with inside_device(device) as (dev, log):
         built = []
@@ -206,8 +205,7 @@ def trace_sizes(
         with contextlib.redirect_stdout(sys.stderr):
             run = judge(sizes.run(built))
         first = built[0][1]
-        return Findings(target=first.info, environment=environment(), device=dev.describe(), modes=[SIZES_MODE],
-                        sized=run)
+        return sized(first.info, environment(), dev.describe(), run)
 
 
 def trace_cudagraphs(
@@ -225,8 +223,7 @@ def trace_cudagraphs(
         target = build_target(build, log, CUDAGRAPH_MODE, progress)
         progress("capturing it into CUDA graphs")
         found = cudagraph_map(target, log)
-        return Findings(target=target.info, environment=environment(), device=dev.describe(),
-                        modes=[CUDAGRAPH_MODE], cudagraphs=found)
+        return captured(target.info, environment(), dev.describe(), found)
 
 
 def diagnose(

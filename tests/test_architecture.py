@@ -157,6 +157,22 @@ def test_no_model_package_holds_framework_driving_code():
     assert not nested, nested
 
 
+def _findings_built_at(tree: ast.AST) -> list[int]:
+    """Lines that call ``Findings(...)`` (or ``model.Findings(...)``)."""
+    return [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Call)
+            and (getattr(node.func, "id", None) == "Findings" or getattr(node.func, "attr", None) == "Findings")]
+
+
+def test_findings_are_built_in_one_module():
+    """Findings are put together in analysis/assemble.py alone (read back
+    from JSON with Findings.from_dict)."""
+    home = PACKAGE / "analysis" / "assemble.py"
+    assert _findings_built_at(ast.parse(home.read_text(encoding="utf-8")))  # the scan sees them
+    outside = {str(p.relative_to(ROOT)): lines for p in PACKAGE.rglob("*.py") if p != home
+               and (lines := _findings_built_at(ast.parse(p.read_text(encoding="utf-8"))))}
+    assert not outside, outside
+
+
 def test_modules_stay_under_500_lines():
     long = {m: n for m, p in _modules().items() if (n := len(p.read_text(encoding="utf-8").splitlines())) > 500}
     assert not long, long

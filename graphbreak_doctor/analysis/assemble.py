@@ -12,6 +12,13 @@
   computed again over the joined breaks.
 - :func:`unfinished`, :func:`stopped`: findings that record a job that did
   not finish, or a compile map whose phases stopped.
+- :func:`mapped`, :func:`sized`, :func:`captured`, :func:`program_run`: the
+  findings of a compile map, of a run at the server's sizes, of a CUDA-graph
+  capture, and of the user's own program (a written patch's proof).
+
+``Findings`` are built nowhere else (a test reading the code's syntax tree
+holds every other module to that; they are read back with
+``Findings.from_dict``).
 
 Each rule (a crash anywhere makes the diagnosis a crash, how graphs are
 counted, how hazards and JIT requests are de-duplicated) is written once here.
@@ -158,6 +165,29 @@ def mapped(target: TargetInfo, environment: dict, device: dict, regions: list[Re
     """A compile map's findings: the target and the regions its phases registered."""
     return _finish(Findings(target=target, environment=environment, device=device, modes=[MAP_MODE],
                             regions=regions))
+
+
+def sized(target: TargetInfo, environment: dict, device: dict, run: SizedRun) -> Findings:
+    """The run at the server's sizes (``--sizes``): the target called compiled
+    once at each size, judged (analysis/recompiles.py)."""
+    return Findings(target=target, environment=environment, device=device, modes=[SIZES_MODE], sized=run)
+
+
+def captured(target: TargetInfo, environment: dict, device: dict, found: CudaGraphMap) -> Findings:
+    """The target captured into CUDA graphs (``--cudagraph``): its CUDA-graph map."""
+    return Findings(target=target, environment=environment, device=device, modes=[CUDAGRAPH_MODE],
+                    cudagraphs=found)
+
+
+def program_run(target: TargetInfo, environment: dict, device: dict, error: str, told: str,
+                equal: bool | None) -> Findings:
+    """The user's own program as a written patch's proof runs it
+    (fix/user_run.py): ``error`` what failed ("" when it held), ``told`` what
+    it says when it held, ``equal`` whether the outputs' values equal eager's
+    (None where they could not be compared)."""
+    return Findings(target=target, environment=environment, device=device, modes=["fullgraph"],
+                    fullgraph=FullgraphVerdict(ran=True, ok=not error, error=error),
+                    fix=FixOutcome(ok=not error, stopped=error or told, outputs_equal_eager=equal))
 
 
 def region_breaks(result: ModeResult) -> list[Break]:

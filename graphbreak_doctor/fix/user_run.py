@@ -32,7 +32,8 @@ import torch
 
 from graphbreak_doctor.diagnose import Build, build_target, environment, inside_device
 from graphbreak_doctor.fix.outputs import same, same_shapes
-from graphbreak_doctor.model import Findings, FixOutcome, FullgraphVerdict
+from graphbreak_doctor.analysis.assemble import program_run
+from graphbreak_doctor.model import Findings
 from graphbreak_doctor.recipes.common import has_fake_tensor
 from graphbreak_doctor.text import one_line
 
@@ -54,12 +55,9 @@ def run(build: Build, *, device: str, progress: Callable[[str], None] = lambda _
                 error, equal = _program(target.fn, target.args, target.kwargs, fake, progress)
             finally:
                 torch._dynamo.reset()
-        verdict = FullgraphVerdict(ran=True, ok=not error, error=error)
         told = HELD + ("; outputs equal eager" if equal else
                        "; outputs' shapes, dtypes and devices equal eager (fake tensors have no values)")
-        return Findings(target=target.info, environment=environment(), device=dev.describe(), modes=["fullgraph"],
-                        fullgraph=verdict, fix=FixOutcome(ok=not error, stopped=error or told,
-                                                          outputs_equal_eager=equal))
+        return program_run(target.info, environment(), dev.describe(), error, told, equal)
 
 
 def _program(fn: Any, args: tuple, kwargs: dict, fake: bool,
