@@ -92,6 +92,23 @@ def test_the_wheel_ships_every_requirement_file_the_matrix_reads(wheel):
             assert whl.read(f"{PACKAGE_REQUIREMENTS}/{name}") == (REQUIREMENTS / name).read_bytes()
 
 
+def test_the_wheel_ships_every_model_packages_declaration(wheel, site, tmp_path):
+    """Each model package's model.json ships beside its configs/ folder, and
+    the installed doctor finds its packaged models from them."""
+    models = ROOT / "graphbreak_doctor" / "targets" / "models"
+    declared = {p.relative_to(ROOT).as_posix() for p in models.glob("*/model.json")}
+    assert declared and declared <= set(zipfile.ZipFile(wheel).namelist())
+    probe = ("import json; from graphbreak_doctor.targets.models.packaged import packaged; "
+             "print(json.dumps([[m.name, str(m.config_dir)] for m in packaged()]))")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=_clean_env(site), capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = dict(json.loads(done.stdout))
+    assert list(found)[0] == "glm5-nvfp4" and len(found) >= len(declared)
+    for name, folder in found.items():
+        assert Path(folder).resolve().is_relative_to(site.resolve()) and (Path(folder) / "config.json").is_file()
+
+
 def test_an_installed_doctor_reads_the_requirement_files_from_its_package(site, tmp_path):
     """Run outside the checkout, with no checkout importable: the environment
     specifications come from the installed package's own files."""

@@ -28,6 +28,7 @@ from graphbreak_doctor.emulation.presets import PRESETS
 from graphbreak_doctor.model import DEFAULT_DEVICE, MAP_MODE, MODE_CHOICES
 from graphbreak_doctor.matrix.executors import EXECUTORS
 from graphbreak_doctor.render import MATRIX, get
+from graphbreak_doctor.targets.models.packaged import listing as packaged_listing
 from graphbreak_doctor.targets.registry import providers
 
 NAME = "matrix"
@@ -133,9 +134,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="with --vllm: the server's launch arguments (what follows `vllm serve`), read by each "
                         "cell's vLLM release itself")
     p.add_argument("--model-path", metavar="DIR|NAME",
-                   help="with --model: the served model's config folder, or a packaged model (glm5-nvfp4, the "
-                        "default; deepseek-v3; qwen3-30b-a3b); every cell's SGLang builds it (the folder must be "
-                        "readable where the cells run)")
+                   help=f"with --model: the served model's config folder, or a packaged model: {packaged_listing()}; "
+                        "every cell's SGLang builds it (the folder must be readable where the cells run)")
     p.add_argument("--mode", choices=(*MODE_CHOICES, MAP_MODE), default=None,
                    help="as for trace (default both: the fullgraph verdict and every break; with --model: map, "
                         "the only mode it takes)")

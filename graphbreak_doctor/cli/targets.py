@@ -60,12 +60,12 @@ def _seconds(text: str) -> float:
 def add_option(group: Any, o: Option) -> None:
     """A provider's option on a parser (or one of its groups)."""
     if o.switch:
-        group.add_argument(o.flag, dest=o.name, action="store_const", const=True, default=None, help=o.help)
+        group.add_argument(o.flag, dest=o.name, action="store_const", const=True, default=None, help=o.help_text)
     elif o.repeat:
-        group.add_argument(o.flag, dest=o.name, metavar=o.metavar, action="append", help=o.help,
+        group.add_argument(o.flag, dest=o.name, metavar=o.metavar, action="append", help=o.help_text,
                            type=_argparse_type(o))
     else:
-        group.add_argument(o.flag, dest=o.name, metavar=o.metavar, choices=o.choices, help=o.help,
+        group.add_argument(o.flag, dest=o.name, metavar=o.metavar, choices=o.choices, help=o.help_text,
                            type=_argparse_type(o))
 
 

@@ -48,7 +48,9 @@ def parse_size(text: str) -> int | tuple[int, ...]:
 @dataclass(frozen=True)
 class Option:
     flag: str
-    help: str
+    # What --help says; a function where the text lists what is installed
+    # (the packaged models), called when the command line's parser is built.
+    help: str | Callable[[], str]
     dest: str = ""
     metavar: str | None = None
     choices: tuple[str, ...] | None = None
@@ -67,6 +69,10 @@ class Option:
     @property
     def name(self) -> str:
         return self.dest or self.flag.lstrip("-").replace("-", "_")
+
+    @property
+    def help_text(self) -> str:
+        return self.help() if callable(self.help) else self.help
 
 
 @dataclass(frozen=True)

@@ -162,9 +162,9 @@ class Glm5Provider(TargetProvider):
                switch=True, selects=True),
         Option("--forward", "--whole-layer / --model: the batch, extend (prefill; default) or decode",
                choices=PHASES),
-        Option("--model-path", "--impl sglang: the served model's config folder (config.json, and "
-                               "hf_quant_config.json where it has one), or a packaged model: glm5-nvfp4 (the "
-                               "default), deepseek-v3, qwen3-30b-a3b; alone it selects the model forward (--model)",
+        Option("--model-path", lambda: "--impl sglang: the served model's config folder (config.json, and "
+                                       "hf_quant_config.json where it has one), or a packaged model: "
+                                       f"{packaged_listing()}; alone it selects the model forward (--model)",
                metavar="DIR|NAME", selects=True),
         Option("--sglang-args", "--impl sglang: the server's launch arguments (what follows "
                                 "`python -m sglang.launch_server`), read by the installed SGLang itself; "
@@ -418,17 +418,26 @@ class Glm5Provider(TargetProvider):
         return target
 
 
+def packaged_listing() -> str:
+    """The packaged models' names, for help and error texts (read from the
+    model packages' declarations: targets/models/packaged.py)."""
+    from graphbreak_doctor.targets.models.packaged import listing
+
+    return listing()
+
+
 def packaged_or_path(config: str | None) -> str | None:
     """A packaged model's name (``deepseek-v3``) as its config folder; any
-    other value is a path, as given (a folder of that name wins)."""
-    import os
-
+    other value is a path, as given (a folder of that name wins). A bare
+    name that is neither is a ValueError naming the packaged models."""
     from graphbreak_doctor.targets.models.packaged import config_dir
 
     if config is None or os.path.exists(config) or os.sep in config:
         return config
     found = config_dir(config)
-    return str(found) if found is not None else config
+    if found is None:
+        raise ValueError(f"{config!r} is neither a model folder nor a packaged model: {packaged_listing()}")
+    return str(found)
 
 
 def _other_model(config: str | None) -> Any:

@@ -1,7 +1,8 @@
 """GLM-5-NVFP4 (``GlmMoeDsaForCausalLM``): its packaged config folder
-(``configs/``: config.json and ModelOpt's NVFP4 profiles), the NVFP4
-quantization description (config.py), and the project's re-creation of its
-decoder layers calling FlashInfer directly (builder.py, ``--impl reference``).
+(``configs/``: config.json and ModelOpt's NVFP4 profiles; declared, as the
+default, in ``model.json``), the NVFP4 quantization description (config.py),
+and the project's re-creation of its decoder layers calling FlashInfer
+directly (builder.py, ``--impl reference``).
 
 The config reader (config.py) imports no torch; the builder (builder.py) does, and is loaded on first use of
 ``build_layer`` / ``build_attention``.
@@ -10,10 +11,6 @@ The config reader (config.py) imports no torch; the builder (builder.py) does, a
 from __future__ import annotations
 
 from graphbreak_doctor.targets.models.glm5.config import Glm5Config, QuantProfile, default_config_dir, load_config
-from graphbreak_doctor.targets.models.packaged import PackagedModel
-
-# The packaged model (``--model-path glm5-nvfp4``, the default).
-MODEL = PackagedModel("glm5-nvfp4", "GLM-5-NVFP4 (NVFP4, ModelOpt)", default_config_dir())
 
 __all__ = [
     "Glm5Config",
