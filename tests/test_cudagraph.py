@@ -92,8 +92,15 @@ def test_check_fails_on_a_hazard_the_baseline_lacks_and_passes_on_the_same_one(t
     baseline = json.loads((tmp_path / "b.json").read_text())
     entries = baseline["targets"][0]["entries"]
     assert [e["modes"] for e in entries if e["category"] == "cudagraph-sync"] == [["cudagraph"]]
-    same = run_cli("check", *common, "--baseline", str(tmp_path / "b.json"))
+    same = run_cli("check", *common, "--baseline", str(tmp_path / "b.json"), "--sarif", str(tmp_path / "same.sarif"),
+                   env={"GITHUB_ACTIONS": "true"})
     assert same.returncode == 0, same.stdout + same.stderr[-2000:]
+    # Accepted by the baseline: a note in SARIF, and no annotation.
+    results = json.loads((tmp_path / "same.sarif").read_text())["runs"][0]["results"]
+    (result,) = [r for r in results if r["ruleId"] == "cudagraph-sync"]
+    assert result["level"] == "note" and all(r["level"] == "note" for r in results)
+    assert result["properties"]["baseline"] == "accepted"
+    assert "::error" not in same.stdout
     # The baseline without the hazard: the same run is a new hazard again.
     baseline["targets"][0]["entries"] = [e for e in entries if e["category"] != "cudagraph-sync"]
     (tmp_path / "lacks.json").write_text(json.dumps(baseline))
@@ -113,3 +120,36 @@ def test_the_report_shows_the_map_in_every_output(tmp_path):
     assert findings["cudagraphs"]["phases"][0]["captures"][0]["hazards"][0]["fix"] == "read-at-replay"
     html = page.read_text()
     assert 'id="cudagraphs"' in html and "cat-cudagraph-frozen-value" in html and "read-at-replay" in html
+
+
+def test_check_points_sarif_and_github_annotations_at_each_hazard_s_line(tmp_path):
+    # A host sync (.item() of a device tensor) and a CPU value frozen into
+    # the graph (a branch on a host tensor), each inside the captured segment.
+    sar = tmp_path / "gate.sarif"
+    done = run_cli("check", "--target", SPEC.format("item_in_capture"), "--target", SPEC.format("host_branch"),
+                   "--cudagraph", "--mode", "explain", "--sarif", str(sar), env={"GITHUB_ACTIONS": "true"})
+    assert done.returncode == 1, done.stdout + done.stderr[-2000:]
+    doc = json.loads(sar.read_text())
+    (run,) = doc["runs"]
+    results = {r["ruleId"]: r for r in run["results"] if r["ruleId"].startswith("cudagraph-")}
+    assert set(results) == {"cudagraph-sync", "cudagraph-frozen-value"}, run["results"]
+    rules = {r["id"]: r for r in run["tool"]["driver"]["rules"]}
+    for category, text, recipe in (("cudagraph-sync", "scale.item()", "sync-outside-capture"),
+                                   ("cudagraph-frozen-value", "if LENGTHS.max() > 4:", "read-at-replay")):
+        result = results[category]
+        assert result["level"] == "error" and result["properties"]["recipe"] == recipe
+        assert run["tool"]["driver"]["rules"][result["ruleIndex"]]["id"] == category
+        physical = result["locations"][0]["physicalLocation"]
+        assert physical["artifactLocation"] == {"uri": "fixtures/cudagraph_hazards.py", "uriBaseId": "%SRCROOT%"}
+        assert physical["region"]["startLine"] == _line(text)
+        assert result["message"]["text"].startswith(f"CUDA-graph capture hazard [{category}]")
+        assert len(result["partialFingerprints"]["graphbreakKey/v1"]) == 32
+        # The rule's help is the category's recipe, as a break's is.
+        assert rules[category]["shortDescription"]["text"] == f"CUDA-graph capture hazard: {category}"
+        assert rules[category]["help"]["markdown"].startswith("**")
+        (annotation,) = [line for line in done.stdout.splitlines()
+                         if f"title=CUDA-graph capture hazard [{category}]::" in line]
+        assert annotation.startswith(f"::error file=fixtures/cudagraph_hazards.py,line={_line(text)},"), annotation
+        assert "%0Afails: cudagraph-hazard%0Afix: " in annotation
+    # The hazards are annotated at their lines, not again as a failure with no line.
+    assert "title=graphbreak-doctor: cudagraph-hazard" not in done.stdout

@@ -1,7 +1,8 @@
 """Plugins: a package outside the repository, installed into a virtual
 environment of its own, adds a traced-code provider, a break category, a
-recipe and a device through its entry points; the doctor finds them there, traces with
-them, and leaves a plugin that fails to load out with one line."""
+recipe, a device, an output format and a CUDA-graph hazard detector through
+its entry points; the doctor finds them there, traces and checks with them,
+and leaves a plugin that fails to load out with one line."""
 
 from __future__ import annotations
 
@@ -19,16 +20,21 @@ from conftest import ROOT
 
 PLUGIN = '''
 """A plugin of the doctor's: ``--sleepy`` traces a function that sleeps on its
-traced path, and the ``sleep`` category (advice: ``drop-sleep``) claims that break."""
+traced path, and the ``sleep`` category (advice: ``drop-sleep``) claims that break.
+Its hazard detector finds a cumulative sum inside a captured CUDA-graph
+segment (category ``cudagraph-cumsum``); ``--located-csv`` writes the gate's
+located problems as CSV."""
 
 import time
 
 import torch
 
 from graphbreak_doctor.analysis.categories.category import Category, Rule
+from graphbreak_doctor.cudagraph.detectors.detector import OPERATOR, HazardDetector
 from graphbreak_doctor.emulation.preset import DevicePreset
 from graphbreak_doctor.model import TargetInfo
 from graphbreak_doctor.recipes.recipe import Advice, Recipe
+from graphbreak_doctor.render.renderer import GATE, Renderer
 from graphbreak_doctor.targets import Target
 from graphbreak_doctor.targets.provider import Option, Selection, TargetProvider
 
@@ -58,6 +64,38 @@ CATEGORY = Category(name="sleep", why="a sleep on the traced path", evidence="`t
 DEVICE = DevicePreset(name="cpu-too", emulated=False)
 RECIPE = Recipe("drop-sleep", Advice("Drop {call} from {function}", "Waiting has no place in a graph.",
                                      "# before: time.sleep(...)\\n# after: (nothing)"))
+
+
+def running_total(x):
+    return x.cumsum(0)
+
+
+def cumsum_in_capture(size=16):
+    return running_total, (torch.randn(size, 8, device="cuda"),)
+
+
+def _cumsum(op):
+    return "a cumulative sum" if op.kind == OPERATOR and op.func is torch.ops.aten.cumsum.default else ""
+
+
+CUMSUM = Category(name="cudagraph-cumsum", why="a cumulative sum inside a captured segment", evidence="`cumsum`",
+                  rules=(), advice="drop-sleep", ladder=(), priority=95)
+DETECTOR = HazardDetector("cumsum", "cudagraph-cumsum", _cumsum, help="a cumulative sum in a captured segment")
+ORPHAN = HazardDetector("orphan", "no-such-category", _cumsum)
+
+
+def located_csv(report):
+    rows = ["target,kind,category,file,line,level"]
+    for t in report.targets:
+        for loc in t.located:
+            where = [loc.frame.file, str(loc.frame.line)] if loc.frame else ["", ""]
+            rows.append(",".join([t.name, loc.kind, loc.category, *where, "error" if loc.failing else "note"]))
+    return "\\n".join(rows) + "\\n"
+
+
+RENDERER = Renderer("located-csv", GATE, located_csv, suffix=".csv", option="--located-csv",
+                    help="the located problems as CSV", title="located CSV")
+TAKEN = Renderer("sarif-again", GATE, located_csv, suffix=".sarif", option="--sarif")
 '''
 
 PYPROJECT = '''
@@ -78,6 +116,15 @@ sleepy = "gbd_sleepy_plugin:PROVIDER"
 [project.entry-points."graphbreak_doctor.categories"]
 sleep = "gbd_sleepy_plugin:CATEGORY"
 broken = "gbd_sleepy_plugin:MISSING"
+cumsum = "gbd_sleepy_plugin:CUMSUM"
+
+[project.entry-points."graphbreak_doctor.hazard_detectors"]
+cumsum = "gbd_sleepy_plugin:DETECTOR"
+orphan = "gbd_sleepy_plugin:ORPHAN"
+
+[project.entry-points."graphbreak_doctor.renderers"]
+located-csv = "gbd_sleepy_plugin:RENDERER"
+taken = "gbd_sleepy_plugin:TAKEN"
 
 [project.entry-points."graphbreak_doctor.recipes"]
 drop-sleep = "gbd_sleepy_plugin:RECIPE"
@@ -142,3 +189,35 @@ def test_plugins_can_be_turned_off_and_are_not_seen_elsewhere(plugin_venv, tmp_p
     from graphbreak_doctor.analysis import categories
 
     assert "sleep" not in categories.CATEGORIES  # this environment has no plugin installed
+
+
+def test_a_plugin_renderer_and_hazard_detector_work_in_check(plugin_venv, tmp_path):
+    out = tmp_path / "located.csv"
+    result = _doctor(plugin_venv, "check", "--target", "gbd_sleepy_plugin:cumsum_in_capture", "--cudagraph",
+                     "--mode", "explain", "--located-csv", str(out), "--sarif", str(tmp_path / "gate.sarif"),
+                     cwd=tmp_path)
+    # The plugin's hazard fails the gate as a built-in one does.
+    assert result.returncode == 1, result.stdout + result.stderr[-3000:]
+    assert "cudagraph-hazard: 1 capture hazard not in the baseline; first: cudagraph-cumsum" in result.stdout
+    rows = out.read_text().splitlines()
+    assert rows[0] == "target,kind,category,file,line,level"
+    (row,) = [r.split(",") for r in rows[1:] if ",cudagraph-hazard,cudagraph-cumsum," in r]
+    plugin_file = Path(row[3])
+    assert plugin_file.name == "gbd_sleepy_plugin.py" and row[5] == "error", rows
+    line = next(i for i, text in enumerate(plugin_file.read_text().splitlines(), 1) if "x.cumsum(0)" in text)
+    assert int(row[4]) == line, rows
+    # The built-in SARIF reads the same list: the plugin's category is its rule.
+    doc = json.loads((tmp_path / "gate.sarif").read_text())
+    (hazard,) = [r for r in doc["runs"][0]["results"] if r["ruleId"] == "cudagraph-cumsum"]
+    assert hazard["locations"][0]["physicalLocation"]["region"]["startLine"] == line
+    # A renderer whose option is taken is left out with one line; so is a
+    # detector of a category no one registered (where the detectors load).
+    assert "taken = gbd_sleepy_plugin:TAKEN (graphbreak_doctor.renderers): its option '--sarif' is taken" \
+           in result.stderr
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    listed = subprocess.run([str(plugin_venv), "-c", "from graphbreak_doctor.cudagraph import detectors; "
+                             "print(' '.join(d.name for d in detectors.registry()))"],
+                            capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+    assert listed.stdout.split() == ["host-sync", "frozen-host-value", "unregistered-generator", "cumsum"], listed
+    assert "orphan = gbd_sleepy_plugin:ORPHAN (graphbreak_doctor.hazard_detectors): its category " \
+           "'no-such-category' is not registered; left out" in listed.stderr

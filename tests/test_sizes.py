@@ -70,10 +70,17 @@ def test_a_plain_fullgraph_compile_fails_at_the_call_the_doctor_names(ranks):
     assert f"rank {hit + 1}: FailOnRecompileLimitHit: Hard failure due to fullgraph=True" in plain.stdout, plain.stdout
 
 
-def test_check_fails_on_the_limit_and_passes_where_one_graph_covers_the_sizes():
-    failed = run_cli("check", "--target", "fixtures.ranks:target", "--device", "cpu", "--sizes", RANKS)
+def test_check_fails_on_the_limit_and_passes_where_one_graph_covers_the_sizes(tmp_path):
+    sar = tmp_path / "gate.sarif"
+    failed = run_cli("check", "--target", "fixtures.ranks:target", "--device", "cpu", "--sizes", RANKS,
+                     "--sarif", str(sar))
     assert failed.returncode == 1, failed.stdout + failed.stderr
     assert "[sizes, cpu]: FAILED" in failed.stdout and "recompile-limit: recompile limit hit" in failed.stdout
+    # SARIF says the hit too: it has no line, so it is a notification of the
+    # run (code scanning refuses a result without a location).
+    (run,) = json.loads(sar.read_text())["runs"]
+    (note,) = [n for n in run["invocations"][0]["toolExecutionNotifications"] if "recompile limit hit" in n["message"]["text"]]
+    assert note["level"] == "error" and "Fix: " in note["message"]["text"]
     # One rank at three sizes: the second size compiles again with a dynamic
     # dimension (Dynamo's automatic dynamic shapes), the third reuses it.
     passed = run_cli("check", "--target", "fixtures.ranks:target", "--device", "cpu", "--sizes", "4,8,16")

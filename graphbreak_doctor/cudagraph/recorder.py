@@ -15,20 +15,13 @@ the framework operators it ran (not torch's own), at the frame of the first.
 Nothing is listed: a framework's own break points show up as what they are.
 
 Inside a segment, each operator is checked as it runs (a dispatch mode over
-the emulated GPU's), by what torch says about it, not by name lists:
-
-- ``cudagraph-sync``: a value of a device tensor read on the host
-  (``aten._local_scalar_dense``: ``.item()``, ``int()``, a branch), an
-  operator whose output size the emulated GPU's fake tensors cannot know
-  because it needs the device's values (``nonzero``, a boolean mask: the
-  fake mode's own verdict, so an integer index is not one), a blocking
-  device-to-host copy, and the emulated ``synchronize`` entry points;
-- ``cudagraph-frozen-value``: a value of a host tensor read (``.item()``,
-  ``.tolist()``, a branch on it), and a host-to-device copy from host memory
-  that is not pinned (not a runner's static buffer);
-- ``cudagraph-rng``: an operator torch tags ``nondeterministic_seeded`` (it
-  draws random numbers) on a device tensor, from a CUDA generator that is not
-  the device's default one and was not registered with the open graph.
+the emulated GPU's), by what torch says about it, not by name lists: the
+recorder shows each operator, each torch function called (a function mode)
+and each CUDA runtime call to the registered detectors (cudagraph/detectors/:
+``cudagraph-sync``, a host wait for the device; ``cudagraph-frozen-value``, a
+host value frozen into the graph; ``cudagraph-rng``, random numbers from a
+generator the graph does not know; a plugin's own), and keeps each hazard
+they name with the frame to change.
 
 ``.tolist()`` of a host tensor reads its memory without an operator, so a
 function mode sees that call. A device value the emulation cannot know (a
@@ -49,35 +42,22 @@ import types
 from typing import Any, Iterator
 
 import torch
-from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException, FakeTensor
+from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
 
 import graphbreak_doctor
+from graphbreak_doctor.cudagraph import detectors
+from graphbreak_doctor.cudagraph.detectors.reads import READ
+from graphbreak_doctor.cudagraph.detectors.detector import FUNCTION, OPERATOR, RUNTIME, UNKNOWN_SIZE, Operation
 from graphbreak_doctor.emulation import cuda_graph, cuda_runtime
 from graphbreak_doctor.frames import actionable_frame, make_frame
 from graphbreak_doctor.model.cudagraph import CudaGraphCapture, CudaGraphHazard, EagerCall
 from graphbreak_doctor.model.frame import Frame
 from graphbreak_doctor.patching import UndoLog
 
-SYNC, FROZEN, RNG = "cudagraph-sync", "cudagraph-frozen-value", "cudagraph-rng"
-
-aten = torch.ops.aten
-_READ = aten._local_scalar_dense.default
-_COPIES = {aten._to_copy.default, aten.copy_.default}
 _TORCH_NAMESPACES = ("aten", "prim", "prims")
 _DOCTOR = os.path.dirname(os.path.abspath(graphbreak_doctor.__file__)) + os.sep
-
-
-def _on_device(t: Any) -> bool:
-    return isinstance(t, torch.Tensor) and (isinstance(t, FakeTensor) or t.device.type != "cpu")
-
-
-def _device_kwarg(kwargs: dict) -> bool:
-    """A factory asked for device memory (``device="cuda"``)."""
-    device = kwargs.get("device")
-    return device is not None and torch.device(device).type != "cpu"
 
 
 def _user_stack(frame: types.FrameType | None) -> list[Frame]:
@@ -226,6 +206,13 @@ class Recorder:
         self.gap[func.name()] = None
 
     # -- the checks
+    def ran(self, op: Operation) -> None:
+        """``op`` ran: each hazard the detectors find in it, if a segment is open."""
+        if not cuda_graph.capturing():
+            return
+        for category, what in detectors.detect(op):
+            self.hazard(category, what)
+
     def hazard(self, category: str, what: str) -> None:
         if not cuda_graph.capturing():
             return
@@ -261,7 +248,7 @@ class _Operators(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if cuda_graph.capturing():
-            self._check(func, args, kwargs)
+            self.recorder.ran(Operation(OPERATOR, func, args, kwargs))
         else:
             self.recorder.ran_between(func)
         try:
@@ -269,64 +256,20 @@ class _Operators(TorchDispatchMode):
         except DynamicOutputShapeException:
             # Its output size needs the device's values (nonzero, a boolean
             # mask): the emulated GPU cannot answer, and neither can a capture.
-            self.recorder.hazard(SYNC, f"{func.overloadpacket.__name__} on a device tensor: its output size "
-                                       "needs the device's values")
+            self.recorder.ran(Operation(UNKNOWN_SIZE, func, args, kwargs))
             raise
         except DataDependentOutputException:
-            if func is not _READ:
+            if func is not READ:
                 raise
             dtype = args[0].dtype
             value = True if dtype == torch.bool else 1.0 if dtype.is_floating_point else 1
             self.recorder.assume(f"a device value read on the host ({dtype}): {value!r}")
             return value
 
-    def _check(self, func: Any, args: tuple, kwargs: dict) -> None:
-        flat, _ = tree_flatten((args, kwargs))
-        device = any(_on_device(a) for a in flat)
-        if func is _READ:
-            if device:
-                self.recorder.hazard(SYNC, "a device tensor's value read on the host (.item(), int(), a branch)")
-            else:
-                self.recorder.hazard(FROZEN, "a host tensor's value read (.item(), int(), a branch on it)")
-        elif func in _COPIES:
-            self._check_copy(func, args, kwargs)
-        elif torch.Tag.nondeterministic_seeded in func.tags and (device or _device_kwarg(kwargs)):
-            self._check_generator(func, args, kwargs)
 
-    def _check_generator(self, func: Any, args: tuple, kwargs: dict) -> None:
-        """A random operator draws from a CUDA generator the capture knows:
-        the device's default one, or one registered with the graph."""
-        names = [a.name for a in func._schema.arguments]
-        generator = kwargs.get("generator", args[names.index("generator")]
-                               if "generator" in names and names.index("generator") < len(args) else None)
-        graph = cuda_graph.open_graph()
-        known = (*torch.cuda.default_generators, *(graph.generators if graph is not None else ()))
-        if generator is not None and not any(generator is g for g in known):
-            self.recorder.hazard(RNG, f"{func.overloadpacket.__name__} draws from a CUDA generator that is neither the "
-                                      "default one nor registered with the graph (register_generator_state)")
-
-    def _check_copy(self, func: Any, args: tuple, kwargs: dict) -> None:
-        if func is aten.copy_.default:
-            dst, src = args[0], args[1]
-            to_host = _on_device(src) and not _on_device(dst)
-            from_host = not _on_device(src) and _on_device(dst)
-            non_blocking = bool(args[2] if len(args) > 2 else kwargs.get("non_blocking", False))
-        else:
-            src = args[0]
-            target = kwargs.get("device")
-            to_device = target is not None and torch.device(target).type != "cpu"
-            to_host = _on_device(src) and target is not None and not to_device
-            from_host = not _on_device(src) and to_device
-            non_blocking = bool(kwargs.get("non_blocking", False))
-        if to_host and not non_blocking:
-            self.recorder.hazard(SYNC, "a blocking device-to-host copy")
-        elif from_host and isinstance(src, torch.Tensor) and not src.is_pinned():
-            self.recorder.hazard(FROZEN, "a host-to-device copy from unpinned host memory: replay copies what "
-                                         "that memory holds then, not this batch's values")
-
-
-class _HostLists(TorchFunctionMode):
-    """``.tolist()`` and ``.numpy()`` read memory without an operator."""
+class _Functions(TorchFunctionMode):
+    """Each torch function called while a segment is open: ``.tolist()`` and
+    ``.numpy()`` read memory without an operator."""
 
     def __init__(self, recorder: Recorder) -> None:
         super().__init__()
@@ -334,12 +277,8 @@ class _HostLists(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if cuda_graph.capturing() and func in (torch.Tensor.tolist, torch.Tensor.numpy) and args:
-            name = func.__name__
-            if _on_device(args[0]):
-                self.recorder.hazard(SYNC, f"a device tensor read on the host (.{name}())")
-            else:
-                self.recorder.hazard(FROZEN, f"a host tensor's values read (.{name}())")
+        if cuda_graph.capturing():
+            self.recorder.ran(Operation(FUNCTION, func, args, kwargs))
         return func(*args, **kwargs)
 
 
@@ -371,8 +310,8 @@ class Session:
 
         def note(name: str) -> None:
             noted(name)
-            if name in cuda_runtime.HOST_WAITS and self._listener.recorder is not None:
-                self._listener.recorder.hazard(SYNC, f"{name}()")
+            if self._listener.recorder is not None:
+                self._listener.recorder.ran(Operation(RUNTIME, name=name))
 
         log.setattr(cuda_runtime, "_note", note)
         # A torch.compile region inside the captured code runs as its own
@@ -385,11 +324,11 @@ class Session:
         recorder = Recorder(size)
         self._listener.recorder = recorder
         try:
-            with _Operators(recorder), _HostLists(recorder):
+            with _Operators(recorder), _Functions(recorder):
                 yield recorder
         finally:
             self._listener.recorder = None
             self.assumed.extend(a for a in recorder.assumed if a not in self.assumed)
 
 
-__all__ = ["FROZEN", "RNG", "SYNC", "Recorder", "Session"]
+__all__ = ["Recorder", "Session"]

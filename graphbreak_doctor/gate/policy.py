@@ -41,7 +41,9 @@ from graphbreak_doctor.model import (CUDAGRAPH_MODE, FULLGRAPH_MODES, MAP_MODE, 
                                      SIZES_MODE, Break, CaseResult, CheckFailure, Findings, Region, TargetResult)
 from graphbreak_doctor.frames import at
 from graphbreak_doctor.gate.baseline import REGION_ORDER, TargetBaseline, hazard_key
+from graphbreak_doctor.gate.located import locate
 from graphbreak_doctor.model.cudagraph import CudaGraphMap
+from graphbreak_doctor.model.located import RECOMPILE_LIMIT
 from graphbreak_doctor.text import counted as _n
 
 
@@ -100,7 +102,7 @@ def evaluate(name: str, findings: Findings, policy: Policy, baseline: TargetBase
     if findings.sized is not None:  # --sizes: the server's recompile limit is a failure, whatever else is asked
         case = CaseResult(target=name, mode=SIZES_MODE, counted=[])
         if findings.sized.verdict:
-            case.failures.append(CheckFailure("recompile-limit", findings.sized.verdict))
+            case.failures.append(CheckFailure(RECOMPILE_LIMIT, findings.sized.verdict))
         result.cases.append(case)
     if findings.cudagraphs is not None:
         result.cases.append(_cudagraph_case(name, findings.cudagraphs, known if baseline is not None else set()))
@@ -133,6 +135,7 @@ def evaluate(name: str, findings: Findings, policy: Policy, baseline: TargetBase
             if new:
                 case.failures.append(CheckFailure("baseline", f"{_n(len(new), 'break')} not in the baseline", new))
         result.cases.append(case)
+    result.located = locate(result)
     return result
 
 
@@ -150,7 +153,7 @@ def _cudagraph_case(name: str, found: CudaGraphMap, known: set) -> CaseResult:
         where = f" at {at(first.site, portable=True)}" if first.site else ""
         case.failures.append(CheckFailure(
             "cudagraph-hazard", f"{_n(len(new), 'capture hazard')} not in the baseline; first: {first.category}"
-                                f"{where}: {first.what}"))
+                                f"{where}: {first.what}", hazards=new))
     return case
 
 

@@ -6,6 +6,8 @@ dataclasses, no torch; nothing here imports another part of the doctor.
 - ``findings``: one diagnosis (the contract between capture, analysis and
   renderers);
 - ``gate``: what ``check`` decided; ``baseline``: what a project accepted;
+- ``located``: every problem a check can fail on at its line (breaks,
+  capture hazards, recompile-limit hits): what code-pointing renderers read;
 - ``diff``: two diagnoses compared; ``matrix``: a version matrix's cells;
 - ``loader``: the typed JSON loader findings and baselines are read with.
 - ``json_text``: the JSON text of every document written (non-finite
@@ -36,6 +38,7 @@ from graphbreak_doctor.model.findings import (
 )
 from graphbreak_doctor.model.baseline import BaselineEntry
 from graphbreak_doctor.model.gate import CaseResult, CheckFailure, GateReport, TargetResult
+from graphbreak_doctor.model.located import Located
 from graphbreak_doctor.model.vocabulary import (
     COMPLETE,
     CRASHED,
@@ -60,7 +63,7 @@ from graphbreak_doctor.model.vocabulary import (
 
 __all__ = [
     "BaselineEntry", "Break", "CaseResult", "CheckFailure", "DecompiledCode", "Findings", "Fix", "FixOutcome", "PatchChange", "PatchCheck", "WrittenPatch",
-    "Frame", "FullgraphVerdict", "GateReport", "GraphInfo", "Hazard", "JitRequest", "Region", "RootCause", "Rung",
+    "Frame", "FullgraphVerdict", "GateReport", "GraphInfo", "Hazard", "JitRequest", "Located", "Region", "RootCause", "Rung",
     "SourceExcerpt", "TargetInfo", "TargetResult", "UnparsedEvent", "doc_url",
     "COMPLETE", "CRASHED", "DEFAULT_DEVICE", "DEFAULT_FIX_STEPS", "FULLGRAPH_MODES", "INTERRUPTED", "MAP_MODE", "SIZES_MODE",
     "CUDAGRAPH_MODE",    "MODE_CHOICES", "REGION_BREAKS", "REGION_CRASHED", "REGION_FAILS", "REGION_OK", "SCHEMA_VERSION", "TIMED_OUT",

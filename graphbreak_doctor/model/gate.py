@@ -6,13 +6,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from graphbreak_doctor.model.baseline import BaselineEntry
+from graphbreak_doctor.model.cudagraph import CudaGraphHazard
 from graphbreak_doctor.model.findings import Break, Findings
+from graphbreak_doctor.model.located import Located
+
 
 @dataclass
 class CheckFailure:
     check: str
     reason: str
     breaks: list[Break] = field(default_factory=list)
+    # The CUDA-graph capture hazards it fails on.
+    hazards: list[CudaGraphHazard] = field(default_factory=list)
 
 
 @dataclass
@@ -40,6 +45,10 @@ class TargetResult:
     new: list[Break] = field(default_factory=list)
     disappeared: list[BaselineEntry] = field(default_factory=list)
     baseline_used: bool = False
+    # Every problem at the line to change -- breaks, capture hazards,
+    # recompile-limit hits -- with what the checks made of it
+    # (graphbreak_doctor/gate/located.py): what renderers that point at code read.
+    located: list[Located] = field(default_factory=list)
 
     @property
     def crashed(self) -> bool:

@@ -1,15 +1,20 @@
-"""SARIF 2.1.0 for the gate: one result per distinct break, for code scanning.
+"""SARIF 2.1.0 for the gate: one result per located problem
+(``TargetResult.located``): each distinct break and each distinct CUDA-graph
+capture hazard, for code scanning.
 
-- ruleId = the break's category; the rule's help is the category's fix recipe
-  (graphbreak_doctor.analysis.fixes), the result's message carries the fix
-  suggested for this break.
+- ruleId = the break's or hazard's category; the rule's help is the
+  category's fix recipe (graphbreak_doctor.analysis.fixes), the result's
+  message carries the fix suggested for this break or hazard.
 - location = the actionable frame (the code someone can change), else the
-  site where Dynamo stopped. Files under the working directory get a
-  relative URI against ``%SRCROOT%`` (what GitHub code scanning maps to the
-  repository); other files an absolute ``file://`` URI.
-- level: ``error`` for breaks that fail a check, ``note`` for the rest
+  site where Dynamo stopped; a hazard's, the frame the recorder names. Files
+  under the working directory get a relative URI against ``%SRCROOT%`` (what
+  GitHub code scanning maps to the repository); other files an absolute
+  ``file://`` URI. A problem with no line (a recompile-limit hit) is a
+  notification of the run: code scanning refuses a result without a location.
+- level: ``error`` for problems that fail a check, ``note`` for the rest
   (accepted by the baseline, filtered out, or within budget).
-- partialFingerprints carry ``Break.key()`` hashed: the same break keeps its
+- partialFingerprints carry the problem's line-free key hashed
+  (``Break.key()``, a hazard's baseline key): the same problem keeps its
   identity when lines move, as baselines do.
 
 Findings from elsewhere are rendered whatever they hold: a category the
@@ -29,10 +34,10 @@ from pathlib import Path
 
 from graphbreak_doctor import __version__
 from graphbreak_doctor.analysis import categories
-from graphbreak_doctor.analysis.categories import CATEGORIES
-from graphbreak_doctor.model import Break, Frame, GateReport, doc_url
+from graphbreak_doctor.model import Break, Frame, GateReport, TargetResult, doc_url
 from graphbreak_doctor.model.cache_facts import cache_note
 from graphbreak_doctor.model.json_text import dumps
+from graphbreak_doctor.model.located import BREAK, HAZARD, Located
 from graphbreak_doctor.render.renderer import GATE, Renderer
 
 SARIF_VERSION = "2.1.0"
@@ -48,30 +53,43 @@ def _generic(text: str) -> str:
 
 def _rule_order(category: str) -> tuple[int, str]:
     """The registry's order; categories it does not know after it, by name."""
-    return (CATEGORIES.index(category), "") if category in CATEGORIES else (len(CATEGORIES), category)
+    # The registry is read when SARIF is written, not when this module is
+    # imported: a plugin may import the renderers while the categories load.
+    known = categories.CATEGORIES
+    return (known.index(category), "") if category in known else (len(known), category)
 
 
-def _rule(category: str) -> dict:
+# How a rule describes its kind of problem: name prefix, short description,
+# full description (before the category's why), tags.
+_KIND_WORDS = {
+    BREAK: ("GraphBreak", "graph break", "torch.compile (Dynamo) breaks the graph", ["torch.compile", "graph-break"]),
+    HAZARD: ("CaptureHazard", "CUDA-graph capture hazard", "a CUDA-graph capture goes wrong",
+             ["cuda-graph", "capture-hazard"]),
+}
+
+
+def _rule(category: str, kind: str = BREAK) -> dict:
     # Imported here: the recipes import torch, which the command line only
     # needs when SARIF is written.
     from graphbreak_doctor import recipes
 
-    record = categories.get(category if category in CATEGORIES else categories.FALLBACK)
+    record = categories.get(category if category in categories.CATEGORIES else categories.FALLBACK)
     why = record.why
     recipe = recipes.get(record.advice).advice
     name = "".join(part.capitalize() for part in category.split("-"))
+    prefix, short, full, tags = _KIND_WORDS[kind]
     return {
         "id": category,
-        "name": f"GraphBreak{name}",
-        "shortDescription": {"text": f"graph break: {category}"},
-        "fullDescription": {"text": f"torch.compile (Dynamo) breaks the graph: {why}."},
+        "name": f"{prefix}{name}",
+        "shortDescription": {"text": f"{short}: {category}"},
+        "fullDescription": {"text": f"{full}: {why}."},
         "help": {
             "text": f"{_generic(recipe.summary)}. {_generic(recipe.detail)}",
             "markdown": f"**{_generic(recipe.summary)}**\n\n{_generic(recipe.detail)}\n\n"
                         f"```python\n{_generic(recipe.snippet)}\n```",
         },
         "defaultConfiguration": {"level": "error"},
-        "properties": {"tags": ["torch.compile", "graph-break"]},
+        "properties": {"tags": tags},
     }
 
 
@@ -111,7 +129,7 @@ def _artifact(path: str, root: Path) -> dict:
     return {"uri": _file_uri(p)}
 
 
-def _location(frame: Frame, b: Break, root: Path) -> dict:
+def _location(frame: Frame, package: str, root: Path) -> dict:
     loc = {
         "physicalLocation": {
             "artifactLocation": _artifact(frame.file, root),
@@ -119,11 +137,11 @@ def _location(frame: Frame, b: Break, root: Path) -> dict:
         },
     }
     if frame.qualname:
-        loc["logicalLocations"] = [{"fullyQualifiedName": f"{b.package}.{frame.qualname}", "kind": "function"}]
+        loc["logicalLocations"] = [{"fullyQualifiedName": f"{package}.{frame.qualname}", "kind": "function"}]
     return loc
 
 
-def _message(b: Break) -> str:
+def _break_message(b: Break) -> str:
     act = b.actionable_frame
     where = f" in {act.qualname} ({b.package})" if act else ""
     culprit = f": {b.culprit}" if b.culprit else ""
@@ -131,41 +149,71 @@ def _message(b: Break) -> str:
 
 
 def fingerprint(b: Break) -> str:
+    return _hashed(b.key())
+
+
+def _hashed(key: tuple[str, ...]) -> str:
     # surrogatepass: a lone surrogate from a file has bytes too (UTF-8 text is unchanged).
-    return hashlib.sha256("|".join(b.key()).encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return hashlib.sha256("|".join(key).encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+def _break_properties(t: TargetResult, loc: Located) -> dict:
+    b = loc.subject
+    props = {
+        "target": t.name, "package": b.package, "qualname": loc.frame.qualname, "gbType": b.gb_type,
+        "count": b.count, "modes": b.modes, "counted": any(x.id == b.id for x in t.counted), "fix": b.fix.summary,
+        "site": f"{b.site.file}:{b.site.line}",
+    }
+    if b.gb_id:
+        props["gbId"], props["documentation"] = b.gb_id, doc_url(b.gb_id)
+    return props
+
+
+def _hazard_properties(t: TargetResult, loc: Located) -> dict:
+    h = loc.subject
+    return {"target": t.name, "package": loc.package, "qualname": loc.frame.qualname, "what": h.what,
+            "count": h.count, "segment": h.segment, "recipe": h.fix, "fix": loc.fix}
+
+
+_PROPERTIES = {BREAK: _break_properties, HAZARD: _hazard_properties}
+
+
+def _message(loc: Located) -> str:
+    if loc.kind == BREAK:
+        return _break_message(loc.subject)
+    return f"{loc.message}. Fix: {loc.fix}" if loc.fix else loc.message
+
+
+def _result(t: TargetResult, loc: Located, index: dict[str, int], root: Path) -> dict:
+    props = _PROPERTIES[loc.kind](t, loc)
+    if cache_note(t.findings.cache):  # the verdict was read back from the findings cache
+        props["cache"], props["cacheStoredAt"] = t.findings.cache.source, t.findings.cache.stored_at
+    if t.baseline_used:
+        props["baseline"] = loc.baseline
+    return {
+        "ruleId": loc.category,
+        "ruleIndex": index[loc.category],
+        "level": "error" if loc.failing else "note",
+        "message": {"text": _message(loc)},
+        "locations": [_location(loc.frame, loc.package, root)],
+        "partialFingerprints": {"graphbreakKey/v1": _hashed(loc.key)},
+        "properties": props,
+    }
 
 
 def render(report: GateReport, root: str | os.PathLike | None = None) -> str:
     root = Path(root or os.getcwd()).resolve()
-    used = sorted({b.category for t in report.targets for b in t.findings.breaks}, key=_rule_order)
-    index = {c: i for i, c in enumerate(used)}
-    results = []
+    kinds: dict[str, str] = {}  # each rule's category, and the kind of problem that first used it
     for t in report.targets:
-        failing = {b.id for b in t.failing_breaks()}
-        new = {b.id for b in t.new}
-        counted = {b.id for b in t.counted}
-        for b in t.findings.breaks:
-            frame = b.actionable_frame or b.site
-            props = {
-                "target": t.name, "package": b.package, "qualname": frame.qualname, "gbType": b.gb_type,
-                "count": b.count, "modes": b.modes, "counted": b.id in counted, "fix": b.fix.summary,
-                "site": f"{b.site.file}:{b.site.line}",
-            }
-            if b.gb_id:
-                props["gbId"], props["documentation"] = b.gb_id, doc_url(b.gb_id)
-            if cache_note(t.findings.cache):  # the verdict was read back from the findings cache
-                props["cache"], props["cacheStoredAt"] = t.findings.cache.source, t.findings.cache.stored_at
-            if t.baseline_used:
-                props["baseline"] = "new" if b.id in new else "accepted" if b.id in counted else "not counted"
-            results.append({
-                "ruleId": b.category,
-                "ruleIndex": index[b.category],
-                "level": "error" if b.id in failing else "note",
-                "message": {"text": _message(b)},
-                "locations": [_location(frame, b, root)],
-                "partialFingerprints": {"graphbreakKey/v1": fingerprint(b)},
-                "properties": props,
-            })
+        for loc in t.located:
+            if loc.frame is not None:
+                kinds.setdefault(loc.category, loc.kind)
+    used = sorted(kinds, key=_rule_order)
+    index = {c: i for i, c in enumerate(used)}
+    results = [_result(t, loc, index, root) for t in report.targets for loc in t.located if loc.frame is not None]
+    # Code scanning refuses a result with no location: a problem with no line is said of the run.
+    unlocated = [{"level": "error" if loc.failing else "note", "message": {"text": f"{t.name}: {_message(loc)}"}}
+                 for t in report.targets for loc in t.located if loc.frame is None]
     crashed = [t for t in report.targets if t.crashed]
     cached = [t for t in report.targets if cache_note(t.findings.cache)]
     run = {
@@ -173,7 +221,7 @@ def render(report: GateReport, root: str | os.PathLike | None = None) -> str:
             "name": "graphbreak-doctor",
             "version": __version__,
             "informationUri": INFO_URI,
-            "rules": [_rule(c) for c in used],
+            "rules": [_rule(c, kinds[c]) for c in used],
         }},
         "originalUriBaseIds": {SRCROOT: {"uri": root.as_uri() + "/"}},
         "invocations": [{
@@ -181,7 +229,7 @@ def render(report: GateReport, root: str | os.PathLike | None = None) -> str:
             "toolExecutionNotifications": [
                 {"level": "error", "message": {"text": f"{t.name}: {t.findings.incomplete()}"}}
                 for t in crashed
-            ] + [
+            ] + unlocated + [
                 {"level": "note", "message": {"text": f"{t.name}: verdict {cache_note(t.findings.cache)}"}}
                 for t in cached
             ],
@@ -193,5 +241,5 @@ def render(report: GateReport, root: str | os.PathLike | None = None) -> str:
 
 
 RENDERER = Renderer("sarif", GATE, render, suffix=".sarif", option="--sarif",
-                    help="SARIF 2.1.0 for code scanning: one result per distinct break",
+                    help="SARIF 2.1.0 for code scanning: one result per distinct break or capture hazard",
                     title="SARIF")
