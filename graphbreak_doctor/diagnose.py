@@ -34,13 +34,14 @@ Build = Callable[[UndoLog], Target]
 def environment() -> dict[str, str]:
     import torch
 
+    from graphbreak_doctor.targets.frameworks import registry
+
     env = {"python": platform.python_version(), "torch": torch.__version__}
-    for dist in ("flashinfer-python", "sglang", "vllm"):
-        try:
-            env[dist.split("-")[0]] = importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            if dist != "vllm":  # vLLM is named where it is installed only
-                env[dist.split("-")[0]] = ""
+    try:
+        env["flashinfer"] = importlib.metadata.version("flashinfer-python")
+    except importlib.metadata.PackageNotFoundError:
+        env["flashinfer"] = ""
+    env.update(registry.releases())
     # A patch written by ``fix --write-patch``, loaded in this process
     # (PYTHONPATH=DIR): what it changed is part of what was traced.
     written = getattr(sys.modules.get("graphbreak_doctor_patch"), "STATE", None)

@@ -8,6 +8,9 @@ of the group's kind, or a tuple or list of them:
 ``graphbreak_doctor.categories``       ``Category`` (analysis/categories/category.py)
 ``graphbreak_doctor.recipes``          ``Recipe`` (recipes/recipe.py)
 ``graphbreak_doctor.devices``          ``DevicePreset`` (emulation/preset.py)
+``graphbreak_doctor.frameworks``       ``Framework`` (targets/frameworks/framework.py): a serving
+                                       framework (its launch option, phases, server sizes
+                                       and how it builds a served model)
 ``graphbreak_doctor.models``           ``PackagedModel`` (targets/models/packaged.py): a config folder
 ``graphbreak_doctor.renderers``        ``Renderer`` (render/renderer.py): an output format; one
                                        with an ``option`` is offered by every command
@@ -41,7 +44,7 @@ from typing import Any, Callable, TypeVar
 from graphbreak_doctor.text import escape_controls, one_line
 
 PREFIX = "graphbreak_doctor."
-GROUPS = ("providers", "categories", "recipes", "devices", "models", "renderers", "hazard_detectors")
+GROUPS = ("providers", "categories", "recipes", "devices", "frameworks", "models", "renderers", "hazard_detectors")
 DISABLE_ENV = "GRAPHBREAK_DOCTOR_NO_PLUGINS"
 
 T = TypeVar("T")

@@ -111,7 +111,7 @@ def test_framework_packages_import_no_model_package():
     under targets/frameworks/ imports one under targets/models/."""
     graph = import_graph()
     assert any(a.startswith(FRAMEWORKS) for a in graph.nodes) and any(b.startswith(MODELS) for b in graph.nodes)
-    assert graph.has_edge("graphbreak_doctor.targets.serving", "graphbreak_doctor.targets.frameworks.sglang")
+    assert graph.has_edge("graphbreak_doctor.targets.serving", "graphbreak_doctor.targets.frameworks.registry")
     bad = sorted((a, b) for a, b in graph.edges if a.startswith(FRAMEWORKS) and b.startswith(MODELS))
     assert not bad, bad
 
@@ -155,6 +155,62 @@ def test_no_model_package_holds_framework_driving_code():
     assert "sglang" in frameworks
     nested = [str(p.relative_to(ROOT)) for p in models.rglob("*") if p.name in frameworks or p.stem in frameworks]
     assert not nested, nested
+
+
+def _framework_names() -> set[str]:
+    from graphbreak_doctor.targets.frameworks import registry
+
+    return {f.name for f in registry.BUILTIN}
+
+
+def _names_a_framework(node: ast.AST, names: set[str]) -> bool:
+    if isinstance(node, ast.Constant):
+        return node.value in names
+    return isinstance(node, (ast.Tuple, ast.List, ast.Set)) and any(_names_a_framework(e, names) for e in node.elts)
+
+
+def _framework_tests_at(tree: ast.AST, names: set[str]) -> list[int]:
+    """Lines of ``tree`` that ask which framework something is: a comparison
+    or membership test against a framework's name, or its name as a dict key
+    (a literal's key, a subscript, ``.get``/``.pop``/``.setdefault``, ``dict(name=...)``)."""
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            hit = any(_names_a_framework(n, names) for n in (node.left, *node.comparators))
+        elif isinstance(node, ast.Dict):
+            hit = any(k is not None and _names_a_framework(k, names) for k in node.keys)
+        elif isinstance(node, ast.Subscript):
+            hit = _names_a_framework(node.slice, names)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args:
+            hit = node.func.attr in ("get", "pop", "setdefault") and _names_a_framework(node.args[0], names)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "dict":
+            hit = any(k.arg in names for k in node.keywords)
+        else:
+            hit = False
+        if hit:
+            lines.append(node.lineno)
+    return lines
+
+
+# The matrix still keeps one field and one axis per framework (its cells,
+# environments and command line): the modules that ask, and how often. The
+# number only goes down; every other module asks the framework registry.
+MATRIX_STILL_ASKS = {"graphbreak_doctor/cli/matrix.py": 8, "graphbreak_doctor/cli/targets.py": 1,
+                     "graphbreak_doctor/matrix/envs.py": 1, "graphbreak_doctor/matrix/run.py": 4,
+                     "graphbreak_doctor/model/matrix.py": 2, "graphbreak_doctor/render/matrix_terminal.py": 1}
+
+
+def test_nothing_outside_a_framework_asks_which_framework_it_is():
+    """Outside targets/frameworks/, code asks the framework registry
+    (registry.of, of_launch, given, releases) instead of comparing a
+    framework's name."""
+    names = _framework_names()
+    assert names >= {"sglang", "vllm"}
+    home = PACKAGE / "targets" / "frameworks"
+    assert _framework_tests_at(ast.parse('if a == "vllm" or b in ("x", "sglang"): d = {"vllm": 1}'), names) == [1, 1, 1]
+    found = {str(p.relative_to(ROOT)): len(lines) for p in PACKAGE.rglob("*.py") if home not in p.parents
+             and (lines := _framework_tests_at(ast.parse(p.read_text(encoding="utf-8")), names))}
+    assert found == MATRIX_STILL_ASKS, found
 
 
 def _findings_built_at(tree: ast.AST) -> list[int]:

@@ -19,7 +19,8 @@ from graphbreak_doctor.compile_map import trace_region
 from graphbreak_doctor.model import REGION_BREAKS, REGION_FAILS, REGION_OK, Findings, TargetInfo
 from graphbreak_doctor.patching import UndoLog
 from graphbreak_doctor.render import get
-from graphbreak_doctor.targets.serving import PROVIDER, launch_arguments
+from graphbreak_doctor.targets.frameworks import registry
+from graphbreak_doctor.targets.serving import PROVIDER
 
 HAS_SGLANG = importlib.util.find_spec("sglang") is not None
 
@@ -151,7 +152,7 @@ def test_the_map_is_in_the_json_the_summary_and_the_report(tmp_path):
 
 
 def test_sglang_args_are_split_as_a_shell_does():
-    assert launch_arguments(None, None) == ((), None)
+    launch_arguments = registry.get("sglang").split_launch
     assert launch_arguments("--enable-torch-compile --torch-compile-max-bs 8", None) == (
         ("--enable-torch-compile", "--torch-compile-max-bs", "8"), None)
     assert launch_arguments("--model-path /m --tp-size 1", None) == (("--tp-size", "1"), "/m")

@@ -79,7 +79,9 @@ def test_the_matrix_refuses_a_file_of_vllm_arguments_before_building_anything(tm
 
 
 def test_vllms_own_options_that_start_alike_are_not_refused():
-    from graphbreak_doctor.targets.serving import vllm_launch_arguments
+    from graphbreak_doctor.targets.frameworks import registry
+
+    vllm_launch_arguments = registry.get("vllm").split_launch
 
     assert vllm_launch_arguments("--config-format hf --max-num-seqs 8", None) == \
         (("--config-format", "hf", "--max-num-seqs", "8"), None)

@@ -364,14 +364,27 @@ def test_an_argument_no_release_takes_is_bad_input(tmp_path):
 
 
 def test_a_release_refusing_the_launch_reads_not_available_with_sglangs_message():
-    from graphbreak_doctor.targets.frameworks.sglang.launch import rejected, rejection
+    """The refusal carries SGLang's own message (LaunchRefused), and the cell
+    shows it; other bad input in a cell is a cell that cannot run here."""
+    from graphbreak_doctor.jobs.job import TRACE, Job, Outcome
+    from graphbreak_doctor.matrix.run import _refused
+    from graphbreak_doctor.targets import LaunchRefused
+    from graphbreak_doctor.targets.frameworks.sglang.launch import rejected
+    from graphbreak_doctor.targets.provider import Selection
 
     error = rejected("0.5.23", "unrecognized arguments: --enable-piecewise-cuda-graph")
-    assert rejection(str(error)) == "unrecognized arguments: --enable-piecewise-cuda-graph"
-    assert rejection("SGLang's attention metadata for a decode batch could not be built here: x") == ""
-    cell = Cell("0.5.23", "0.7.4", "sm120", "model", status=NOT_AVAILABLE, reason=rejection(str(error)))
+    assert isinstance(error, LaunchRefused) and error.said == "unrecognized arguments: --enable-piecewise-cuda-graph"
+    assert str(error) == "SGLang 0.5.23 rejects the launch arguments: " + error.said
+    job = Job(TRACE, Selection("glm5", "glm5-sglang-model-extend", {}), "sm120", "map")
+    cell = _refused(Cell("0.5.23", "0.7.4", "sm120", "model", status=OK),
+                    Outcome(job, usage=True, message=str(error), refused=error.said))
+    assert cell.status == NOT_AVAILABLE
     assert cell.text("2.13.0") == "not available in this release: unrecognized arguments: --enable-piecewise-cuda-graph"
     assert not cell.decided and cell.to_dict()["regions"] == []
+    # Text that reads like a refusal but is not one is not taken for one.
+    other = _refused(Cell("0.5.23", "0.7.4", "sm120", "model", status=OK),
+                     Outcome(job, usage=True, message=str(error) + " (said by a target)"))
+    assert other.status == NOT_RUNNABLE
 
 
 def test_a_model_cell_says_prefill_sglangs_word_and_regions_in_one_line():

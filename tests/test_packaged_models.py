@@ -110,7 +110,7 @@ def test_a_new_model_package_is_listed_and_served_with_no_other_edit(capsys, mor
     (by_name,) = PROVIDER.served_selections("model", "sglang", config=NEW, scope="model")
     assert by_name.options["config"] == str(configs / "configs")
     assert by_name.spec == "qwen3moe-sglang:model:extend"
-    assert PROVIDER.vllm_selection(NEW, ()).options["config"] == str(configs / "configs")
+    assert PROVIDER.model_selection("vllm", NEW, ()).options["config"] == str(configs / "configs")
     # Listed and served from its data: the package itself was never imported.
     assert "graphbreak_doctor.targets.models.tiny_moe_test" not in sys.modules
 

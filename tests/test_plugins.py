@@ -25,7 +25,9 @@ Its hazard detector finds a cumulative sum inside a captured CUDA-graph
 segment (category ``cudagraph-cumsum``); ``--located-csv`` writes the gate's
 located problems as CSV."""
 
+import json
 import time
+from pathlib import Path
 
 import torch
 
@@ -35,7 +37,8 @@ from graphbreak_doctor.emulation.preset import DevicePreset
 from graphbreak_doctor.model import TargetInfo
 from graphbreak_doctor.recipes.recipe import Advice, Recipe
 from graphbreak_doctor.render.renderer import GATE, Renderer
-from graphbreak_doctor.targets import Target
+from graphbreak_doctor.targets import LaunchRefused, Target
+from graphbreak_doctor.targets.frameworks.framework import Framework
 from graphbreak_doctor.targets.provider import Option, Selection, TargetProvider
 
 
@@ -96,6 +99,83 @@ def located_csv(report):
 RENDERER = Renderer("located-csv", GATE, located_csv, suffix=".csv", option="--located-csv",
                     help="the located problems as CSV", title="located CSV")
 TAKEN = Renderer("sarif-again", GATE, located_csv, suffix=".sarif", option="--sarif")
+
+
+class TinyServed(torch.nn.Module):
+    """What toyserve serves of a model: one projection of its hidden size
+    (cut to 64 on this machine), then a sleep on the forward's path."""
+
+    def __init__(self, hidden):
+        super().__init__()
+        self.proj = torch.nn.Linear(hidden, hidden)
+
+    def forward(self, x):
+        x = self.proj(x)
+        time.sleep(0)
+        return x * 2
+
+
+class Toyserve(Framework):
+    """A third serving framework: ``--toyserve-args "MODEL --batches 1,4,16"``
+    (its own grammar: the model first, then its batch sizes), one phase
+    (``serve``), and a server that compiles the model's forward with
+    fullgraph=True and calls it at each batch size."""
+
+    name = "toyserve"
+    title = "Toyserve"
+    distribution = "gbd-sleepy-plugin"
+    module = "gbd_sleepy_plugin"
+    phases = ("serve",)
+    docs = "gbd_sleepy_plugin's docstring"
+
+    def launch_option(self):
+        return Option(self.option, "toyserve's launch arguments: MODEL [--batches N,N,...]", metavar="ARGS",
+                      command_line=True, selects=True)
+
+    def split_launch(self, text, config):
+        words = text.split()
+        model = words.pop(0) if words and not words[0].startswith("-") else None
+        if model is not None and config is not None:
+            raise ValueError(f"{self.option} names a model and --config another: give one")
+        return tuple(words), model if model is not None else config
+
+    def server_sizes(self, launch, phase):
+        sizes = [int(n) for n in (launch.get("resolved") or {}).get("batches") or []]
+        return sizes, ("toyserve's batch sizes (its resolved launch)" if sizes else "")
+
+    def build(self, served, what, device, log):
+        words = list(what.launch)
+        batches = [1, 4, 16]
+        if "--batches" in words:
+            given = words[words.index("--batches") + 1:][:1]
+            if not given or not all(n.isdigit() for n in given[0].split(",")):
+                said = f"--batches takes sizes such as 1,4,16, not {' '.join(given) or 'nothing'}"
+                raise LaunchRefused(f"toyserve {self.release()} refuses the launch: {said}", said=said)
+            batches = [int(n) for n in given[0].split(",")]
+        config = json.loads((Path(served.config_dir) / "config.json").read_text())
+        hidden = min(int(config.get("hidden_size", 64)), 64)
+        model = TinyServed(hidden)
+        launch = {"framework": self.name, "release": self.release(), "arguments": words,
+                  "resolved": {"batches": batches, "hidden_size": config.get("hidden_size")},
+                  "said": [f"serving {served.name} at {len(batches)} batch sizes"],
+                  "phases": {"serve": f"the forward compiled with torch.compile (fullgraph) at batches {batches}"}}
+        info = TargetInfo(spec=f"{served.spec}:model", provider=served.provider,
+                          title=f"{served.name} forward, Toyserve {self.release()}",
+                          facts={**served.facts, "model": served.name, "scope": "model", "launch": launch})
+        target = Target(fn=model, args=(torch.randn(what.tokens or batches[-1], hidden),), info=info,
+                        eager_phases=True)
+
+        def discover(log, phase):
+            compiled = torch.compile(model.forward, fullgraph=True)
+            with phase("serve"):
+                for size in batches:
+                    compiled(torch.randn(size, hidden))
+
+        target.discover = discover
+        return target
+
+
+FRAMEWORK = Toyserve()
 '''
 
 PYPROJECT = '''
@@ -131,6 +211,9 @@ drop-sleep = "gbd_sleepy_plugin:RECIPE"
 
 [project.entry-points."graphbreak_doctor.devices"]
 cpu-too = "gbd_sleepy_plugin:DEVICE"
+
+[project.entry-points."graphbreak_doctor.frameworks"]
+toyserve = "gbd_sleepy_plugin:FRAMEWORK"
 '''
 
 
@@ -221,3 +304,38 @@ def test_a_plugin_renderer_and_hazard_detector_work_in_check(plugin_venv, tmp_pa
     assert listed.stdout.split() == ["host-sync", "frozen-host-value", "unregistered-generator", "cumsum"], listed
     assert "orphan = gbd_sleepy_plugin:ORPHAN (graphbreak_doctor.hazard_detectors): its category " \
            "'no-such-category' is not registered; left out" in listed.stderr
+
+
+def test_a_plugin_adds_a_serving_framework(plugin_venv, tmp_path):
+    """A third framework, through its entry point only: its launch option,
+    grammar and phase, the model it serves from a packaged model's config
+    folder, its compile map (the region its server compiles, entered at its
+    batch sizes), its words about the launch, its release in the findings,
+    and its refusal of a launch in its own words."""
+    out = tmp_path / "toy.json"
+    result = _doctor(plugin_venv, "trace", "--toyserve-args", "qwen3-30b-a3b --batches 2,8", "--device", "cpu-too",
+                     "--mode", "both", "--json", str(out), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    found = json.loads(out.read_text())
+    assert found["environment"]["toyserve"] == "0.1"
+    launch = found["target"]["facts"]["launch"]
+    assert launch["framework"] == "toyserve" and launch["resolved"]["batches"] == [2, 8]
+    assert found["target"]["facts"]["model"] == "Qwen3MoeForCausalLM"
+    (region,) = [r for r in found["regions"] if r["calls"]]
+    assert region["function"].endswith("TinyServed.forward") and region["options"]["fullgraph"]
+    assert region["calls"] == {"serve": 2} and region["verdict"] != "ok", region
+    assert any(b["category"] == "sleep" for b in found["breaks"]), found["breaks"]
+    assert "Toyserve said: serving Qwen3MoeForCausalLM at 2 batch sizes" in result.stdout
+    assert "--toyserve-args" in _doctor(plugin_venv, "trace", "--help", cwd=tmp_path).stdout
+
+    gate = _doctor(plugin_venv, "check", "--toyserve-args", "qwen3-30b-a3b", "--device", "cpu-too",
+                   "--mode", "explain", "--sarif", str(tmp_path / "gate.sarif"), cwd=tmp_path)
+    assert gate.returncode == 1, gate.stdout + gate.stderr[-3000:]
+    sarif = json.loads((tmp_path / "gate.sarif").read_text())
+    assert any(r["ruleId"] == "sleep" for r in sarif["runs"][0]["results"]), sarif["runs"][0]["results"]
+
+    refused = _doctor(plugin_venv, "trace", "--toyserve-args", "qwen3-30b-a3b --batches many", "--device",
+                      "cpu-too", "--mode", "explain", "--json", str(tmp_path / "no.json"), cwd=tmp_path)
+    assert refused.returncode == 2 and not (tmp_path / "no.json").exists(), refused.stderr[-3000:]
+    (line,) = [ln for ln in refused.stderr.splitlines() if ln.startswith("graphbreak-doctor: error:")]
+    assert "toyserve 0.1 refuses the launch: --batches takes sizes such as 1,4,16, not many" in line, line

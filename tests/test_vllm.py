@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -177,7 +178,7 @@ def test_fix_ladder_on_a_vllm_target_ends_fullgraph_ok(tmp_path):
     written patch is proven at vLLM's compile-range ends and the smallest, a
     middle and the largest of its capture sizes."""
     from fixtures import vllm_models
-    from graphbreak_doctor.targets.serving import _vllm_sizes
+    from graphbreak_doctor.targets.frameworks import registry
 
     env, folder = _plugin(tmp_path, vllm_models.ARCH)
     out = tmp_path / "fix.json"
@@ -192,7 +193,7 @@ def test_fix_ladder_on_a_vllm_target_ends_fullgraph_ok(tmp_path):
     assert all(r["where"].endswith("vllm_models.py:GbdQwen3MoeModel.forward") for r in found["ladder"]), found["ladder"]
     assert any(n.startswith("marked dynamic by vLLM's decorator: input_ids[0]") for n in found["target"]["notes"])
     resolved = found["target"]["facts"]["launch"]["resolved"]
-    sizes, said = _vllm_sizes(resolved)
+    sizes, said = registry.get("vllm").server_sizes({"resolved": resolved}, "profile")
     assert sizes == [1, 184, 512, 8192] and "compile range ends" in said
 
 
@@ -288,7 +289,7 @@ def test_launches_that_compile_otherwise(tmp_path, args, why):
     entered = [r for r in found["regions"] if r["calls"]]
     if why:
         assert "not compiled" in phase and why in phase and not entered
-        assert "nothing in this launch is compiled with fullgraph=True" in done.stdout
+        assert re.search(r"nothing in this launch \(vLLM [\w.+]+\) is compiled with fullgraph=True", done.stdout)
     else:
         (region,) = entered
         assert region["function"].endswith("Qwen3MoeForCausalLM.forward") and region["options"]["fullgraph"]
@@ -306,6 +307,20 @@ def test_launch_vllm_refuses_is_one_line(tmp_path, args, said):
     (line,) = [ln for ln in done.stderr.splitlines() if ln.startswith("graphbreak-doctor: error:")]
     assert "vLLM 0.33.0 refuses them" in line and said in line, line
     assert "Traceback" not in done.stderr and not out.exists()
+
+
+def test_vllms_refusal_crosses_the_worker_as_its_own_message():
+    """A worker's refused launch comes back with vLLM's own message beside
+    the line (what a matrix cell shows), not read back from the line."""
+    from graphbreak_doctor.jobs import run_jobs
+    from graphbreak_doctor.jobs.job import MAP, Job
+    from graphbreak_doctor.targets.serving import PROVIDER
+
+    (selection,) = PROVIDER.select({"vllm_args": "qwen3-30b-a3b --no-such-option 3"})
+    (outcome,) = run_jobs([Job(MAP, selection, "sm90", "map")], timeout=600, parallel=1)
+    assert outcome.usage and outcome.findings is None, outcome.message
+    assert "unrecognized arguments: --no-such-option" in outcome.refused, outcome.refused
+    assert outcome.message.endswith(outcome.refused) and "refuses them" in outcome.message
 
 
 # vLLM compiling the profile run itself (its own backend, eager pieces, no

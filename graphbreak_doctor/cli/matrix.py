@@ -192,7 +192,7 @@ def _plan(args: argparse.Namespace):
     from graphbreak_doctor.matrix.envs import installed
     from graphbreak_doctor.model.matrix import MODEL, TARGET
     from graphbreak_doctor.matrix.run import Plan
-    from graphbreak_doctor.targets.serving import launch_arguments
+    from graphbreak_doctor.targets.frameworks import registry
 
     if args.vllm or args.vllm_args is not None:
         return _vllm_plan(args)
@@ -220,7 +220,8 @@ def _plan(args: argparse.Namespace):
     if args.sglang_args is not None and not (args.sglang or bisect_sglang):
         raise UsageError("--sglang-args needs --sglang V1,...: each release reads the launch arguments itself")
     try:
-        launch, config = launch_arguments(args.sglang_args, None)
+        launch, config = (registry.get("sglang").split_launch(args.sglang_args, None)
+                          if args.sglang_args is not None else ((), None))
     except ValueError as e:
         raise UsageError(str(e)) from e
     if config is not None and args.model_path is not None:
@@ -254,7 +255,8 @@ def _vllm_plan(args: argparse.Namespace):
     from graphbreak_doctor.matrix.envs import installed
     from graphbreak_doctor.matrix.run import Plan
     from graphbreak_doctor.model.matrix import MODEL
-    from graphbreak_doctor.targets.serving import PROVIDER, vllm_launch_arguments
+    from graphbreak_doctor.targets.frameworks import registry
+    from graphbreak_doctor.targets.serving import PROVIDER
 
     if not args.vllm:
         raise UsageError("--vllm-args needs --vllm V1,...: each release reads the launch arguments itself")
@@ -267,11 +269,12 @@ def _vllm_plan(args: argparse.Namespace):
     if args.mode not in (None, MAP_MODE):
         raise UsageError(f"--model runs the compile map (--mode map), not --mode {args.mode}")
     try:
-        launch, config = vllm_launch_arguments(args.vllm_args, None) if args.vllm_args is not None else ((), None)
+        vllm = registry.get("vllm")
+        launch, config = vllm.split_launch(args.vllm_args, None) if args.vllm_args is not None else ((), None)
         if config is not None and args.model_path is not None:
             raise ValueError("--model-path names the model, and --vllm-args' model another: give one")
         config = args.model_path if args.model_path is not None else config
-        PROVIDER.vllm_selection(config, launch)  # the model's folder read now: a bad one is one line
+        PROVIDER.model_selection(vllm, config, launch)  # the model's folder read now: a bad one is one line
     except ValueError as e:
         raise UsageError(str(e)) from e
     flashinfer = args.flashinfer or (installed("flashinfer-python"),)

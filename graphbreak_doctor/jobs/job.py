@@ -72,6 +72,8 @@ class Outcome:
     status: str = COMPLETE
     message: str = ""  # one line: why there are no findings, or the usage error
     usage: bool = False  # the target is bad input (exit 2)
+    # The serving framework's own message where it refused the launch arguments (LaunchRefused).
+    refused: str = ""
     details: list[str] = field(default_factory=list)  # --debug: the worker's traceback
     log: str = ""  # what the traced code wrote to stdout and stderr (Job.log's text)
     # What the job read (jobs/inputs.py: manifest), for the findings cache; None: not recorded.
@@ -107,12 +109,15 @@ def _environment() -> dict[str, str]:
     import importlib.metadata
     import platform
 
+    from graphbreak_doctor.targets.frameworks import registry
+
     env = {"python": platform.python_version()}
-    for key, dist in (("torch", "torch"), ("flashinfer", "flashinfer-python"), ("sglang", "sglang")):
+    for key, dist in (("torch", "torch"), ("flashinfer", "flashinfer-python")):
         try:
             env[key] = importlib.metadata.version(dist)
         except importlib.metadata.PackageNotFoundError:
             env[key] = ""
+    env.update(registry.releases())
     return env
 
 

@@ -12,7 +12,7 @@ from typing import Callable
 
 from graphbreak_doctor.model import CRASHED
 from graphbreak_doctor.jobs.job import CUDAGRAPH, FIX, MAP, PROGRAM, SIZES, Interrupted, Job, Outcome
-from graphbreak_doctor.targets import TargetError
+from graphbreak_doctor.targets import LaunchRefused, TargetError
 from graphbreak_doctor.text import one_line
 
 
@@ -263,7 +263,8 @@ def run_in_process(job: Job, progress: Callable[[str], None] = lambda _m: None, 
         limit = out_of_memory(e, memory)
         if limit:
             return Outcome(job, status=CRASHED, message=limit, details=[traceback.format_exc()])
-        return Outcome(job, usage=True, message=str(e), details=[traceback.format_exc()])
+        return Outcome(job, usage=True, message=str(e), refused=e.said if isinstance(e, LaunchRefused) else "",
+                       details=[traceback.format_exc()])
     except Interrupted:
         raise
     except KeyboardInterrupt as e:

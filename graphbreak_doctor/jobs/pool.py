@@ -256,7 +256,7 @@ def _finish(running: _Running) -> Outcome:
     data = json.loads(result.read_text(encoding="utf-8"))
     findings = Findings.from_dict(data["findings"]) if data["findings"] is not None else None
     return Outcome(running.job, findings=findings, status=data["status"], message=data["message"],
-                   usage=data["usage"], inputs=data.get("inputs"))
+                   usage=data["usage"], refused=str(data.get("refused") or ""), inputs=data.get("inputs"))
 
 
 def _signals(log: UndoLog) -> None:

@@ -127,6 +127,7 @@ def main(argv: list[str]) -> int:
         "status": outcome.status,
         "message": outcome.message,
         "usage": outcome.usage,
+        "refused": outcome.refused,
         "findings": outcome.findings.to_dict() if outcome.findings is not None else None,
         "inputs": inputs.recorded(job, outcome),
     })

@@ -94,7 +94,7 @@ class Plan:
         if self.chosen:
             return list(self.chosen)
         if self.vllm:
-            return [PROVIDER.vllm_selection(self.config, self.launch)]
+            return [PROVIDER.model_selection("vllm", self.config, self.launch)]
         if self.layer == MODEL:
             return PROVIDER.served_selections(MODEL, "sglang", config=self.config, scope=MODEL, launch=self.launch)
         return PROVIDER.layer_selections(self.layer, self.impl, launch=self.launch)
@@ -102,11 +102,8 @@ class Plan:
 
 def _refused(cell: Cell, usage) -> Cell:
     """A cell whose worker found bad input: the release refuses the launch
-    arguments (SGLang's own message), or it does not import or build here."""
-    from graphbreak_doctor.targets.frameworks.sglang.launch import rejection
-    from graphbreak_doctor.targets.frameworks.vllm.launch import rejection as vllm_rejection
-
-    said = rejection(one_line(usage.message)) or vllm_rejection(one_line(usage.message))
+    arguments (the framework's own message, LaunchRefused), or it does not import or build here."""
+    said = one_line(usage.refused)
     # Paths inside the cell's environment, from its site-packages on.
     cell.status, cell.reason = ((NOT_AVAILABLE, said) if said else
                                 (NOT_RUNNABLE, re.sub(r"/\S*/site-packages/", "", one_line(usage.message))))

@@ -126,8 +126,12 @@ def fullgraph_line(findings: Findings) -> str:
     regions = [".".join(r.function.split(".")[-2:]) for r in findings.regions
                if r.entered and r.options.get("fullgraph") and not set(r.calls) <= set(phases)]
     where = [f"the {p} forward" for p in phases] + regions
-    version = findings.environment.get("sglang")
-    this = f"this launch (SGLang {version})" if version else "this launch"
+    from graphbreak_doctor.targets.frameworks import registry
+
+    launch = findings.target.facts.get("launch")
+    framework = registry.of_launch(launch) if isinstance(launch, dict) else None
+    version = findings.environment.get(framework.name) if framework is not None else ""
+    this = f"this launch ({framework.title} {version})" if framework is not None and version else "this launch"
     if not where:
         return (f"fullgraph=True: nothing in {this} is compiled with fullgraph=True, so a graph break costs a "
                 "graph split, never the server's start")
@@ -163,25 +167,23 @@ def terminal_lines(findings: Findings) -> list[str]:
     if only:
         lines.append(f"  + {counted(len(only), 'region')} registered (torch.compile called) that no phase entered "
                      "(listed in the JSON)")
-    lines.extend(f"  {text}" for text in sglang_words(findings))
+    lines.extend(f"  {text}" for text in framework_words(findings))
     return lines
 
 
-def sglang_words(findings: Findings) -> list[str]:
-    """What SGLang logged about compiling while it resolved the launch
-    ('SGLang said: ...'), then the rules of its own code that changed a compile
-    field ("SGLang's rule: ..."); for a vLLM launch, what vLLM logged about
-    compiling and capturing ('vLLM said: ...')."""
+def framework_words(findings: Findings) -> list[str]:
+    """What the framework whose launch it is logged about compiling and
+    capturing while it resolved the launch ('SGLang said: ...', 'vLLM said:
+    ...'), and the rules of its own code that changed a compile field
+    ("SGLang's rule: ..."), in its words (its ``said_lines``)."""
+    from graphbreak_doctor.targets.frameworks import registry
+
     launch = findings.target.facts.get("launch")
     if not isinstance(launch, dict):
         return []
-    said, rules = launch.get("sglang_said"), launch.get("sglang_rules")
-    # vLLM's launch: what it logged about compiling and capturing while it resolved it.
-    theirs = launch.get("said") if launch.get("framework") == "vllm" else None
-    return ([f"SGLang said: {text}" for text in (said if isinstance(said, list) else ())]
-            + [f"SGLang's rule: {text}" for text in (rules if isinstance(rules, list) else ())]
-            + [f"vLLM said: {text}" for text in (theirs if isinstance(theirs, list) else ())])
+    framework = registry.of_launch(launch)  # the framework whose launch it is says it in its own words
+    return framework.said_lines(launch) if framework is not None else []
 
 
 __all__ = ["Row", "fullgraph_line", "launch_arguments", "options_text", "phase_lines", "recompile_lines",
-           "registered_only", "rows", "sglang_words", "summary", "terminal_lines"]
+           "framework_words", "registered_only", "rows", "summary", "terminal_lines"]

@@ -194,7 +194,7 @@ def render(findings: Findings) -> str:
         csp=_csp(script),
         compile_rows=compile_map.rows(findings),
         compile_phases=compile_map.phase_lines(findings),
-        compile_words=compile_map.sglang_words(findings),
+        compile_words=compile_map.framework_words(findings),
         compile_registered=compile_map.registered_only(findings),
         compile_args=compile_map.launch_arguments(findings),
         compile_summary=compile_map.summary(findings),

@@ -65,10 +65,20 @@ class TargetError(Exception):
     """A target that cannot be loaded or called: bad input, reported in one line."""
 
 
+class LaunchRefused(TargetError):
+    """A serving framework refuses the launch arguments: one line for the
+    user, and ``said``, the framework's own message (what a matrix cell
+    shows), carried as it is rather than read back from the line."""
+
+    def __init__(self, message: str, said: str) -> None:
+        super().__init__(message)
+        self.said = said
+
+
 class PhaseNotRun(Exception):
     """A target's phase cannot run here (its framework needs what the
     emulation does not answer): not bad input. The compile map stops there,
     crashed with this message, and keeps what the target recorded before."""
 
 
-__all__ = ["PhaseNotRun", "Target", "TargetError", "TargetInfo"]
+__all__ = ["LaunchRefused", "PhaseNotRun", "Target", "TargetError", "TargetInfo"]

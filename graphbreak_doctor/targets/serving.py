@@ -18,18 +18,24 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-import shlex
 from typing import Any, Mapping
 
 from graphbreak_doctor.patching import UndoLog
 from graphbreak_doctor.targets import Target, TargetError
-from graphbreak_doctor.targets.frameworks.sglang import PHASES
+from graphbreak_doctor.targets.frameworks import registry
+from graphbreak_doctor.targets.frameworks.framework import Build, Framework, Served
 from graphbreak_doctor.targets.provider import Option, Selection, TargetProvider, pick_sizes
 
 GLM5_ARCHITECTURE = "GlmMoeDsaForCausalLM"
 GLM5_NAME = f"GLM-5 ({GLM5_ARCHITECTURE})"
 LAYER_CHOICES = ("dense", "moe", "all")
-IMPL_CHOICES = ("sglang", "reference")
+# The frameworks that build GLM-5's layers (and their blocks), then the
+# project's re-creation of the layer.
+LAYER_FRAMEWORKS = tuple(f for f in registry.FRAMEWORKS if "block" in f.scopes)
+REFERENCE = "reference"
+IMPL_CHOICES = (*(f.name for f in LAYER_FRAMEWORKS), REFERENCE)
+# The phases of a served model's forward (--forward): the layer framework's.
+PHASES = tuple(dict.fromkeys(p for f in LAYER_FRAMEWORKS for p in f.phases))
 DEFAULT_TOKENS = 128
 DEFAULT_TP = 1
 REFERENCE_NOTE = ("implementation: graphbreak-doctor's re-creation of SGLang's layer, calling FlashInfer directly "
@@ -45,88 +51,6 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise ValueError(f"expected an integer >= 1, got {text!r}")
     return value
-
-
-def launch_arguments(text: str | None, config: str | None) -> tuple[tuple[str, ...], str | None]:
-    """``--sglang-args`` split as a shell does, and the config folder: the
-    user's ``--model-path``, if given, is the model's config (and --config
-    is then left out)."""
-    if text is None:
-        return (), config
-    args = _split(text, "--sglang-args", "give SGLang's launch arguments, or leave it out")
-    model_path, rest = _take_value(args, "--model-path", "--sglang-args")
-    if model_path is not None:
-        if config is not None:
-            raise ValueError("--sglang-args names --model-path and --config names another: give one")
-        config = model_path
-    return tuple(rest), config
-
-
-def _split(text: str, option: str, empty: str) -> list[str]:
-    """``option``'s launch arguments split as a shell does; one line when they
-    do not split or hold none (``empty`` says what to give)."""
-    try:
-        args = shlex.split(text)
-    except ValueError as e:
-        raise ValueError(f"{option}: {e} in {text!r}") from e
-    if not args:
-        raise ValueError(f"{option} is empty: {empty}")
-    return args
-
-
-def _take_value(args: list[str], flag: str, option: str) -> tuple[str | None, list[str]]:
-    """The value of ``flag`` in ``args`` (``flag VALUE`` or ``flag=VALUE``;
-    the last one given), and the other arguments, in order."""
-    value, rest, i = None, [], 0
-    while i < len(args):
-        arg = args[i]
-        if arg == flag:
-            if i + 1 >= len(args):
-                raise ValueError(f"{option}: {arg} needs a value")
-            value, i = args[i + 1], i + 2
-            continue
-        if arg.startswith(f"{flag}="):
-            value = arg.split("=", 1)[1]
-        else:
-            rest.append(arg)
-        i += 1
-    return value, rest
-
-
-def _vllm_sizes(resolved: dict[str, Any]) -> tuple[list[int], str]:
-    """A vLLM launch compiles its forward once, dynamically, over its compile
-    ranges, and captures CUDA graphs at its capture sizes: both ends of each
-    range, and the smallest, a middle and the largest capture size."""
-    if resolved.get("mode") in (None, "NONE"):
-        return [], ""
-    ends = sorted({int(n) for r in resolved.get("compile_ranges") or [] for n in re.findall(r"\d+", str(r))})
-    captured = pick_sizes([int(n) for n in resolved.get("cudagraph_capture_sizes") or []])
-    if not ends and not captured:
-        return [], ""
-    return (sorted(set(ends) | set(captured)),
-            "vLLM's compile range ends and the smallest, a middle and the largest of its CUDA-graph capture sizes "
-            "(the resolved launch)")
-
-
-def vllm_launch_arguments(text: str, config: str | None) -> tuple[tuple[str, ...], str | None]:
-    """``--vllm-args`` split as a shell does, and the config folder: the
-    model vLLM is given (``vllm serve MODEL`` or ``--model MODEL``), if any,
-    is the model's config (and --config is then left out). A file of
-    further arguments inside them is refused (vllm.launch.refuse_config_file)."""
-    from graphbreak_doctor.targets.frameworks.vllm.launch import refuse_config_file
-
-    args = _split(text, "--vllm-args", "give vLLM's launch arguments (what follows `vllm serve`)")
-    refuse_config_file(args)
-    model = None
-    if not args[0].startswith("-"):  # vllm serve MODEL ...
-        model, args = args[0], args[1:]
-    given, rest = _take_value(args, "--model", "--vllm-args")
-    model = given if given is not None else model
-    if model is not None:
-        if config is not None:
-            raise ValueError("--vllm-args names a model and --config names another: give one")
-        config = model
-    return tuple(rest), config
 
 
 def _first_layer(loaded: Any, kind: str) -> int:
@@ -166,25 +90,23 @@ class Glm5Provider(TargetProvider):
                                        "hf_quant_config.json where it has one), or a packaged model: "
                                        f"{packaged_listing()}; alone it selects the model forward (--model)",
                metavar="DIR|NAME", selects=True),
-        Option("--sglang-args", "--impl sglang: the server's launch arguments (what follows "
-                                "`python -m sglang.launch_server`), read by the installed SGLang itself; "
-                                "--model-path defaults to the GLM-5-NVFP4 config (--config)", metavar="ARGS",
-               command_line=True),
-        Option("--vllm-args", "the server's launch arguments for vLLM (what follows `vllm serve`), read and resolved "
-                              "by the installed vLLM itself: the model forward as vLLM builds and compiles it; the "
-                              "model defaults to the GLM-5-NVFP4 config (or give it as vLLM does, or --model-path)",
-               metavar="ARGS", command_line=True, selects=True),
+        # Each framework's launch arguments (--sglang-args, --vllm-args): its own option.
+        *(f.launch_option() for f in registry.FRAMEWORKS),
     )
 
     def select(self, options: Mapping[str, Any]) -> list[Selection]:
-        from graphbreak_doctor.targets.frameworks import sglang
-
-        if options.get("vllm_args") is not None:
-            return [self._vllm_selection(options)]
-        launch, config = launch_arguments(options.get("sglang_args"), options.get("config"))
+        given = registry.given(options)
+        if len(given) > 1:
+            raise ValueError(f"{given[-1].option} and {given[0].option} launch two frameworks: give one")
+        if given and "block" not in given[0].scopes:
+            return [self._model_only_selection(given[0], options)]
+        layered = given[0] if given else (LAYER_FRAMEWORKS[0] if LAYER_FRAMEWORKS else None)
+        option = layered.option if layered else ""
+        launch, config = (layered.split_launch(options[layered.option_name], options.get("config"))
+                          if given else ((), options.get("config")))
         if options.get("model_path") is not None:
             if config is not None:
-                raise ValueError("--model-path names the model, and --config or --sglang-args' --model-path "
+                raise ValueError(f"--model-path names the model, and --config or {option}' --model-path "
                                  "another: give one")
             config = options["model_path"]
         # The model's folder is read first: a bad one is one line, whatever else is installed.
@@ -197,66 +119,72 @@ class Glm5Provider(TargetProvider):
             raise ValueError("--model traces the model's forward: leave out --layer")
         if not model and options.get("forward") and not options.get("whole_layer"):
             raise ValueError("--forward applies to --whole-layer and --model")
-        if (model or options.get("whole_layer")) and options.get("impl") == "reference":
-            raise ValueError("--whole-layer and --model trace SGLang's own modules: they need --impl sglang")
+        named = layered.name if layered else REFERENCE
+        title = layered.title if layered else ""
+        if (model or options.get("whole_layer")) and options.get("impl") == REFERENCE:
+            raise ValueError(f"--whole-layer and --model trace {title}'s own modules: they need --impl {named}")
         if model and options.get("whole_layer"):
             raise ValueError("--model already traces whole layers: leave out --whole-layer")
-        impl = options.get("impl") or ("sglang" if sglang.available() else "reference")
-        if (model or options.get("whole_layer")) and impl != "sglang":
-            raise ValueError("--whole-layer and --model need SGLang installed (see docs/sglang-glm5.md)")
-        if impl == "sglang":
-            if not sglang.available():
-                raise ValueError("--impl sglang needs SGLang installed (see docs/sglang-glm5.md)")
+        impl = options.get("impl") or (named if layered and layered.available() else REFERENCE)
+        framework = registry.get(impl) if impl != REFERENCE else None
+        if (model or options.get("whole_layer")) and framework is None:
+            raise ValueError(f"--whole-layer and --model need {title} installed (see {layered.docs if layered else ''})")
+        if framework is not None:
+            if not framework.available():
+                raise ValueError(f"--impl {impl} needs {framework.title} installed (see {framework.docs})")
             if (options.get("tp") or DEFAULT_TP) != 1:
-                raise ValueError("--tp applies to --impl reference: SGLang's tensor parallelism needs one process per rank")
+                raise ValueError(f"--tp applies to --impl reference: {framework.title}'s tensor parallelism needs "
+                                 "one process per rank")
         scope = "model" if model else "layer" if options.get("whole_layer") else "block"
-        given = options.get("sglang_args") is not None  # --model-path alone leaves no other argument
-        if given and not sglang.available():
-            raise ValueError("--sglang-args needs SGLang installed: SGLang itself reads them")
-        if given and impl != "sglang":
-            raise ValueError("--sglang-args applies to --impl sglang (SGLang reads them)")
+        if given and not layered.available():
+            raise ValueError(f"{option} needs {title} installed: {title} itself reads them")
+        if given and framework is not layered:
+            raise ValueError(f"{option} applies to --impl {named} ({title} reads them)")
         return self._selections("model" if model else layer, impl, config, other, tokens=options.get("tokens"),
                                 tp=options.get("tp"), cold=bool(options.get("cold")), scope=scope,
-                                phase=options.get("forward") or "extend", launch=launch)
+                                phase=options.get("forward") or PHASES[0], launch=launch)
 
-    def _vllm_selection(self, options: Mapping[str, Any]) -> Selection:
-        """``--vllm-args``: the model forward as the installed vLLM builds
-        and compiles it for that launch."""
-        from graphbreak_doctor.targets.frameworks import vllm
-
-        if options.get("sglang_args") is not None:
-            raise ValueError("--vllm-args and --sglang-args launch two frameworks: give one")
+    def _model_only_selection(self, framework: Framework, options: Mapping[str, Any]) -> Selection:
+        """``--<name>-args`` of a framework that builds the model forward
+        only (vLLM): the model forward as the installed framework builds and
+        compiles it for that launch."""
+        option = framework.option
         for flag, key in (("--layer", "layer"), ("--whole-layer", "whole_layer"), ("--impl", "impl"),
                           ("--forward", "forward"), ("--tp", "tp")):
             if options.get(key):
-                raise ValueError(f"--vllm-args traces the model's forward as vLLM compiles it: leave out {flag}")
-        launch, config = vllm_launch_arguments(options["vllm_args"], options.get("config"))
+                raise ValueError(f"{option} traces the model's forward as {framework.title} compiles it: "
+                                 f"leave out {flag}")
+        launch, config = framework.split_launch(options[framework.option_name], options.get("config"))
         if options.get("model_path") is not None:
             if config is not None:
-                raise ValueError("--model-path names the model, and --config or --vllm-args' model another: give one")
+                raise ValueError(f"--model-path names the model, and --config or {option}' model another: give one")
             config = options["model_path"]
-        if not vllm.available():
-            raise ValueError("--vllm-args needs vLLM installed: vLLM itself reads them (see docs/vllm.md)")
-        return self.vllm_selection(config, launch, tokens=options.get("tokens"))
+        if not framework.available():
+            raise ValueError(f"{option} needs {framework.title} installed: {framework.title} itself reads them "
+                             f"(see {framework.docs})")
+        return self.model_selection(framework, config, launch, tokens=options.get("tokens"))
 
-    def vllm_selection(self, config: str | None, launch: tuple[str, ...], *, tokens: int | None = None) -> Selection:
+    def model_selection(self, framework: Framework | str, config: str | None, launch: tuple[str, ...], *,
+                        tokens: int | None = None) -> Selection:
         """The model in ``config`` (a folder, a packaged model's name; None:
-        GLM-5-NVFP4) as vLLM serves it under ``launch``, whether or not this
-        environment has vLLM (a matrix cell runs in another one)."""
+        GLM-5-NVFP4) as ``framework`` serves it under ``launch``, whether or
+        not this environment has it (a matrix cell runs in another one)."""
         from pathlib import Path
 
         from graphbreak_doctor.targets.model_folder import read_model_folder
         from graphbreak_doctor.targets.models.glm5.config import load_config
 
+        name = framework if isinstance(framework, str) else framework.name
         config = packaged_or_path(config)
         folder = read_model_folder(config if config is not None else str(Path(load_config(None).path).parent))
         arch = folder.architectures[0]
-        slug = re.sub(r"forcausallm$", "", re.sub(r"[^a-z0-9]", "", arch.lower())) or "model"
+        slug = _slug(arch)
         directory = folder.path if os.path.isdir(folder.path) else os.path.dirname(folder.path)
-        name = GLM5_NAME if arch == GLM5_ARCHITECTURE else arch
-        options = {"framework": "vllm", "kind": "model", "config": directory, "tokens": tokens, "scope": "model",
-                   "launch": list(launch), "compile_map": True, "served": {"name": name, "spec": f"{slug}-vllm"}}
-        return Selection(self.name, f"{slug}-vllm-model", options, spec=f"{slug}-vllm:model")
+        served = GLM5_NAME if arch == GLM5_ARCHITECTURE else arch
+        options = {"framework": name, "kind": "model", "config": directory, "tokens": tokens, "scope": "model",
+                   "launch": list(launch), "compile_map": True,
+                   "served": {"name": served, "spec": f"{slug}-{name}"}}
+        return Selection(self.name, f"{slug}-{name}-model", options, spec=f"{slug}-{name}:model")
 
     def served_selections(self, layer: str, impl: str, *, config: str | None = None, tokens: int | None = None,
                           tp: int | None = None, cold: bool = False, scope: str = "block", phase: str = "extend",
@@ -284,16 +212,18 @@ class Glm5Provider(TargetProvider):
         """The model forward of a model other than GLM-5 (its config folder
         read: targets/model_folder.py), as SGLang builds it from the folder."""
         arch = folder.architectures[0]
-        if impl != "sglang":
-            raise ValueError(f"{folder.path}: {arch} is traced as SGLang builds it: it needs --impl sglang")
+        if impl == REFERENCE:
+            layered = LAYER_FRAMEWORKS[0]
+            raise ValueError(f"{folder.path}: {arch} is traced as {layered.title} builds it: it needs "
+                             f"--impl {layered.name}")
         if scope != "model":
             raise ValueError(f"{folder.path}: --layer and --whole-layer trace GLM-5's layers; for {arch} give --model "
                              "(its forward with one decoder layer of each kind)")
-        slug = re.sub(r"forcausallm$", "", re.sub(r"[^a-z0-9]", "", arch.lower())) or "model"
+        slug = _slug(arch)
         options = {"kind": "model", "config": folder.path, "tokens": tokens or DEFAULT_TOKENS, "tp": DEFAULT_TP,
-                   "all": False, "impl": "sglang", "cold": cold, "scope": "model", "phase": phase,
-                   "launch": list(launch), "compile_map": True, "served": {"name": arch, "spec": f"{slug}-sglang"}}
-        return Selection(self.name, f"{slug}-sglang-model-{phase}", options, spec=f"{slug}-sglang:model:{phase}")
+                   "all": False, "impl": impl, "framework": impl, "cold": cold, "scope": "model", "phase": phase,
+                   "launch": list(launch), "compile_map": True, "served": {"name": arch, "spec": f"{slug}-{impl}"}}
+        return Selection(self.name, f"{slug}-{impl}-model-{phase}", options, spec=f"{slug}-{impl}:model:{phase}")
 
     def at_size(self, selection: Selection, size: int) -> Selection | None:
         """The same layer or model with ``size`` tokens in its batch."""
@@ -308,36 +238,17 @@ class Glm5Provider(TargetProvider):
         return selection.options.get("scope", "block") == "block"
 
     def server_sizes(self, selection: Selection, info: Any) -> tuple[list[int], str]:
-        """What SGLang's resolved launch arguments compile the traced phase
-        at: the prefill's capture sizes (its piecewise or tc_piecewise
-        runner's token list) where the launch compiles the prefill forward,
-        the CUDA-graph batch sizes up to torch.compile's limit where it
-        compiles the decode forward (--enable-torch-compile)."""
+        """What the framework's resolved launch compiles the traced phase at
+        (its ``server_sizes``); nothing for the reference layer."""
+        framework = registry.of(selection.options)
         launch = (info.facts or {}).get("launch") or {}
-        resolved = launch.get("resolved") or {}
-        if selection.options.get("framework") == "vllm":
-            return _vllm_sizes(resolved)
-        phases = launch.get("phases") or {}
-        graphs = resolved.get("cuda_graph_config") or {}
-        phase = selection.options.get("phase") or "extend"
-        if phase == "extend" and "torch.compile" in str(phases.get("extend", "")):
-            prefill = graphs.get("prefill") or {}
-            sizes = prefill.get("bs") or resolved.get("piecewise_cuda_graph_tokens") or []
-            if sizes:
-                return ([int(n) for n in sizes], "SGLang's prefill capture sizes (the resolved launch arguments' "
-                        + ("cuda_graph_config.prefill.bs" if prefill.get("bs") else "piecewise_cuda_graph_tokens") + ")")
-        if resolved.get("enable_torch_compile"):
-            limit = int(resolved.get("torch_compile_max_bs") or 0)
-            decode = (graphs.get("decode") or {}).get("bs") or resolved.get("cuda_graph_bs") or []
-            sizes = [int(n) for n in decode if not limit or int(n) <= limit]
-            if sizes:
-                return sizes, ("SGLang's CUDA-graph batch sizes up to torch_compile_max_bs "
-                               "(--enable-torch-compile, the resolved launch arguments)")
-        return [], ""
+        if framework is None:
+            return [], ""
+        return framework.server_sizes(launch, selection.options.get("phase") or framework.phases[0])
 
     def sizes_to_prove(self, selection: Selection, sizes: list[int]) -> list[int]:
-        """A vLLM launch's sizes are already the ones to prove at (``_vllm_sizes``)."""
-        return sorted(set(sizes)) if selection.options.get("framework") == "vllm" else pick_sizes(sizes)
+        framework = registry.of(selection.options)
+        return framework.sizes_to_prove(sizes) if framework is not None else pick_sizes(sizes)
 
     def cell_label(self, selection: Selection) -> str:
         """A GLM-5 cell is its layer (dense, moe) or the model."""
@@ -370,52 +281,64 @@ class Glm5Provider(TargetProvider):
             "cold": cold,
             "launch": list(launch),
         }
-        prefix = "glm5-sglang" if impl == "sglang" else "glm5"
+        prefix = f"glm5-{impl}" if impl != REFERENCE else "glm5"
+        if impl != REFERENCE:
+            common["framework"] = impl
         return [Selection(self.name, f"{prefix}-{kind}", {"kind": kind, **common},
                           spec=f"{prefix}:{kind}:{_first_layer(loaded, kind)}") for kind in kinds]
 
     def _stack_selection(self, kind: str, impl: str, loaded: Any, *, tokens: int | None, cold: bool, scope: str,
                          phase: str, all: bool, launch: tuple[str, ...]) -> Selection:
         options = {"kind": kind, "config": loaded.path, "tokens": tokens or DEFAULT_TOKENS, "tp": DEFAULT_TP,
-                   "all": all, "impl": impl, "cold": cold, "scope": scope, "phase": phase, "launch": list(launch),
+                   "all": all, "impl": impl, "framework": impl, "cold": cold, "scope": scope, "phase": phase, "launch": list(launch),
                    # The model's forward: its compile map too (the regions each phase enters).
                    "compile_map": kind == "model"}
         if kind == "model":
-            return Selection(self.name, f"glm5-sglang-model-{phase}", options, spec=f"glm5-sglang:model:{phase}")
+            return Selection(self.name, f"glm5-{impl}-model-{phase}", options, spec=f"glm5-{impl}:model:{phase}")
         index = _first_layer(loaded, kind)
-        return Selection(self.name, f"glm5-sglang-{kind}-layer-{phase}", options,
-                         spec=f"glm5-sglang:{kind}:{index}:layer:{phase}")
+        return Selection(self.name, f"glm5-{impl}-{kind}-layer-{phase}", options,
+                         spec=f"glm5-{impl}:{kind}:{index}:layer:{phase}")
 
     def build(self, selection: Selection, device: str, log: UndoLog) -> Target:
         o = selection.options
+        framework = registry.of(o)
         try:
-            if o.get("framework") == "vllm":
-                from graphbreak_doctor.targets.frameworks.vllm.builder import Served as VllmServed
-                from graphbreak_doctor.targets.frameworks.vllm.builder import build_model
-
-                served = VllmServed(config_dir=o["config"], name=o["served"]["name"], spec=o["served"]["spec"],
-                                    provider=self.name, facts={"config": o["config"]})
-                return build_model(served, device=device, log=log, launch_args=tuple(o.get("launch", ())),
-                                   tokens=o.get("tokens"))
-            if o.get("impl") == "sglang":
-                from graphbreak_doctor.targets.frameworks.sglang import builder as sglang
-
-                served = _served(o["kind"], o["config"], o.get("served"))
-                target = sglang.build_layer(o["kind"], served=served, tokens=o["tokens"],
-                                            device=device, cold=o["cold"], log=log, scope=o.get("scope", "block"),
-                                            phase=o.get("phase", "extend"), launch_args=tuple(o.get("launch", ())))
+            if framework is not None:
+                what = Build(kind=o["kind"], tokens=o.get("tokens"), cold=bool(o.get("cold")),
+                             scope=o.get("scope", "block"), phase=o.get("phase") or "",
+                             launch=tuple(o.get("launch", ())))
+                target = framework.build(self._served(framework, o), what, device=device, log=log)
             else:
                 from graphbreak_doctor.targets.models.glm5 import builder as glm5
 
                 target = glm5.build_layer(o["kind"], config=o["config"], tokens=o["tokens"], tp=o["tp"],
                                           device=device)
-                target.info.facts["impl"] = "reference"
+                target.info.facts["impl"] = REFERENCE
                 target.info.notes.insert(0, REFERENCE_NOTE)
         except ValueError as e:
             raise TargetError(str(e)) from e
         if o.get("all"):
             target.info.notes.append(ALL_NOTE)
         return target
+
+    def _served(self, framework: Framework, o: Mapping[str, Any]) -> Served:
+        """The model as the framework is to build it: its config folder,
+        name, and for one GLM-5 layer kind its first layer and the run of
+        the same kind."""
+        from pathlib import Path
+
+        from graphbreak_doctor.targets.models.glm5.config import load_config
+
+        config = o["config"]
+        if o.get("served"):
+            folder = config if os.path.isdir(config) else os.path.dirname(config)
+            return Served(config_dir=folder, name=o["served"]["name"], spec=o["served"]["spec"], provider=self.name,
+                          facts={"config": config})
+        cfg = load_config(config)
+        same = cfg.layer_indices("moe" if o["kind"] == "model" else o["kind"])
+        return Served(config_dir=str(Path(cfg.path).parent), name=GLM5_NAME, spec=f"glm5-{framework.name}",
+                      provider=self.name, index=same[0], same=tuple(same),
+                      facts={"config": cfg.path, "quant_profile": cfg.quant.path}, shapes={"hidden_size": cfg.hidden_size})
 
 
 def packaged_listing() -> str:
@@ -451,24 +374,9 @@ def _other_model(config: str | None) -> Any:
     return None if GLM5_ARCHITECTURE in folder.architectures else folder
 
 
-def _served(kind: str, config: str, other: dict | None = None) -> Any:
-    """The model as the SGLang framework builds it: its config folder, name,
-    and for one GLM-5 layer kind its first layer and the run of the same kind."""
-    from pathlib import Path
-
-    from graphbreak_doctor.targets.frameworks.sglang.builder import Served
-    from graphbreak_doctor.targets.models.glm5.config import load_config
-
-    if other is not None:
-        folder = config if os.path.isdir(config) else os.path.dirname(config)
-        return Served(config_dir=folder, name=other["name"], spec=other["spec"], provider="glm5",
-                      facts={"config": config})
-
-    cfg = load_config(config)
-    same = cfg.layer_indices("moe" if kind == "model" else kind)
-    return Served(config_dir=str(Path(cfg.path).parent), name=GLM5_NAME, spec="glm5-sglang", provider="glm5",
-                  index=same[0], same=tuple(same), facts={"config": cfg.path, "quant_profile": cfg.quant.path},
-                  shapes={"hidden_size": cfg.hidden_size})
+def _slug(architecture: str) -> str:
+    """An architecture's name as a spec's first word: GlmMoeDsaForCausalLM -> glmmoedsa."""
+    return re.sub(r"forcausallm$", "", re.sub(r"[^a-z0-9]", "", architecture.lower())) or "model"
 
 
 PROVIDER = Glm5Provider()

@@ -32,11 +32,11 @@ target_info.py).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from graphbreak_doctor.targets.frameworks.framework import Served
 from graphbreak_doctor.targets.frameworks.sglang import emulation as sglang_emulation
 from graphbreak_doctor.emulation import dsl_dry, standins
 from graphbreak_doctor.emulation.device import EmulatedDevice
@@ -47,23 +47,6 @@ from graphbreak_doctor.targets.frameworks.sglang import runtime
 from graphbreak_doctor.targets.frameworks.sglang.compile_map import discover_compile_regions
 from graphbreak_doctor.targets.frameworks.sglang.prepare import prepare_block, prepare_stack
 from graphbreak_doctor.targets.frameworks.sglang.set_up import import_sglang, scratch_folder
-
-
-@dataclass(frozen=True)
-class Served:
-    """What the caller (a target provider) knows of the served model before
-    SGLang reads it: its config folder (SGLang's ``--model-path``), how the
-    findings name it, and for one layer its index and the layers that run the
-    same code. Plain data: the framework reads no model package."""
-
-    config_dir: str
-    name: str  # e.g. "GLM-5 (GlmMoeDsaForCausalLM)"
-    spec: str  # the spec's first word, e.g. "glm5-sglang"
-    provider: str
-    index: int | None = None  # the traced layer (scopes "block" and "layer")
-    same: tuple[int, ...] = ()  # the layers that run the traced layer's code
-    facts: dict[str, Any] = field(default_factory=dict)  # what the provider read (config path, quant profile)
-    shapes: dict[str, int] = field(default_factory=dict)
 
 
 def build_layer(kind: str, *, served: Served, tokens: int, device: str, cold: bool, log: UndoLog,
@@ -131,4 +114,4 @@ def _not_prepared(*args: Any, **kwargs: Any) -> Any:
     raise RuntimeError("an SGLang target is traced after its prepare(mode) built the module")
 
 
-__all__ = ["Served", "build_layer"]
+__all__ = ["build_layer"]

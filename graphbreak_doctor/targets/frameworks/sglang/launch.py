@@ -8,7 +8,7 @@ user's later ones win, as on any argparse command line) and hands the whole
 line to SGLang's own parser (``ServerArgs.add_cli_args``, its argparse types
 and choices) and ``ServerArgs.from_cli_args``; the release's own checks run
 when the arguments are published (runtime.py). An argument the release
-rejects is a TargetError with SGLang's own message.
+rejects is a LaunchRefused with SGLang's own message.
 
 What a launch compiles is read back from what SGLang resolved
 (:func:`resolved`): every server-argument field whose name is about CUDA
@@ -36,7 +36,7 @@ import tokenize
 from typing import Any, Iterator
 
 from graphbreak_doctor.patching import UndoLog
-from graphbreak_doctor.targets import TargetError
+from graphbreak_doctor.targets import LaunchRefused, TargetError
 from graphbreak_doctor.text import one_line
 
 # What the doctor launches with before the user's arguments: one rank.
@@ -69,21 +69,11 @@ _COMPILE_WORDS = re.compile(r"piecewise|torch[ ._-]?compile|cuda[ _-]?graph", re
 _COLOURS = re.compile(r"\x1b\[[0-9;]*m")
 
 
-# How a release's refusal of the launch arguments reads: "SGLang 0.5.23
-# rejects the launch arguments: <SGLang's own message>" (rejected() makes it,
-# rejection() reads SGLang's message back, e.g. for a matrix cell).
-_REJECTS = " rejects the launch arguments: "
-
-
-def rejected(release: str, message: str) -> TargetError:
-    """The error of a release that refuses the launch arguments, with SGLang's message."""
-    return TargetError(f"SGLang {release}{_REJECTS}{message}")
-
-
-def rejection(text: str) -> str:
-    """SGLang's own message in a refusal made by :func:`rejected` ("" for any other text)."""
-    head, sep, message = text.partition(_REJECTS)
-    return message if sep and head.startswith("SGLang ") else ""
+def rejected(release: str, message: str) -> LaunchRefused:
+    """The error of a release that refuses the launch arguments: "SGLang
+    0.5.23 rejects the launch arguments: <SGLang's own message>", carrying
+    that message (a matrix cell shows it)."""
+    return LaunchRefused(f"SGLang {release} rejects the launch arguments: {message}", said=message)
 
 
 class _Refused(Exception):
@@ -375,4 +365,4 @@ def phases(fields: dict[str, Any]) -> dict[str, str]:
 
 
 __all__ = ["DOCTOR_ARGS", "forcing_flag", "parse", "phases", "piecewise_args", "prefill_compiled", "rejected",
-           "rejection", "resolved", "rules", "sglang_log"]
+           "resolved", "rules", "sglang_log"]

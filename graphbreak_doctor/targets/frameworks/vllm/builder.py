@@ -24,7 +24,6 @@ one mode) or ``discover`` (the compile map), through vLLM's own loader
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -34,21 +33,10 @@ from graphbreak_doctor.emulation.platform_window import platform_window
 from graphbreak_doctor.model import TargetInfo
 from graphbreak_doctor.patching import UndoLog
 from graphbreak_doctor.targets import PhaseNotRun, Target, TargetError
+from graphbreak_doctor.targets.frameworks.framework import Served
 from graphbreak_doctor.targets.frameworks.vllm import PHASES, cudagraphs, emulation, launch
 from graphbreak_doctor.targets.frameworks.vllm import model as vllm_model
 from graphbreak_doctor.text import one_line
-
-
-@dataclass(frozen=True)
-class Served:
-    """What the caller knows of the served model: its config folder, how
-    the findings name it, and the spec's first word. Plain data."""
-
-    config_dir: str
-    name: str
-    spec: str
-    provider: str
-    facts: dict[str, Any] = field(default_factory=dict)
 
 
 def build_model(served: Served, *, device: str, log: UndoLog, launch_args: tuple[str, ...] = (),
@@ -164,4 +152,4 @@ def _not_prepared(*args: Any, **kwargs: Any) -> Any:
     raise RuntimeError("a vLLM target is traced after its prepare(mode) built the model")
 
 
-__all__ = ["Served", "build_model"]
+__all__ = ["build_model"]

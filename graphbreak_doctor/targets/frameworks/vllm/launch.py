@@ -27,7 +27,7 @@ import os
 import re
 from typing import Any, Iterator
 
-from graphbreak_doctor.targets import TargetError
+from graphbreak_doctor.targets import LaunchRefused, TargetError
 from graphbreak_doctor.text import one_line
 
 # vLLM's log messages kept as its reasons: the ones about compiling,
@@ -65,10 +65,9 @@ def _listening() -> Iterator[_Said]:
         logger.setLevel(level)
 
 
-# How the release's refusal of the launch reads: "--vllm-args: vLLM 0.33.0
-# refuses them: <vLLM's message>" (its parser) or "... refuses the launch:
-# <its message>" (its configuration); rejection() reads vLLM's message back.
-_REFUSAL = re.compile(r"--vllm-args: vLLM \S+ refuses (?:them|the launch): (.*)")
+# The release's refusal of the launch reads "--vllm-args: vLLM 0.33.0 refuses
+# them: <vLLM's message>" (its parser) or "... refuses the launch: <its
+# message>" (its configuration), a LaunchRefused carrying vLLM's message.
 
 
 # What vLLM's parser takes as --config, its file of further arguments: the
@@ -85,12 +84,6 @@ def refuse_config_file(args: list[str] | tuple[str, ...]) -> None:
     if any(_CONFIG_FILE.fullmatch(arg) for arg in args):
         raise ValueError("--vllm-args: --config (a file of server arguments) is not read; "
                          "give the arguments themselves")
-
-
-def rejection(text: str) -> str:
-    """vLLM's own message in a refusal of the launch arguments ("" for any other text)."""
-    found = _REFUSAL.search(text)
-    return found.group(1) if found else ""
 
 
 def _parse(args: tuple[str, ...], model_dir: str) -> Any:
@@ -112,7 +105,8 @@ def _parse(args: tuple[str, ...], model_dir: str) -> Any:
     except SystemExit as e:
         lines = [ln.strip() for ln in stderr.getvalue().splitlines() if ln.strip()]
         said = next((ln for ln in reversed(lines) if "error" in ln.lower()), lines[-1] if lines else f"exit {e.code}")
-        raise TargetError(f"--vllm-args: vLLM {version()} refuses them: {one_line(said, 300)}") from None
+        said = one_line(said, 300)
+        raise LaunchRefused(f"--vllm-args: vLLM {version()} refuses them: {said}", said=said) from None
 
 
 def resolve(args: tuple[str, ...], model_dir: str) -> tuple[Any, list[str]]:
@@ -133,8 +127,8 @@ def resolve(args: tuple[str, ...], model_dir: str) -> tuple[Any, list[str]]:
         except TargetError:
             raise
         except Exception as e:
-            raise TargetError(f"--vllm-args: vLLM {version()} refuses the launch: "
-                              f"{one_line(_first_reason(e), 300)}") from e
+            said = one_line(_first_reason(e), 300)
+            raise LaunchRefused(f"--vllm-args: vLLM {version()} refuses the launch: {said}", said=said) from e
     return config, said.lines
 
 
@@ -223,4 +217,4 @@ def version() -> str:
         return "?"
 
 
-__all__ = ["compiled", "describe", "refuse_config_file", "rejection", "resolve", "version"]
+__all__ = ["compiled", "describe", "refuse_config_file", "resolve", "version"]
