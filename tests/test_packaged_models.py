@@ -13,6 +13,7 @@ import json
 import shutil
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -184,3 +185,28 @@ print(sorted(m for m in sys.modules if m.startswith("graphbreak_doctor.targets.m
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "['graphbreak_doctor.targets.models.packaged']"
     assert "graphbreak_doctor.targets.models.glm5" not in done.stdout
+
+
+def test_a_model_other_than_glm5_is_served_naming_its_framework_and_nothing_of_glm5():
+    """Selecting and serving Qwen3-MoE, under SGLang and under vLLM, imports
+    nothing of GLM-5's model package, and the findings' provider names the
+    framework and the model; GLM-5 itself does import its package (the scan
+    sees it)."""
+    code = textwrap.dedent("""
+        import sys
+        from graphbreak_doctor.targets.frameworks import registry
+        from graphbreak_doctor.targets.serving import PROVIDER
+
+        def glm5():
+            return sorted(m for m in sys.modules if m.startswith("graphbreak_doctor.targets.models.glm5"))
+
+        for config in ("qwen3-30b-a3b", None):
+            chosen = [*PROVIDER.served_selections("model", "sglang", config=config, scope="model"),
+                      PROVIDER.model_selection("vllm", config, ())]
+            print([PROVIDER._served(registry.of(s.options), s.options).provider for s in chosen], glm5())
+    """)
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    other, glm5 = done.stdout.strip().splitlines()
+    assert other == "['sglang/qwen3moe', 'vllm/qwen3moe'] []", other
+    assert glm5.startswith("['sglang/glm5', 'vllm/glmmoedsa'] ['graphbreak_doctor.targets.models.glm5"), glm5

@@ -53,6 +53,9 @@ def test_the_map_names_the_class_and_quantization_sglang_resolved(traces, model)
     assert facts["model_class"] == MODELS[model]["model_class"]
     assert facts["quantization"] == MODELS[model]["quantization"]
     assert facts["scope"] == "model" and 0 < facts["layers_built"] <= facts["model_layers"]
+    # The findings name the framework and the model that built them.
+    assert findings.target.provider == "sglang/" + MODELS[model]["model_class"].rsplit(".", 1)[1].lower().removesuffix(
+        "forcausallm")
 
 
 @pytest.mark.parametrize("model", MODELS)

@@ -85,7 +85,8 @@ class TargetInfo:
 
     # Where it came from ("glm5:dense:0", "fixtures.breaks.subprocess_call:target").
     spec: str = ""
-    # The target provider that built it ("glm5", "factory", "call").
+    # What built it: a provider ("glm5": the re-created layer; "factory", "call"), or a
+    # framework and the model it served ("sglang/glm5", "vllm/qwen3moe").
     provider: str = ""
     # One line for headings ("GLM-5 (GlmMoeDsaForCausalLM) dense layer 0").
     title: str = ""

@@ -169,14 +169,11 @@ class Glm5Provider(TargetProvider):
         """The model in ``config`` (a folder, a packaged model's name; None:
         GLM-5-NVFP4) as ``framework`` serves it under ``launch``, whether or
         not this environment has it (a matrix cell runs in another one)."""
-        from pathlib import Path
-
         from graphbreak_doctor.targets.model_folder import read_model_folder
-        from graphbreak_doctor.targets.models.glm5.config import load_config
 
         name = framework if isinstance(framework, str) else framework.name
         config = packaged_or_path(config)
-        folder = read_model_folder(config if config is not None else str(Path(load_config(None).path).parent))
+        folder = read_model_folder(config if config is not None else _default_model_folder())
         arch = folder.architectures[0]
         slug = _slug(arch)
         directory = folder.path if os.path.isdir(folder.path) else os.path.dirname(folder.path)
@@ -325,19 +322,19 @@ class Glm5Provider(TargetProvider):
         """The model as the framework is to build it: its config folder,
         name, and for one GLM-5 layer kind its first layer and the run of
         the same kind."""
+        config = o["config"]
+        if o.get("served"):  # a model other than GLM-5 (or any model vLLM serves): its folder, nothing of GLM-5's
+            folder = config if os.path.isdir(config) else os.path.dirname(config)
+            return Served(config_dir=folder, name=o["served"]["name"], spec=o["served"]["spec"],
+                          provider=_provider(framework, o["served"]["spec"]), facts={"config": config})
         from pathlib import Path
 
         from graphbreak_doctor.targets.models.glm5.config import load_config
 
-        config = o["config"]
-        if o.get("served"):
-            folder = config if os.path.isdir(config) else os.path.dirname(config)
-            return Served(config_dir=folder, name=o["served"]["name"], spec=o["served"]["spec"], provider=self.name,
-                          facts={"config": config})
         cfg = load_config(config)
         same = cfg.layer_indices("moe" if o["kind"] == "model" else o["kind"])
         return Served(config_dir=str(Path(cfg.path).parent), name=GLM5_NAME, spec=f"glm5-{framework.name}",
-                      provider=self.name, index=same[0], same=tuple(same),
+                      provider=_provider(framework, "glm5"), index=same[0], same=tuple(same),
                       facts={"config": cfg.path, "quant_profile": cfg.quant.path}, shapes={"hidden_size": cfg.hidden_size})
 
 
@@ -372,6 +369,21 @@ def _other_model(config: str | None) -> Any:
         return None
     folder = read_model_folder(config)
     return None if GLM5_ARCHITECTURE in folder.architectures else folder
+
+
+def _default_model_folder() -> str:
+    """GLM-5-NVFP4's config folder (the served model when none is named)."""
+    from pathlib import Path
+
+    from graphbreak_doctor.targets.models.glm5.config import load_config
+
+    return str(Path(load_config(None).path).parent)
+
+
+def _provider(framework: Framework, spec: str) -> str:
+    """What the findings name as the provider that built a served model:
+    the framework and the model (``sglang/qwen3moe``)."""
+    return f"{framework.name}/{spec.removesuffix('-' + framework.name)}"
 
 
 def _slug(architecture: str) -> str:
