@@ -128,7 +128,8 @@ class Glm5Provider(TargetProvider):
         impl = options.get("impl") or (named if layered and layered.available() else REFERENCE)
         framework = registry.get(impl) if impl != REFERENCE else None
         if (model or options.get("whole_layer")) and framework is None:
-            raise ValueError(f"--whole-layer and --model need {title} installed (see {layered.docs if layered else ''})")
+            raise ValueError(f"--whole-layer and --model need {title} installed "
+                             f"(see {layered.docs if layered else 'docs/sglang-glm5.md'})")
         if framework is not None:
             if not framework.available():
                 raise ValueError(f"--impl {impl} needs {framework.title} installed (see {framework.docs})")
@@ -287,7 +288,8 @@ class Glm5Provider(TargetProvider):
     def _stack_selection(self, kind: str, impl: str, loaded: Any, *, tokens: int | None, cold: bool, scope: str,
                          phase: str, all: bool, launch: tuple[str, ...]) -> Selection:
         options = {"kind": kind, "config": loaded.path, "tokens": tokens or DEFAULT_TOKENS, "tp": DEFAULT_TP,
-                   "all": all, "impl": impl, "framework": impl, "cold": cold, "scope": scope, "phase": phase, "launch": list(launch),
+                   "all": all, "impl": impl, "framework": impl, "cold": cold, "scope": scope, "phase": phase,
+                   "launch": list(launch),
                    # The model's forward: its compile map too (the regions each phase enters).
                    "compile_map": kind == "model"}
         if kind == "model":
@@ -335,7 +337,8 @@ class Glm5Provider(TargetProvider):
         same = cfg.layer_indices("moe" if o["kind"] == "model" else o["kind"])
         return Served(config_dir=str(Path(cfg.path).parent), name=GLM5_NAME, spec=f"glm5-{framework.name}",
                       provider=_provider(framework, "glm5"), index=same[0], same=tuple(same),
-                      facts={"config": cfg.path, "quant_profile": cfg.quant.path}, shapes={"hidden_size": cfg.hidden_size})
+                      facts={"config": cfg.path, "quant_profile": cfg.quant.path},
+                      shapes={"hidden_size": cfg.hidden_size})
 
 
 def packaged_listing() -> str:
