@@ -54,7 +54,8 @@ class Sglang(Framework):
             sizes = prefill.get("bs") or resolved.get("piecewise_cuda_graph_tokens") or []
             if sizes:
                 field = "cuda_graph_config.prefill.bs" if prefill.get("bs") else "piecewise_cuda_graph_tokens"
-                return [int(n) for n in sizes], f"SGLang's prefill capture sizes (the resolved launch arguments' {field})"
+                said = f"SGLang's prefill capture sizes (the resolved launch arguments' {field})"
+                return [int(n) for n in sizes], said
         if resolved.get("enable_torch_compile"):
             limit = int(resolved.get("torch_compile_max_bs") or 0)
             decode = (graphs.get("decode") or {}).get("bs") or resolved.get("cuda_graph_bs") or []
