@@ -328,11 +328,16 @@ def test_a_plugin_adds_a_serving_framework(plugin_venv, tmp_path):
     assert "Toyserve said: serving Qwen3MoeForCausalLM at 2 batch sizes" in result.stdout
     assert "--toyserve-args" in _doctor(plugin_venv, "trace", "--help", cwd=tmp_path).stdout
 
+    (page,) = [p.read_text() for p in (tmp_path / "reports").glob("*toyserve*.html")]  # the default HTML report
+    assert "Toyserve said: serving Qwen3MoeForCausalLM at 2 batch sizes" in page and "TinyServed.forward" in page
+
     gate = _doctor(plugin_venv, "check", "--toyserve-args", "qwen3-30b-a3b", "--device", "cpu-too",
-                   "--mode", "explain", "--sarif", str(tmp_path / "gate.sarif"), cwd=tmp_path)
+                   "--mode", "explain", "--sarif", str(tmp_path / "gate.sarif"), "--junit", str(tmp_path / "gate.xml"),
+                   cwd=tmp_path)
     assert gate.returncode == 1, gate.stdout + gate.stderr[-3000:]
     sarif = json.loads((tmp_path / "gate.sarif").read_text())
     assert any(r["ruleId"] == "sleep" for r in sarif["runs"][0]["results"]), sarif["runs"][0]["results"]
+    assert "qwen3moe-toyserve:model" in (tmp_path / "gate.xml").read_text()
 
     refused = _doctor(plugin_venv, "trace", "--toyserve-args", "qwen3-30b-a3b --batches many", "--device",
                       "cpu-too", "--mode", "explain", "--json", str(tmp_path / "no.json"), cwd=tmp_path)
