@@ -10,12 +10,17 @@ project's re-creation of GLM-5's layer, which calls FlashInfer directly
 installed. ``--model-path`` (or ``--sglang-args "--model-path DIR"``) names
 the served model: a config folder (read by targets/model_folder.py, then
 by SGLang itself) or a packaged model (targets/models/packaged.py); a model
-other than GLM-5 is traced as its model forward only.
+other than GLM-5 is traced as its model forward only. What is GLM-5's own
+(its layers by kind, the re-created layer, its served record) lives with
+its model data (targets/models/glm5/served.py) and is imported only where
+GLM-5 is the model; each framework is asked through the framework registry
+(targets/frameworks/registry.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import re
 from typing import Any, Mapping
@@ -26,8 +31,6 @@ from graphbreak_doctor.targets.frameworks import registry
 from graphbreak_doctor.targets.frameworks.framework import Build, Framework, Served
 from graphbreak_doctor.targets.provider import Option, Selection, TargetProvider, pick_sizes
 
-GLM5_ARCHITECTURE = "GlmMoeDsaForCausalLM"
-GLM5_NAME = f"GLM-5 ({GLM5_ARCHITECTURE})"
 LAYER_CHOICES = ("dense", "moe", "all")
 # The frameworks that build GLM-5's layers (and their blocks), then the
 # project's re-creation of the layer.
@@ -38,9 +41,6 @@ IMPL_CHOICES = (*(f.name for f in LAYER_FRAMEWORKS), REFERENCE)
 PHASES = tuple(dict.fromkeys(p for f in LAYER_FRAMEWORKS for p in f.phases))
 DEFAULT_TOKENS = 128
 DEFAULT_TP = 1
-REFERENCE_NOTE = ("implementation: graphbreak-doctor's re-creation of SGLang's layer, calling FlashInfer directly "
-                  "(--impl reference; what code that calls FlashInfer's wrappers itself sees)")
-ALL_NOTE = "--layer all traces one dense and one MoE layer; the other 76 decoder layers run the same code"
 
 
 def positive_int(text: str) -> int:
@@ -51,17 +51,6 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise ValueError(f"expected an integer >= 1, got {text!r}")
     return value
-
-
-def _first_layer(loaded: Any, kind: str) -> int:
-    """The first decoder layer of ``kind`` (dense, moe), or a ValueError
-    (exit 2) naming the config values that leave the model none."""
-    indices = loaded.layer_indices(kind)
-    if not indices:
-        values = ", ".join(f"{k}={loaded.values.get(k)!r}" for k in
-                           ("num_hidden_layers", "first_k_dense_replace", "moe_layer_freq", "n_routed_experts"))
-        raise ValueError(f"{loaded.path}: the model has no {kind} layer ({values})")
-    return indices[0]
 
 
 class Glm5Provider(TargetProvider):
@@ -174,11 +163,11 @@ class Glm5Provider(TargetProvider):
 
         name = framework if isinstance(framework, str) else framework.name
         config = packaged_or_path(config)
-        folder = read_model_folder(config if config is not None else _default_model_folder())
+        folder = read_model_folder(config if config is not None else _glm5().default_folder())
         arch = folder.architectures[0]
         slug = _slug(arch)
         directory = folder.path if os.path.isdir(folder.path) else os.path.dirname(folder.path)
-        served = GLM5_NAME if arch == GLM5_ARCHITECTURE else arch
+        served = _glm5().NAME if _is_glm5(folder) else arch
         options = {"framework": name, "kind": "model", "config": directory, "tokens": tokens, "scope": "model",
                    "launch": list(launch), "compile_map": True,
                    "served": {"name": served, "spec": f"{slug}-{name}"}}
@@ -256,47 +245,11 @@ class Glm5Provider(TargetProvider):
                          tp: int | None = None, cold: bool = False, scope: str = "block",
                          phase: str = "extend", launch: tuple[str, ...] = ()) -> list[Selection]:
         """The selections of ``--layer`` for ``impl``, whether or not this
-        environment can build them (a matrix cell runs in another one)."""
-        from graphbreak_doctor.targets.models.glm5.config import load_config
-
-        from graphbreak_doctor.targets.models.glm5.config import check_tp
-
-        # Read now, so a bad --config (or a --tp it cannot shard) is a usage
-        # error before anything is traced.
-        loaded = load_config(config)
-        if scope == "block" and impl == "reference":
-            check_tp(loaded, tp or DEFAULT_TP)
-        kinds = ["dense", "moe"] if layer == "all" else [layer]
-        if scope != "block":
-            return [self._stack_selection(kind, impl, loaded, tokens=tokens, cold=cold, scope=scope, phase=phase,
-                                          all=layer == "all", launch=launch) for kind in kinds]
-        common = {
-            "config": loaded.path,
-            "tokens": tokens or DEFAULT_TOKENS,
-            "tp": tp or DEFAULT_TP,
-            "all": layer == "all",
-            "impl": impl,
-            "cold": cold,
-            "launch": list(launch),
-        }
-        prefix = f"glm5-{impl}" if impl != REFERENCE else "glm5"
-        if impl != REFERENCE:
-            common["framework"] = impl
-        return [Selection(self.name, f"{prefix}-{kind}", {"kind": kind, **common},
-                          spec=f"{prefix}:{kind}:{_first_layer(loaded, kind)}") for kind in kinds]
-
-    def _stack_selection(self, kind: str, impl: str, loaded: Any, *, tokens: int | None, cold: bool, scope: str,
-                         phase: str, all: bool, launch: tuple[str, ...]) -> Selection:
-        options = {"kind": kind, "config": loaded.path, "tokens": tokens or DEFAULT_TOKENS, "tp": DEFAULT_TP,
-                   "all": all, "impl": impl, "framework": impl, "cold": cold, "scope": scope, "phase": phase,
-                   "launch": list(launch),
-                   # The model's forward: its compile map too (the regions each phase enters).
-                   "compile_map": kind == "model"}
-        if kind == "model":
-            return Selection(self.name, f"glm5-{impl}-model-{phase}", options, spec=f"glm5-{impl}:model:{phase}")
-        index = _first_layer(loaded, kind)
-        return Selection(self.name, f"glm5-{impl}-{kind}-layer-{phase}", options,
-                         spec=f"glm5-{impl}:{kind}:{index}:layer:{phase}")
+        environment can build them (a matrix cell runs in another one):
+        GLM-5's own (targets/models/glm5/served.py)."""
+        return _glm5().layer_selections(self.name, layer, impl, framework=impl != REFERENCE, config=config,
+                                        tokens=tokens or DEFAULT_TOKENS, tp=tp or DEFAULT_TP, cold=cold, scope=scope,
+                                        phase=phase, launch=launch)
 
     def build(self, selection: Selection, device: str, log: UndoLog) -> Target:
         o = selection.options
@@ -308,16 +261,11 @@ class Glm5Provider(TargetProvider):
                              launch=tuple(o.get("launch", ())))
                 target = framework.build(self._served(framework, o), what, device=device, log=log)
             else:
-                from graphbreak_doctor.targets.models.glm5 import builder as glm5
-
-                target = glm5.build_layer(o["kind"], config=o["config"], tokens=o["tokens"], tp=o["tp"],
-                                          device=device)
-                target.info.facts["impl"] = REFERENCE
-                target.info.notes.insert(0, REFERENCE_NOTE)
+                target = _glm5().build_reference(o, device)
         except ValueError as e:
             raise TargetError(str(e)) from e
         if o.get("all"):
-            target.info.notes.append(ALL_NOTE)
+            target.info.notes.append(_glm5().ALL_NOTE)
         return target
 
     def _served(self, framework: Framework, o: Mapping[str, Any]) -> Served:
@@ -329,16 +277,7 @@ class Glm5Provider(TargetProvider):
             folder = config if os.path.isdir(config) else os.path.dirname(config)
             return Served(config_dir=folder, name=o["served"]["name"], spec=o["served"]["spec"],
                           provider=_provider(framework, o["served"]["spec"]), facts={"config": config})
-        from pathlib import Path
-
-        from graphbreak_doctor.targets.models.glm5.config import load_config
-
-        cfg = load_config(config)
-        same = cfg.layer_indices("moe" if o["kind"] == "model" else o["kind"])
-        return Served(config_dir=str(Path(cfg.path).parent), name=GLM5_NAME, spec=f"glm5-{framework.name}",
-                      provider=_provider(framework, "glm5"), index=same[0], same=tuple(same),
-                      facts={"config": cfg.path, "quant_profile": cfg.quant.path},
-                      shapes={"hidden_size": cfg.hidden_size})
+        return _glm5().served(framework.name, o["kind"], config, _provider(framework, "glm5"))
 
 
 def packaged_listing() -> str:
@@ -371,16 +310,29 @@ def _other_model(config: str | None) -> Any:
     if config is None:
         return None
     folder = read_model_folder(config)
-    return None if GLM5_ARCHITECTURE in folder.architectures else folder
+    return None if _is_glm5(folder) else folder
 
 
-def _default_model_folder() -> str:
-    """GLM-5-NVFP4's config folder (the served model when none is named)."""
-    from pathlib import Path
+def _glm5() -> Any:
+    """GLM-5's own part of the provider (its layers, the re-created layer,
+    its served record), imported only where GLM-5 is the model."""
+    from graphbreak_doctor.targets.models.glm5 import served
 
-    from graphbreak_doctor.targets.models.glm5.config import load_config
+    return served
 
-    return str(Path(load_config(None).path).parent)
+
+@functools.cache
+def _default_architecture() -> str:
+    """The default packaged model's architecture (GLM-5's), read from its
+    config folder as data: asking imports nothing of its package."""
+    from graphbreak_doctor.targets.model_folder import read_model_folder
+    from graphbreak_doctor.targets.models.packaged import packaged
+
+    return read_model_folder(str(packaged()[0].config_dir)).architectures[0]
+
+
+def _is_glm5(folder: Any) -> bool:
+    return _default_architecture() in folder.architectures
 
 
 def _provider(framework: Framework, spec: str) -> str:
