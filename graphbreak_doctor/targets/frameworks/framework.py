@@ -75,8 +75,9 @@ class Framework:
     # Whether every findings' environment names it, installed or not ("" then):
     # the older findings did, and their readers expect the key.
     always_recorded: bool = False
-    # Whether its launch facts carry ``framework`` (its name); the older
-    # facts of a built-in framework that did not are its own.
+    # Whether its launch facts have always carried ``framework`` (its name):
+    # launch facts without one, written before every framework named itself
+    # there, are the one built-in framework's that did not.
     names_its_launch: bool = True
 
     @property

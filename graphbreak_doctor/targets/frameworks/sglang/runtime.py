@@ -275,7 +275,8 @@ def set_up(config_dir: str, log: UndoLog, *, launch_args: tuple[str, ...] = (), 
     _dp_attention(server_args, model_config, log)
     _expert_recorder(server_args)
     runtime = Runtime(server_args, model_config, quant_config, model_cls=model_cls, architecture=architecture, launch={
-        "arguments": list(launch_args), "command_line": argv,
+        # The facts every framework's launch has (framework, release, resolved), then SGLang's own.
+        "framework": "sglang", "release": version(), "arguments": list(launch_args), "command_line": argv,
         "resolved": fields, "phases": launch.phases(fields), "sglang_said": said, "sglang_rules": rules})
     _shared_experts(runtime)
     return runtime
