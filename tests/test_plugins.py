@@ -176,6 +176,16 @@ class Toyserve(Framework):
 
 
 FRAMEWORK = Toyserve()
+
+
+class Unready(Toyserve):
+    name = "unready"
+
+    def launch_option(self):
+        raise RuntimeError("not ready")
+
+
+UNREADY = Unready()
 '''
 
 PYPROJECT = '''
@@ -214,6 +224,7 @@ cpu-too = "gbd_sleepy_plugin:DEVICE"
 
 [project.entry-points."graphbreak_doctor.frameworks"]
 toyserve = "gbd_sleepy_plugin:FRAMEWORK"
+unready = "gbd_sleepy_plugin:UNREADY"
 '''
 
 
@@ -326,7 +337,11 @@ def test_a_plugin_adds_a_serving_framework(plugin_venv, tmp_path):
     assert region["calls"] == {"serve": 2} and region["verdict"] != "ok", region
     assert any(b["category"] == "sleep" for b in found["breaks"]), found["breaks"]
     assert "Toyserve said: serving Qwen3MoeForCausalLM at 2 batch sizes" in result.stdout
-    assert "--toyserve-args" in _doctor(plugin_venv, "trace", "--help", cwd=tmp_path).stdout
+    helped = _doctor(plugin_venv, "trace", "--help", cwd=tmp_path)
+    assert "--toyserve-args" in helped.stdout and "--unready-args" not in helped.stdout
+    # A framework whose launch option cannot be made is left out, in one line.
+    assert ("plugin unready = gbd_sleepy_plugin:UNREADY (graphbreak_doctor.frameworks): its launch_option() raised "
+            "RuntimeError: not ready; left out") in helped.stderr, helped.stderr
 
     (page,) = [p.read_text() for p in (tmp_path / "reports").glob("*toyserve*.html")]  # the default HTML report
     assert "Toyserve said: serving Qwen3MoeForCausalLM at 2 batch sizes" in page and "TinyServed.forward" in page

@@ -16,6 +16,8 @@ from typing import Any, Mapping
 
 from graphbreak_doctor import plugins
 from graphbreak_doctor.targets.frameworks.framework import Framework
+from graphbreak_doctor.targets.provider import Option
+from graphbreak_doctor.text import one_line
 
 PACKAGE = "graphbreak_doctor.targets.frameworks"
 
@@ -36,8 +38,17 @@ def _builtins() -> tuple[Framework, ...]:
 
 
 def _refuse(framework: Framework) -> str:
+    """Why a plugin's framework cannot be taken ("" when it can): its name
+    is not one word, or its launch option cannot be made (the command line
+    offers it to every user of the doctor, so it is made once, here)."""
     if not framework.name or not framework.name.replace("-", "").isalnum() or framework.name != framework.name.lower():
         return f"a framework's name is one lower-case word, not {framework.name!r}"
+    try:
+        option = framework.launch_option()
+    except Exception as e:  # the plugin's own code: left out, said in one line
+        return f"its launch_option() raised {type(e).__name__}: {one_line(str(e), 200)}"
+    if not isinstance(option, Option) or option.flag != framework.option:
+        return f"its launch_option() is not an Option named {framework.option}"
     return ""
 
 
