@@ -40,7 +40,7 @@ def _builtins() -> tuple[Framework, ...]:
 def _refuse(framework: Framework) -> str:
     """Why a plugin's framework cannot be taken ("" when it can): its name
     is not one word, or its launch option cannot be made (the command line
-    offers it to every user of the doctor, so it is made once, here)."""
+    offers it with every command: one that cannot be made would stop them all)."""
     if not framework.name or not framework.name.replace("-", "").isalnum() or framework.name != framework.name.lower():
         return f"a framework's name is one lower-case word, not {framework.name!r}"
     try:
