@@ -54,6 +54,10 @@ def test_sglang_reads_its_sizes_and_words_from_its_resolved_launch():
     assert sglang.said_lines({"sglang_said": ["piecewise off"], "sglang_rules": ["x = 1"]}) == [
         "SGLang said: piecewise off", "SGLang's rule: x = 1"]
     assert sglang.sizes_to_prove([1, 2, 4, 8, 16]) == [1, 4, 16]
+    # A launch that compiles the prefill on a path of its own (piecewise on): the matrix traces it apart.
+    assert sglang.compiles_prefill_apart({"resolved": {"enable_piecewise_cuda_graph": True}})
+    assert not sglang.compiles_prefill_apart({"resolved": {"disable_piecewise_cuda_graph": True}})
+    assert not sglang.compiles_prefill_apart({"resolved": "hostile"})
 
 
 def test_vllm_reads_its_sizes_and_words_from_its_resolved_launch():
@@ -65,6 +69,7 @@ def test_vllm_reads_its_sizes_and_words_from_its_resolved_launch():
     assert vllm.server_sizes({"resolved": {"mode": "NONE"}}, "profile") == ([], "")
     assert vllm.said_lines(launch) == ["vLLM said: compiling"]
     assert vllm.sizes_to_prove([8, 1, 8]) == [1, 8]
+    assert not vllm.compiles_prefill_apart(launch)  # its map traces the compiled forward itself
     assert vllm.split_launch("qwen3-30b-a3b --max-num-seqs 8", None) == (("--max-num-seqs", "8"), "qwen3-30b-a3b")
 
 

@@ -246,14 +246,13 @@ def _prefill_compiled(outcome) -> bool:
     """Whether the launch the map resolved compiles the prefill forward
     (tc_piecewise), in a map that ran its phases (one that stopped before
     says the same of the prefill trace)."""
-    from graphbreak_doctor.targets.frameworks.sglang.launch import prefill_compiled
+    from graphbreak_doctor.targets.frameworks import registry
 
     if outcome.findings is None or outcome.findings.fullgraph.crashed:
         return False
-    if _launch(outcome.findings).get("framework") == "vllm":  # its map traced the compiled forward itself
-        return False
-    resolved = _launch(outcome.findings).get("resolved")
-    return isinstance(resolved, dict) and bool(prefill_compiled(resolved))
+    launch = _launch(outcome.findings)
+    framework = registry.of_launch(launch)
+    return framework is not None and framework.compiles_prefill_apart(launch)
 
 
 def _classify_map(cell: Cell, outcomes: list) -> Cell:
@@ -271,15 +270,18 @@ def _classify_map(cell: Cell, outcomes: list) -> Cell:
         cell.findings = found.as_findings()
         return cell
     findings = found.findings
+    from graphbreak_doctor.targets.frameworks import registry
+
     launch = _launch(findings)
     phases = launch.get("phases")
-    if launch.get("framework") == "vllm":  # one phase: vLLM's profile run
-        cell.prefill = str(next(iter(phases.values()), "")) if isinstance(phases, dict) else ""
-        cell.vllm_said = [str(s) for s in launch.get("said") or []]
-    else:
-        cell.prefill = str(phases.get("extend", "")) if isinstance(phases, dict) else ""
-        cell.sglang_said = [str(s) for s in launch.get("sglang_said") or []]
-        cell.sglang_rules = [str(s) for s in launch.get("sglang_rules") or []]
+    framework = registry.of_launch(launch)
+    # The prefill: the first phase the framework's server runs (SGLang's extend, vLLM's profile run).
+    first = framework.phases[0] if framework is not None else ""
+    cell.prefill = str(phases.get(first, "")) if isinstance(phases, dict) else ""
+    # What the release said, in the fields the matrix keeps for it (a launch has one or the other).
+    cell.vllm_said = [str(s) for s in launch.get("said") or []]
+    cell.sglang_said = [str(s) for s in launch.get("sglang_said") or []]
+    cell.sglang_rules = [str(s) for s in launch.get("sglang_rules") or []]
     if findings.fullgraph.crashed:  # the map stopped after the release resolved the launch
         cell.status, cell.reason, cell.findings = CRASHED, one_line(findings.fullgraph.error), findings
         return cell

@@ -30,7 +30,10 @@ def title(m: MatrixResult) -> str:
     if m.layer == TARGET:
         targets = ", ".join(dict.fromkeys(c.layer for c in m.cells))
         return f"{targets} ({m.impl}), mode {m.mode}, torch {m.torch}"
-    impl = "SGLang's own layer" if m.impl == "sglang" else "the reference layer (FlashInfer called directly)"
+    from graphbreak_doctor.targets.frameworks import registry
+
+    framework = registry.of({"framework": m.impl})  # a matrix's impl: a framework's name, or the reference
+    impl = f"{framework.title}'s own layer" if framework else "the reference layer (FlashInfer called directly)"
     return f"GLM-5 {m.layer} layer, {impl}, mode {m.mode}" + (f", {launch}" if m.launch else "") + f", torch {m.torch}"
 
 

@@ -126,6 +126,12 @@ class Framework:
         it, inside the selected device."""
         raise NotImplementedError
 
+    def compiles_prefill_apart(self, launch: Mapping[str, Any]) -> bool:
+        """Whether the resolved launch compiles the prefill forward on a path
+        of its own that its compile map does not trace (the matrix then
+        traces it as that path compiles it)."""
+        return False
+
     def said_lines(self, launch: Mapping[str, Any]) -> list[str]:
         """What the framework logged (and the rules of its code that changed
         a compile field) while it resolved the launch, as the user reads it."""

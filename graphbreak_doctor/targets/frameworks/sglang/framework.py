@@ -71,6 +71,13 @@ class Sglang(Framework):
         return builder.build_layer(what.kind, served=served, tokens=what.tokens, device=device, cold=what.cold,
                                    log=log, scope=what.scope, phase=what.phase or PHASES[0], launch_args=what.launch)
 
+    def compiles_prefill_apart(self, launch: Mapping[str, Any]) -> bool:
+        """tc_piecewise: the launch compiles the prefill forward with fullgraph."""
+        from graphbreak_doctor.targets.frameworks.sglang.launch import prefill_compiled
+
+        resolved = launch.get("resolved")
+        return isinstance(resolved, dict) and bool(prefill_compiled(resolved))
+
     def said_lines(self, launch: Mapping[str, Any]) -> list[str]:
         """What SGLang logged about compiling while it resolved the launch,
         then the rules of its own code that changed a compile field."""
