@@ -58,10 +58,6 @@ FRAMEWORKS: tuple[Framework, ...] = BUILTIN + plugins.load("frameworks", Framewo
 _BY_NAME = {f.name: f for f in FRAMEWORKS}
 
 
-def names() -> tuple[str, ...]:
-    return tuple(_BY_NAME)
-
-
 def get(name: str) -> Framework:
     """The framework a user names; a ValueError (one line) naming the known ones."""
     try:
@@ -105,4 +101,4 @@ def given(options: Mapping[str, Any]) -> list[Framework]:
     return [f for f in FRAMEWORKS if options.get(f.option_name) is not None]
 
 
-__all__ = ["BUILTIN", "FRAMEWORKS", "get", "given", "names", "of", "of_launch", "releases"]
+__all__ = ["BUILTIN", "FRAMEWORKS", "get", "given", "of", "of_launch", "releases"]
