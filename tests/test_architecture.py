@@ -192,14 +192,6 @@ def _framework_tests_at(tree: ast.AST, names: set[str]) -> list[int]:
     return lines
 
 
-# The matrix still keeps one field and one axis per framework (its cells,
-# environments and command line): the modules that ask, and how often. The
-# number only goes down; every other module asks the framework registry.
-MATRIX_STILL_ASKS = {"graphbreak_doctor/cli/matrix.py": 8, "graphbreak_doctor/cli/targets.py": 1,
-                     "graphbreak_doctor/matrix/envs.py": 1, "graphbreak_doctor/matrix/run.py": 2,
-                     "graphbreak_doctor/model/matrix.py": 2}
-
-
 def test_nothing_outside_a_framework_asks_which_framework_it_is():
     """Outside targets/frameworks/, code asks the framework registry
     (registry.of, of_launch, given, releases) instead of comparing a
@@ -210,7 +202,7 @@ def test_nothing_outside_a_framework_asks_which_framework_it_is():
     assert _framework_tests_at(ast.parse('if a == "vllm" or b in ("x", "sglang"): d = {"vllm": 1}'), names) == [1, 1, 1]
     found = {str(p.relative_to(ROOT)): len(lines) for p in PACKAGE.rglob("*.py") if home not in p.parents
              and (lines := _framework_tests_at(ast.parse(p.read_text(encoding="utf-8")), names))}
-    assert found == MATRIX_STILL_ASKS, found
+    assert found == {}, found
 
 
 def _findings_built_at(tree: ast.AST) -> list[int]:

@@ -88,7 +88,7 @@ def test_html_links_every_cell_to_its_report(reference_run):
 def test_second_set_up_reuses_the_environments(reference_run, envs_dir):
     environments = Environments(envs_dir)
     for version in (FI_OLD, FI_NEW):
-        env = environments.ensure(EnvSpec("", version))
+        env = environments.ensure(EnvSpec(flashinfer=version))
         assert not env.built
         manifest = json.loads((env.path / "matrix-env.json").read_text())
         assert manifest["torch"] == installed("torch")
@@ -166,7 +166,7 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, message
 
 
 def _cells(version: str, status: str, category: str = "") -> list[Cell]:
-    return [Cell("", version, "sm120", "dense", status=status, category=category, reason="x")]
+    return [Cell(version, "sm120", "dense", status=status, category=category, reason="x")]
 
 
 def _each(verdict):
@@ -223,7 +223,7 @@ def test_sglang_matrix_tells_the_story(tmp_path):
     proc = doctor("matrix", "--layer", "dense", "--sglang", "0.5.9,0.5.23", "--flashinfer", f"{FI_OLD},{FI_NEW}",
                   "--device", "sm120", *links, "--json", str(tmp_path / "m.json"), "--no-html", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    cells = {(c["sglang"], c["flashinfer"]): c for c in json.loads((tmp_path / "m.json").read_text())["cells"]}
+    cells = {(c["release"], c["flashinfer"]): c for c in json.loads((tmp_path / "m.json").read_text())["cells"]}
     old = cells[("0.5.9", FI_OLD)]
     assert old["status"] == FAILED and old["category"] == "subprocess" and old["function"] == "get_cuda_version"
     assert cells[("0.5.23", FI_NEW)]["status"] == OK
@@ -290,7 +290,7 @@ def test_an_argument_a_release_lacks_is_not_available_there_in_sglangs_words(tmp
     assert proc.returncode == 0, proc.stderr[-3000:]
     data = json.loads((tmp_path / "m.json").read_text())
     assert data["launch"] == ["--disable-piecewise-cuda-graph"]
-    cells = {c["sglang"]: c for c in data["cells"]}
+    cells = {c["release"]: c for c in data["cells"]}
     # 0.5.12 takes the argument (what its map then finds is the emulation's
     # business: docs/matrix.md lists how far each release gets).
     assert cells["0.5.12"]["status"] not in (NOT_AVAILABLE, NOT_RUNNABLE), cells["0.5.12"]["reason"]
@@ -313,10 +313,10 @@ def test_each_release_says_how_it_runs_the_prefill_and_why(tmp_path):
     proc = doctor("matrix", "--model", "--sglang", "0.5.9,0.5.12,0.5.23", "--device", "sm120", "--jobs", "2", *links,
                   "--json", str(tmp_path / "m.json"), "--no-html", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    cells = {c["sglang"]: c for c in json.loads((tmp_path / "m.json").read_text())["cells"]}
+    cells = {c["release"]: c for c in json.loads((tmp_path / "m.json").read_text())["cells"]}
     assert cells["0.5.9"]["prefill"].startswith("no prefill CUDA graph"), cells["0.5.9"]
     assert cells["0.5.12"]["prefill"].startswith("no prefill CUDA graph"), cells["0.5.12"]
-    (rule,) = [r for r in cells["0.5.12"]["sglang_rules"] if r.startswith("disable_piecewise_cuda_graph = True")]
+    (rule,) = [r for r in cells["0.5.12"]["said"] if r.startswith("SGLang's rule: disable_piecewise_cuda_graph = True")]
     assert "_handle_piecewise_cuda_graph (server_args.py:" in rule and "is_piecewise_cuda_graph_disabled_model" in rule
     # The rule names the model: the release's own list that holds its architecture.
     assert "(GlmMoeDsaForCausalLM is in piecewise_cuda_graph_disabled_model_archs (model_config.py:" in rule
@@ -376,25 +376,25 @@ def test_a_release_refusing_the_launch_reads_not_available_with_sglangs_message(
     assert isinstance(error, LaunchRefused) and error.said == "unrecognized arguments: --enable-piecewise-cuda-graph"
     assert str(error) == "SGLang 0.5.23 rejects the launch arguments: " + error.said
     job = Job(TRACE, Selection("glm5", "glm5-sglang-model-extend", {}), "sm120", "map")
-    cell = _refused(Cell("0.5.23", "0.7.4", "sm120", "model", status=OK),
+    cell = _refused(Cell("0.7.4", "sm120", "model", status=OK, framework="sglang", release="0.5.23"),
                     Outcome(job, usage=True, message=str(error), refused=error.said))
     assert cell.status == NOT_AVAILABLE
     assert cell.text("2.13.0") == "not available in this release: unrecognized arguments: --enable-piecewise-cuda-graph"
     assert not cell.decided and cell.to_dict()["regions"] == []
     # Text that reads like a refusal but is not one is not taken for one.
-    other = _refused(Cell("0.5.23", "0.7.4", "sm120", "model", status=OK),
+    other = _refused(Cell("0.7.4", "sm120", "model", status=OK, framework="sglang", release="0.5.23"),
                      Outcome(job, usage=True, message=str(error) + " (said by a target)"))
     assert other.status == NOT_RUNNABLE
 
 
 def test_a_model_cell_says_prefill_sglangs_word_and_regions_in_one_line():
-    cell = Cell("0.5.12", "0.7.4", "sm120", "model", status=OK,
+    cell = Cell("0.7.4", "sm120", "model", status=OK, framework="sglang", release="0.5.12",
                 prefill="no prefill CUDA graph (the forward runs eagerly; no torch.compile of the forward)",
-                sglang_said=["Disable piecewise CUDA graph because the model is GlmMoeDsaForCausalLM"],
+                said=["SGLang said: Disable piecewise CUDA graph because the model is GlmMoeDsaForCausalLM"],
                 regions=[{"function": "m.a", "phases": {"extend": 1}, "options": {}, "verdict": "ok"},
                          {"function": "m.b", "phases": {"decode": 4}, "options": {}, "verdict": "graph breaks"}])
     assert cell.text("2.13.0") == ("OK: prefill: no prefill CUDA graph (the forward runs eagerly; no torch.compile of "
-                                   "the forward); SGLang: Disable piecewise CUDA graph because the model is "
+                                   "the forward); SGLang said: Disable piecewise CUDA graph because the model is "
                                    "GlmMoeDsaForCausalLM; 2 regions entered (1 ok, 1 graph breaks)")
     cell.prefill_fullgraph = "fails: subprocess (get_cuda_version)"
     assert "-> fullgraph fails: subprocess (get_cuda_version);" in cell.text("2.13.0")
@@ -407,7 +407,7 @@ def test_neighbouring_maps_tell_a_region_that_moved_module_as_one_move():
     from graphbreak_doctor.matrix.run import _map_summary
 
     def cell(release, *functions, verdict="ok"):
-        return Cell(release, "0.7.4", "sm120", "model", status=OK, prefill="breakable CUDA graph",
+        return Cell("0.7.4", "sm120", "model", status=OK, framework="sglang", release=release, prefill="breakable CUDA graph",
                     regions=[{"function": f, "phases": {"decode": 1}, "options": {}, "verdict": verdict}
                              for f in functions])
 
@@ -443,7 +443,7 @@ def test_the_cute_dsl_is_the_version_of_the_releases_time(release, flashinfer, e
 
 
 def test_a_stopped_cell_says_what_its_environment_could_not_hold():
-    cell = Cell("0.5.9", "0.7.4", "sm120", "model", status=CRASHED, reason="the phases stopped: x",
+    cell = Cell("0.7.4", "sm120", "model", status=CRASHED, framework="sglang", release="0.5.9", reason="the phases stopped: x",
                 prefill="no prefill CUDA graph",
                 environment=["nvidia-cutlass-dsl 4.8.0: the release asks nvidia-cutlass-dsl>=4.3.4 ..."])
     assert cell.text("2.13.0") == ("CRASHED: the phases stopped: x; prefill: no prefill CUDA graph; environment: "

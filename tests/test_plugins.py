@@ -359,3 +359,85 @@ def test_a_plugin_adds_a_serving_framework(plugin_venv, tmp_path):
     assert refused.returncode == 2 and not (tmp_path / "no.json").exists(), refused.stderr[-3000:]
     (line,) = [ln for ln in refused.stderr.splitlines() if ln.startswith("graphbreak-doctor: error:")]
     assert "toyserve 0.1 refuses the launch: --batches takes sizes such as 1,4,16, not many" in line, line
+
+
+def _plugin_wheel(folder: Path, version: str, source: str) -> Path:
+    """The plugin as a wheel of ``version`` (a zip written here: no build
+    backend, no index), its entry points those of PYPROJECT."""
+    import base64
+    import hashlib
+    import tomllib
+    import zipfile
+
+    groups = tomllib.loads(PYPROJECT)["project"]["entry-points"]
+    info = f"gbd_sleepy_plugin-{version}.dist-info"
+    files = {
+        "gbd_sleepy_plugin.py": source,
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: gbd-sleepy-plugin\nVersion: {version}\n",
+        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        f"{info}/entry_points.txt": "".join(f"[{group}]\n" + "".join(f"{k} = {v}\n" for k, v in names.items()) + "\n"
+                                            for group, names in groups.items()),
+    }
+    record = []
+    for name, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+        record.append(f"{name},sha256={digest},{len(text.encode())}")
+    files[f"{info}/RECORD"] = "\n".join([*record, f"{info}/RECORD,,"]) + "\n"
+    wheel = folder / f"gbd_sleepy_plugin-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        for name, text in files.items():
+            z.writestr(name, text)
+    return wheel
+
+
+# Release 0.2 of the plugin's framework: its server's forward no longer sleeps.
+SLEEPING_FORWARD = "        x = self.proj(x)\n        time.sleep(0)\n        return x * 2\n"
+
+
+@pytest.mark.plugin_matrix
+def test_a_plugin_framework_is_a_matrix_axis_over_its_releases(plugin_venv, tmp_path):
+    """`matrix --model --toyserve 0.1,0.2`: the plugin's framework contributes
+    its axis and launch arguments; each release is built from a local wheel
+    into an environment of its own by its framework's recipe (the default:
+    the doctor's pinned base file and the release's distribution), and each
+    cell maps the model as that release serves it. 0.1's server breaks at
+    its sleep, 0.2's does not; the neighbour diff says what changed."""
+    source = textwrap.dedent(PLUGIN)
+    assert SLEEPING_FORWARD in source
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    _plugin_wheel(wheels, "0.1", source)
+    _plugin_wheel(wheels, "0.2", source.replace(SLEEPING_FORWARD, "        x = self.proj(x)\n        return x * 2\n"))
+    out = tmp_path / "m.json"
+    result = _doctor(plugin_venv, "matrix", "--model", "--toyserve", "0.1,0.2", "--toyserve-args",
+                     "qwen3-30b-a3b --batches 2,8", "--device", "sm120", "--find-links", str(wheels),
+                     "--envs", str(tmp_path / "envs"), "--json", str(out), "--html", str(tmp_path / "m.html"),
+                     cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    data = json.loads(out.read_text())
+    assert (data["framework"], data["releases"], data["impl"]) == ("toyserve", ["0.1", "0.2"], "toyserve")
+    assert data["launch"] == ["--batches", "2,8"] and data["model"] == "Qwen3MoeForCausalLM"
+    cells = {c["release"]: c for c in data["cells"]}
+    assert set(cells) == {"0.1", "0.2"} and all(c["framework"] == "toyserve" for c in cells.values())
+    for release, cell in cells.items():
+        # Each cell ran its own release, installed from its wheel.
+        assert cell["findings"]["environment"]["toyserve"] == release, cell["reason"]
+        assert cell["said"] == ["Toyserve said: serving Qwen3MoeForCausalLM at 2 batch sizes"]
+        assert cell["prefill"].startswith("the forward compiled with torch.compile (fullgraph) at batches [2, 8]")
+        (region,) = cell["regions"]
+        assert region["function"].endswith("TinyServed.forward") and region["phases"] == {"serve": 2}
+    assert cells["0.1"]["status"] == "failed" and cells["0.1"]["regions"][0]["verdict"] != "ok"
+    assert cells["0.2"]["status"] == "ok" and cells["0.2"]["regions"][0]["verdict"] == "ok", cells["0.2"]
+    (diff,) = data["diffs"]
+    assert (diff["axis"], diff["a"], diff["b"]) == ("toyserve", "0.1", "0.2")
+    assert "TinyServed.forward" in diff["summary"] or "forward:" in diff["summary"], diff
+    assert "matrix: Qwen3MoeForCausalLM model forward, Toyserve's compile map" in result.stdout
+    assert "toyserve 0.2 + flashinfer" in (tmp_path / "m.html").read_text()
+    # A launch no release takes is bad input, in the framework's own words.
+    refused = _doctor(plugin_venv, "matrix", "--model", "--toyserve", "0.1", "--toyserve-args",
+                      "qwen3-30b-a3b --batches many", "--device", "sm120", "--find-links", str(wheels),
+                      "--envs", str(tmp_path / "envs"), "--json", str(tmp_path / "no.json"), cwd=tmp_path)
+    assert refused.returncode == 2 and not (tmp_path / "no.json").exists(), refused.stderr[-3000:]
+    assert refused.stderr.strip().splitlines()[-1].endswith(
+        "no release in the matrix takes the launch arguments: Toyserve 0.1: "
+        "--batches takes sizes such as 1,4,16, not many"), refused.stderr[-2000:]

@@ -63,9 +63,9 @@ def test_model_path_alone_selects_the_model_forward_and_names_one_model():
 def test_the_matrix_maps_another_model(tmp_path):
     from graphbreak_doctor.matrix.run import Plan
 
-    plan = Plan(MODEL, "sglang", ("0.5.23",), ("0.7.4",), ("sm100",), "map", config="qwen3-30b-a3b")
+    plan = Plan(MODEL, "sglang", "sglang", ("0.5.23",), ("0.7.4",), ("sm100",), "map", config="qwen3-30b-a3b")
     assert [s.spec for s in plan.selections()] == ["qwen3moe-sglang:model:extend"]
-    assert [s.spec for s in Plan(MODEL, "sglang", ("0.5.23",), ("0.7.4",), ("sm100",), "map").selections()] == \
+    assert [s.spec for s in Plan(MODEL, "sglang", "sglang", ("0.5.23",), ("0.7.4",), ("sm100",), "map").selections()] == \
         ["glm5-sglang:model:extend"]
 
 

@@ -25,13 +25,13 @@ CTYPES = "fixtures.breaks.opaque_ctypes:target"
 
 
 def test_the_spec_pins_its_torch_and_this_interpreters_release_is_the_usual_environment(envs_dir):
-    spec = EnvSpec("", FI_NEW, OTHER)
+    spec = EnvSpec(flashinfer=FI_NEW, torch=OTHER)
     assert f"torch=={OTHER}" in spec.requirement_files()["base.txt"].splitlines()
     assert spec.label == f"flashinfer {FI_NEW}, torch {OTHER}"
     assert f"torch-{OTHER}-" in spec.folder_name(installed("torch"))
     environments = Environments(envs_dir)
-    assert environments.path(EnvSpec("", FI_NEW, RUNNING)) == environments.path(EnvSpec("", FI_NEW))
-    assert environments.path(spec) != environments.path(EnvSpec("", FI_NEW))
+    assert environments.path(EnvSpec(flashinfer=FI_NEW, torch=RUNNING)) == environments.path(EnvSpec(flashinfer=FI_NEW))
+    assert environments.path(spec) != environments.path(EnvSpec(flashinfer=FI_NEW))
 
 
 def test_a_reference_cell_says_which_torch_ran(tmp_path, envs_dir):
@@ -50,8 +50,8 @@ def test_a_reference_cell_says_which_torch_ran(tmp_path, envs_dir):
 def test_each_sglang_release_pins_its_own_torch_read_from_its_wheel():
     """`--torch release`: each SGLang release's cells hold the torch its wheel
     pins (0.5.21 the one these machines run, 0.5.23 the CUDA build)."""
-    assert release_torch("0.5.21", []) == "2.13.0"
-    assert release_torch("0.5.23", []) == "2.14.1"
+    assert release_torch("sglang", "0.5.21", []) == "2.13.0"
+    assert release_torch("sglang", "0.5.23", []) == "2.14.1"
 
 
 def test_torch_release_needs_sglang_releases(tmp_path):

@@ -39,7 +39,7 @@ def vllm_run(tmp_path_factory, envs_dir):
 @pytest.mark.vllm_matrix
 def test_each_release_maps_the_model_in_its_own_environment(vllm_run):
     proc, data, _out = vllm_run
-    assert data["vllm"] == list(RELEASES) and data["sglang"] == [] and data["impl"] == "vllm"
+    assert data["releases"] == list(RELEASES) and data["framework"] == data["impl"] == "vllm"
     assert data["launch"] == LAUNCH.split() and data["model"] == "Qwen3MoeForCausalLM"
     for release in RELEASES:
         row = next(ln for ln in proc.stdout.splitlines() if ln.startswith(f"vllm {release} + flashinfer {FI_NEW}"))
@@ -47,16 +47,16 @@ def test_each_release_maps_the_model_in_its_own_environment(vllm_run):
     for cell in data["cells"]:
         findings = cell["findings"]
         # The trace ran the cell's vLLM and FlashInfer, not this interpreter's.
-        assert findings["environment"]["vllm"] == cell["vllm"]
+        assert cell["framework"] == "vllm" and findings["environment"]["vllm"] == cell["release"]
         assert findings["environment"]["flashinfer"] == cell["flashinfer"] == FI_NEW
         launch = findings["target"]["facts"]["launch"]
-        assert launch["release"] == cell["vllm"] and launch["args"] == LAUNCH.split()
+        assert launch["release"] == cell["release"] and launch["args"] == LAUNCH.split()
         assert launch["resolved"]["max_num_seqs"] == 8 and launch["resolved"]["mode"] == "VLLM_COMPILE"
         # The decorated forward, traced as vLLM compiles it: fullgraph, verdict ok.
         (region,) = cell["regions"]
         assert region["function"].endswith("Qwen3MoeModel.forward") and region["verdict"] == "ok"
         assert region["options"]["fullgraph"] is True
-        assert cell["status"] == "ok" and "vllm_said" in cell and "sglang_said" not in cell
+        assert cell["status"] == "ok" and all(s.startswith("vLLM said: ") for s in cell["said"])
 
 
 @pytest.mark.vllm_matrix
@@ -69,7 +69,7 @@ def test_both_runners_capture_their_cuda_graphs(vllm_run):
         graphs = cell["findings"]["cudagraphs"]
         assert not graphs["error"], graphs["error"]
         phases = {p["phase"]: p for p in graphs["phases"]}
-        assert set(phases) == {"mixed prefill-decode", "decode"}, cell["vllm"]
+        assert set(phases) == {"mixed prefill-decode", "decode"}, cell["release"]
         piecewise, full = phases["mixed prefill-decode"], phases["decode"]
         assert piecewise["backend"] == "piecewise" and full["backend"] == "full"
         # A uniform decode batch has one token per request: never more than --max-num-seqs.
@@ -78,10 +78,10 @@ def test_both_runners_capture_their_cuda_graphs(vllm_run):
             assert len(phase["captures"]) == 3
             for capture in phase["captures"]:
                 assert not capture["error"] and not capture["hazards"], capture
-                assert capture["segments"] == segments, (cell["vllm"], phase["phase"], capture)
+                assert capture["segments"] == segments, (cell["release"], phase["phase"], capture)
         breaks = {b["function"] for c in piecewise["captures"] for b in c["breaks"]}
         assert any("vllm::unified_attention_with_output" in b for b in breaks), breaks
-    manager = next(c for c in data["cells"] if c["vllm"] == "0.34.0")
+    manager = next(c for c in data["cells"] if c["release"] == "0.34.0")
     how = next(p["how"] for p in manager["findings"]["cudagraphs"]["phases"] if p["phase"] == "decode")
     assert "manager's own CUDA graph" in how
 
@@ -110,13 +110,13 @@ def test_an_environment_holds_the_release_own_pins_or_says_why(vllm_run, envs_di
 
     environments = Environments(Path(envs_dir))
     for cell in data["cells"]:
-        env = environments.path(EnvSpec("", FI_NEW, vllm=cell["vllm"]))  # this doctor's environment of the release
+        env = environments.path(EnvSpec("vllm", cell["release"], FI_NEW))  # this doctor's environment of the release
         unmet = json.loads(subprocess.run([str(env / "bin" / "python"), "-c", check], check=True,
                                           capture_output=True, text=True).stdout)
         assert "torch" in unmet  # both releases pin a CUDA torch; the cell holds this interpreter's
         for name in unmet:
-            assert any(f"asks {name}" in note for note in cell["environment"]), (cell["vllm"], name)
-    followed = json.loads((environments.path(EnvSpec("", FI_NEW, vllm="0.34.0")) / "matrix-env.json").read_text())
+            assert any(f"asks {name}" in note for note in cell["environment"]), (cell["release"], name)
+    followed = json.loads((environments.path(EnvSpec("vllm", "0.34.0", FI_NEW)) / "matrix-env.json").read_text())
     # 0.34.0 asks a newer huggingface-hub than the project's vLLM file pins: followed, with its dependencies.
     assert followed["followed_release_pins"].get("huggingface-hub", "").startswith("2.")
 
@@ -204,7 +204,7 @@ def test_what_an_environment_follows_of_a_release_and_what_it_keeps():
     torch and FlashInfer are kept, and so is a version the cell's FlashInfer
     refuses; a package the file does not pin, an extra's and a marker that
     does not hold here are left alone."""
-    from graphbreak_doctor.matrix.vllm_release import choose
+    from graphbreak_doctor.targets.frameworks.vllm.environment import choose
 
     release = ["torch==2.11.0", "flashinfer-python==0.6.13", "nvidia-cutlass-dsl[cu13]==4.5.2",
                "huggingface-hub>=2.0.0", "transformers<5.23.0,>=5.16.1", "lark==1.2.2",

@@ -26,7 +26,8 @@ import pytest
 
 from conftest import ROOT
 from graphbreak_doctor.matrix import doctor_source
-from graphbreak_doctor.matrix.envs import REQUIREMENTS, SGLANG_PROFILES, uv_binary
+from graphbreak_doctor.matrix.envs import REQUIREMENTS, uv_binary
+from graphbreak_doctor.targets.frameworks.sglang.environment import SGLANG_PROFILES
 
 PACKAGE_REQUIREMENTS = "graphbreak_doctor/matrix/requirements"
 # What the probe prints, run by an interpreter whose only doctor is the installed one.
@@ -35,7 +36,7 @@ import json, sys
 from pathlib import Path
 import graphbreak_doctor
 from graphbreak_doctor.matrix import doctor_source, envs
-specs = [envs.EnvSpec("", "0.6.3"), envs.EnvSpec("0.5.9", "0.7.4"), envs.EnvSpec("0.5.23", "0.7.4")]
+specs = [envs.EnvSpec(flashinfer="0.6.3"), envs.EnvSpec("sglang", "0.5.9", "0.7.4"), envs.EnvSpec("sglang", "0.5.23", "0.7.4")]
 wheel = str(doctor_source.running().wheel(Path(sys.argv[1]))) if len(sys.argv) > 1 else ""
 print(json.dumps({"doctor": graphbreak_doctor.__file__, "requirements": str(envs.REQUIREMENTS),
                   "files": [s.requirement_files() for s in specs], "keys": [s.key("2.13.0") for s in specs],

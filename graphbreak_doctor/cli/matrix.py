@@ -1,11 +1,12 @@
-"""`graphbreak-doctor matrix`: which SGLang x FlashInfer x GPU combinations
+"""`graphbreak-doctor matrix`: which framework x FlashInfer x GPU combinations
 capture GLM-5's layers -- one isolated environment per version pair, one
 worker process per cell and mode -- and `--bisect` for the first release
-where the verdict changes. With `--model` each cell is the compile map of
-SGLang's GLM-5 model forward under the launch arguments (`--sglang-args`),
-read by each release itself; with `--model --vllm V1,...` the framework
-axis is vLLM's releases, each cell vLLM's compile map and CUDA-graph map of
-the served model under `--vllm-args`. Any other provider that offers itself to the
+where the verdict changes. Each serving framework contributes its axis
+(`--<name> V1,...`: `--sglang`, `--vllm`, a plugin's) and its launch
+arguments (`--<name>-args`), read by each release itself; a matrix has one
+framework axis. With `--model` each cell is the framework's compile map of
+the served model forward (the first framework that builds layers, SGLang,
+when none is named). Any other provider that offers itself to the
 matrix (``TargetProvider.in_matrix``: ``--target M:F``, a plugin's) names
 the targets each cell traces."""
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 
 from graphbreak_doctor.cli.common import (
@@ -28,24 +30,23 @@ from graphbreak_doctor.emulation.presets import PRESETS
 from graphbreak_doctor.model import DEFAULT_DEVICE, MAP_MODE, MODE_CHOICES
 from graphbreak_doctor.matrix.executors import EXECUTORS
 from graphbreak_doctor.render import MATRIX, get
+from graphbreak_doctor.targets.frameworks import registry
 from graphbreak_doctor.targets.models.packaged import listing as packaged_listing
 from graphbreak_doctor.targets.registry import providers
 
 NAME = "matrix"
 DEFAULT_TIMEOUT = 900
 
-HELP = """Each (SGLang, FlashInfer) pair gets a virtual environment built with uv from
-the pinned requirement files that ship with the doctor (torch held at this interpreter's version; kept and reused:
---envs). A cell that cannot be built or does not import here is shown as
-"not runnable on torch X: <reason>"; the matrix exits 0 whatever its cells say.
-With --model a cell is SGLang's compile map of the GLM-5 model forward under
-the launch arguments (--sglang-args, read by each release itself): how the
+HELP = """Each (framework release, FlashInfer) pair gets a virtual environment built with uv from
+the pinned requirement files that ship with the doctor and the framework's own recipe (torch held at this
+interpreter's version; kept and reused: --envs). A cell that cannot be built or does not import here is shown
+as "not runnable on torch X: <reason>"; the matrix exits 0 whatever its cells say.
+With --model a cell is the framework's compile map of the served model forward under
+its launch arguments (--sglang-args, --vllm-args, read by each release itself): how the
 release runs the prefill (and its fullgraph verdict where the launch compiles
-it), what SGLang said, the torch.compile regions entered. A release that
-refuses an argument reads "not available in this release: <SGLang's message>".
-With --model --vllm V1,... the releases are vLLM's: a cell is vLLM's compile
-map and CUDA-graph map of the served model under --vllm-args (as `trace
---vllm-args ... --mode map`), each release in an environment of its own.
+it on a path of its own), what the framework said, the torch.compile regions entered, the
+CUDA-graph map. A release that refuses an argument reads "not available in this release:
+<the framework's message>". --model alone maps SGLang's; --model --vllm V1,... vLLM's.
 
 """
 
@@ -71,19 +72,36 @@ def _torch_list(text: str) -> tuple[str, ...]:
     return ("release",) if text.strip() == "release" else _version_list(text)
 
 
-def _pins(args: argparse.Namespace, sglang: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
-    """--torch release: (release, the torch it pins) per SGLang release; () otherwise."""
+def _pins(args: argparse.Namespace, framework, releases: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """--torch release: (release, the torch it pins) per framework release; () otherwise."""
     if tuple(args.torch or ()) != ("release",):
         return ()
-    if not sglang or args.bisect:
-        raise UsageError("--torch release holds each SGLang release's own torch: give --sglang V1,... "
-                         "(not --bisect)")
+    if framework is not None and not framework.torch_release:
+        raise UsageError(f"--torch release: {framework.title}'s environments hold the torch of the cell's axis, "
+                         "not its release's pin: leave out --torch release")
+    if framework is None or not releases or args.bisect:
+        named = framework or _default_framework()
+        raise UsageError(f"--torch release holds each {named.title} release's own torch: give --{named.name} "
+                         "V1,... (not --bisect)")
     from graphbreak_doctor.matrix.envs import EnvError, release_torch
 
     try:
-        return tuple((s, release_torch(s, list(args.find_links))) for s in sglang)
+        return tuple((r, release_torch(framework.distribution or framework.name, r, list(args.find_links)))
+                     for r in releases)
     except EnvError as e:
         raise UsageError(f"--torch release: {e}") from e
+
+
+def _default_framework():
+    """The framework of --model and --impl when none is named: the first that builds layers (serving.py)."""
+    from graphbreak_doctor.targets.serving import LAYER_FRAMEWORKS
+
+    return LAYER_FRAMEWORKS[0]
+
+
+def _axis_dest(framework) -> str:
+    """Where the parsed options keep a framework's releases (--<name>)."""
+    return f"releases_{framework.name.replace('-', '_')}"
 
 
 def _devices(text: str) -> tuple[str, ...]:
@@ -96,13 +114,16 @@ def _devices(text: str) -> tuple[str, ...]:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = add_subcommand(sub, NAME, "a compatibility matrix over SGLang x FlashInfer x GPU, with bisection",
+    from graphbreak_doctor.targets.serving import IMPL_CHOICES
+
+    p = add_subcommand(sub, NAME, "a compatibility matrix over framework x FlashInfer x GPU, with bisection",
                        epilog=HELP)
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--layer", choices=("dense", "moe", "all"), help="GLM-5 decoder layer(s)")
     what.add_argument("--model", action="store_true",
-                      help="per cell, the compile map of SGLang's GLM-5 model forward (as `trace --model --mode "
-                           "map`): how the release runs the prefill, and the torch.compile regions entered")
+                      help="per cell, the framework's compile map of the served model forward (as `trace --model "
+                           "--mode map`; SGLang's unless another framework's releases are given): how the release "
+                           "runs the prefill, the torch.compile regions entered, the CUDA-graph map")
     from graphbreak_doctor.cli.targets import add_memory_option, add_option
 
     for provider in _matrix_providers():
@@ -110,14 +131,24 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                      "cells' environments)")
         for o in provider.options:
             add_option(what if o.selects else group, o)
-    p.add_argument("--impl", choices=("reference", "sglang"),
-                   help="sglang: SGLang's own layer (the default with --sglang); reference: the project's "
-                        "re-creation, no SGLang needed")
-    p.add_argument("--sglang", type=_version_list, metavar="V1,V2,...",
-                   help="SGLang releases (default: the installed one)")
-    p.add_argument("--vllm", type=_version_list, metavar="V1,V2,...",
-                   help="with --model: vLLM releases, the framework axis in place of SGLang's (each cell: vLLM's "
-                        "compile map and CUDA-graph map of the served model)")
+    p.add_argument("--impl", choices=IMPL_CHOICES,
+                   help="a framework's own layer (the default with its releases: --sglang); reference: the "
+                        "project's re-creation, no framework needed")
+    axes = p.add_argument_group("the framework axis (one per matrix; each framework contributes its own)")
+    for framework in registry.FRAMEWORKS:
+        layered = "" if "block" in framework.scopes else "with --model: "
+        try:
+            axes.add_argument(f"--{framework.name}", type=_version_list, metavar="V1,V2,...",
+                              dest=_axis_dest(framework),
+                              help=f"{layered}{framework.title} releases, each in an environment of its own "
+                                   "(default: the installed one)")
+        except argparse.ArgumentError:  # a plugin's framework named as one of the matrix's own options
+            print(f"graphbreak-doctor: plugin framework {framework.name}: --{framework.name} is one of the matrix's "
+                  "own options; its axis is left out of the matrix", file=sys.stderr)
+            continue
+        axes.add_argument(framework.option, metavar="ARGS",
+                          help=f"the server's launch arguments, read by each cell's {framework.title} release "
+                               f"itself; needs --{framework.name}")
     p.add_argument("--flashinfer", type=_version_list, metavar="V1,V2,...",
                    help="FlashInfer releases (default: the installed one)")
     p.add_argument("--torch", type=_torch_list, metavar="V1,V2,...|release",
@@ -127,21 +158,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "folders and indexes pip is configured with")
     p.add_argument("--device", type=_devices, default=(DEFAULT_DEVICE,), metavar="D1,D2,...",
                    help="emulated GPUs, the table's columns (default sm120)")
-    p.add_argument("--sglang-args", metavar="ARGS",
-                   help="the server's launch arguments (what follows `python -m sglang.launch_server`), read by "
-                        "each cell's SGLang release itself; needs --sglang")
-    p.add_argument("--vllm-args", metavar="ARGS",
-                   help="with --vllm: the server's launch arguments (what follows `vllm serve`), read by each "
-                        "cell's vLLM release itself")
     p.add_argument("--model-path", metavar="DIR|NAME",
                    help=f"with --model: the served model's config folder, or a packaged model: {packaged_listing()}; "
-                        "every cell's SGLang builds it (the folder must be readable where the cells run)")
+                        "every cell's framework builds it (the folder must be readable where the cells run)")
     p.add_argument("--mode", choices=(*MODE_CHOICES, MAP_MODE), default=None,
                    help="as for trace (default both: the fullgraph verdict and every break; with --model: map, "
                         "the only mode it takes)")
     p.add_argument("--bisect", nargs=2, metavar=("AXIS", "LOW..HIGH"),
-                   help="sglang or flashinfer: the first release in the range whose verdict differs from "
-                        "LOW's, on the first device, the other axis at one version")
+                   help="a framework's axis (sglang) or flashinfer: the first release in the range whose verdict "
+                        "differs from LOW's, on the first device, the other axis at one version")
     how = p.add_argument_group("how to run")
     how.add_argument("--executor", choices=tuple(EXECUTORS), default="local",
                      help="where the cells run: local (worker processes here) or ray (each job a Ray task on a "
@@ -179,109 +204,98 @@ def _chosen_selections(args: argparse.Namespace) -> tuple:
     if not chosen:
         return ()
     provider = chosen[0]
-    if args.impl or args.sglang_args is not None or args.mode == MAP_MODE:
-        raise UsageError(f"{' / '.join(provider.selecting_flags())}: --impl, --sglang-args and --mode map are "
-                         "for GLM-5's layers and model")
+    if args.impl or registry.given(vars(args)) or args.mode == MAP_MODE:
+        raise UsageError(f"{' / '.join(provider.selecting_flags())}: --impl, a framework's launch arguments and "
+                         "--mode map are for GLM-5's layers and model")
     try:
         return tuple(provider.select(values(args, provider)))
     except ValueError as e:
         raise UsageError(str(e)) from e
 
 
+def _framework(args: argparse.Namespace):
+    """The framework of the matrix's framework axis: the one whose releases,
+    launch arguments, --impl or bisection the command line names (at most
+    one); None where none is named."""
+    named: dict = {}
+    for framework in registry.FRAMEWORKS:
+        flags = [flag for flag, given in ((f"--{framework.name}", getattr(args, _axis_dest(framework), None)),
+                                          (framework.option, getattr(args, framework.option_name, None) is not None),
+                                          (f"--impl {args.impl}", args.impl == framework.name),
+                                          (f"--bisect {framework.name}", bool(args.bisect)
+                                           and args.bisect[0] == framework.name)) if given]
+        if flags:
+            named[framework] = flags[0]
+    if len(named) > 1:
+        (a, flag_a), (b, flag_b) = list(named.items())[:2]
+        raise UsageError(f"{flag_a} and {flag_b} name two frameworks, and a matrix has one framework axis: "
+                         f"leave out {flag_a} or {flag_b}")
+    return next(iter(named), None)
+
+
 def _plan(args: argparse.Namespace):
     from graphbreak_doctor.matrix.envs import installed
     from graphbreak_doctor.model.matrix import MODEL, TARGET
     from graphbreak_doctor.matrix.run import Plan
-    from graphbreak_doctor.targets.frameworks import registry
+    from graphbreak_doctor.targets.serving import PROVIDER, REFERENCE
 
-    if args.vllm or args.vllm_args is not None:
-        return _vllm_plan(args)
-    bisect_sglang = bool(args.bisect) and args.bisect[0] == "sglang"
+    framework = _framework(args)
+    releases = tuple(getattr(args, _axis_dest(framework), None) or ()) if framework else ()
+    bisecting = framework is not None and bool(args.bisect) and args.bisect[0] == framework.name
+    flashinfer = args.flashinfer or (installed("flashinfer-python"),)
     chosen = _chosen_selections(args)
     if chosen:
-        flashinfer = args.flashinfer or (installed("flashinfer-python"),)
         if not flashinfer[0]:
             raise UsageError("give --flashinfer V1,... (FlashInfer is not installed here)")
-        return Plan(TARGET, chosen[0].provider, tuple(args.sglang or ()), tuple(flashinfer), tuple(args.device),
-                    args.mode or "both", chosen=chosen, torch=tuple(args.torch or ()),
-                    pins=_pins(args, tuple(args.sglang or ())))
+        return Plan(TARGET, chosen[0].provider, framework.name if framework else "", releases, tuple(flashinfer),
+                    tuple(args.device), args.mode or "both", chosen=chosen, torch=tuple(args.torch or ()),
+                    pins=_pins(args, framework, releases))
     if args.model:
-        if args.impl == "reference":
-            raise UsageError("--model maps SGLang's own model forward: leave out --impl reference")
+        if args.impl == REFERENCE:
+            raise UsageError("--model maps a framework's own model forward: leave out --impl reference")
         if args.mode not in (None, MAP_MODE):
             raise UsageError(f"--model runs the compile map (--mode map), not --mode {args.mode}")
         if args.bisect:
             raise UsageError("--bisect compares layer verdicts: give --layer, not --model")
     elif args.mode == MAP_MODE:
         raise UsageError("--mode map is the compile map of the model forward: give --model, not --layer")
-    impl = "sglang" if args.model else args.impl or ("sglang" if args.sglang or bisect_sglang else "reference")
-    if impl == "reference" and (args.sglang or bisect_sglang):
-        raise UsageError("--impl reference traces without SGLang: leave out --sglang")
-    if args.sglang_args is not None and not (args.sglang or bisect_sglang):
-        raise UsageError("--sglang-args needs --sglang V1,...: each release reads the launch arguments itself")
+    launched = framework is not None and getattr(args, framework.option_name) is not None
+    if launched and not (releases or bisecting):
+        raise UsageError(f"{framework.option} needs --{framework.name} V1,...: each release reads the launch "
+                         "arguments itself")
+    if framework is None and args.model:
+        framework = _default_framework()
+    impl = framework.name if args.model else args.impl or (framework.name if framework else REFERENCE)
+    if impl == REFERENCE and framework is not None:
+        raise UsageError(f"--impl reference traces without {framework.title}: leave out --{framework.name}")
+    if framework is not None and not args.model and "block" not in framework.scopes:
+        raise UsageError(f"--{framework.name} maps {framework.title}'s model forward only: give --model and "
+                         "leave out --layer")
     try:
-        launch, config = (registry.get("sglang").split_launch(args.sglang_args, None)
-                          if args.sglang_args is not None else ((), None))
+        launch, config = (framework.split_launch(getattr(args, framework.option_name), None)
+                          if launched else ((), None))
     except ValueError as e:
         raise UsageError(str(e)) from e
     if config is not None and args.model_path is not None:
-        raise UsageError("--model-path names the model, and --sglang-args' --model-path another: give one")
+        raise UsageError(f"--model-path names the model, and {framework.option}' model another: give one")
     config = args.model_path if args.model_path is not None else config
     if config is not None and not args.model:
         raise UsageError("--model-path is the model whose forward --model maps: give --model, not --layer")
-    if config is not None:  # the folder read now: a bad one is one line before any environment is built
-        from graphbreak_doctor.targets.serving import PROVIDER
-
+    if args.model:  # the model's folder read now: a bad one is one line before any environment is built
         try:
-            PROVIDER.served_selections(MODEL, "sglang", config=config, scope=MODEL, launch=launch)
+            PROVIDER.matrix_model_selections(framework, config, launch)
         except ValueError as e:
             raise UsageError(str(e)) from e
-    sglang = args.sglang or ()
-    if impl == "sglang" and not sglang and not bisect_sglang:
-        if not installed("sglang"):
-            raise UsageError(f"{'--model' if args.model else '--impl sglang'}: give --sglang V1,... "
-                             "(SGLang is not installed here)")
-        sglang = (installed("sglang"),)
-    flashinfer = args.flashinfer or (installed("flashinfer-python"),)
+    if framework is not None and not releases and not bisecting:
+        releases = (framework.release(),)
+        if not releases[0]:
+            raise UsageError(f"{'--model' if args.model else f'--impl {impl}'}: give --{framework.name} V1,... "
+                             f"({framework.title} is not installed here)")
     if not flashinfer[0]:
         raise UsageError("give --flashinfer V1,... (FlashInfer is not installed here)")
-    return Plan(MODEL if args.model else args.layer, impl, tuple(sglang), tuple(flashinfer), tuple(args.device),
-                MAP_MODE if args.model else args.mode or "both", launch, config=config,
-                torch=tuple(args.torch or ()), pins=_pins(args, tuple(sglang)))
-
-
-def _vllm_plan(args: argparse.Namespace):
-    """--model --vllm V1,...: each cell vLLM's map of the served model in that release."""
-    from graphbreak_doctor.matrix.envs import installed
-    from graphbreak_doctor.matrix.run import Plan
-    from graphbreak_doctor.model.matrix import MODEL
-    from graphbreak_doctor.targets.frameworks import registry
-    from graphbreak_doctor.targets.serving import PROVIDER
-
-    if not args.vllm:
-        raise UsageError("--vllm-args needs --vllm V1,...: each release reads the launch arguments itself")
-    for given, flag in ((args.sglang, "--sglang"), (args.sglang_args is not None, "--sglang-args"),
-                        (args.impl, "--impl"), (args.bisect, "--bisect"), (args.layer, "--layer"),
-                        (_chosen_selections(args), "a target option"), (tuple(args.torch or ()) == ("release",),
-                                                                         "--torch release")):
-        if given:
-            raise UsageError(f"--vllm maps vLLM's model forward per release: leave out {flag}")
-    if args.mode not in (None, MAP_MODE):
-        raise UsageError(f"--model runs the compile map (--mode map), not --mode {args.mode}")
-    try:
-        vllm = registry.get("vllm")
-        launch, config = vllm.split_launch(args.vllm_args, None) if args.vllm_args is not None else ((), None)
-        if config is not None and args.model_path is not None:
-            raise ValueError("--model-path names the model, and --vllm-args' model another: give one")
-        config = args.model_path if args.model_path is not None else config
-        PROVIDER.model_selection(vllm, config, launch)  # the model's folder read now: a bad one is one line
-    except ValueError as e:
-        raise UsageError(str(e)) from e
-    flashinfer = args.flashinfer or (installed("flashinfer-python"),)
-    if not flashinfer[0]:
-        raise UsageError("give --flashinfer V1,... (FlashInfer is not installed here)")
-    return Plan(MODEL, "vllm", (), tuple(flashinfer), tuple(args.device), MAP_MODE, launch, config=config,
-                torch=tuple(args.torch or ()), vllm=tuple(args.vllm))
+    return Plan(MODEL if args.model else args.layer, impl, framework.name if framework else "", releases,
+                tuple(flashinfer), tuple(args.device), MAP_MODE if args.model else args.mode or "both", launch,
+                config=config, torch=tuple(args.torch or ()), pins=_pins(args, framework, releases))
 
 
 def _check_size(plan) -> None:
@@ -298,8 +312,9 @@ def _bisect_range(args: argparse.Namespace, plan) -> tuple[str, str, str]:
     from packaging.version import InvalidVersion, Version
 
     axis, text = args.bisect
-    if axis not in ("sglang", "flashinfer"):
-        raise UsageError(f"--bisect: the axis is sglang or flashinfer, not {axis!r}")
+    axes = [*(f.name for f in registry.FRAMEWORKS if "block" in f.scopes), "flashinfer"]
+    if axis not in axes:
+        raise UsageError(f"--bisect: the axis is {' or '.join(axes)}, not {axis!r}")
     low, sep, high = text.partition("..")
     try:
         ok = sep and Version(low) < Version(high)
@@ -307,9 +322,10 @@ def _bisect_range(args: argparse.Namespace, plan) -> tuple[str, str, str]:
         ok = False
     if not ok:
         raise UsageError(f"--bisect {axis}: expected LOW..HIGH with LOW older than HIGH, got {text!r}")
-    if getattr(args, axis):
+    framework_axis = axis != "flashinfer"
+    if plan.releases if framework_axis else args.flashinfer:
         raise UsageError(f"--bisect {axis} chooses the {axis} releases: leave out --{axis}")
-    other = plan.flashinfer if axis == "sglang" else plan.sglang
+    other = plan.flashinfer if framework_axis else plan.releases
     if len(other) > 1:
         raise UsageError(f"--bisect {axis}: give one version of the other axis, not {len(other)}")
     return axis, low, high
@@ -345,9 +361,9 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(e)) from e
     refused = [c for c in result.cells if c.status == NOT_AVAILABLE]
     if refused and len(refused) == len(result.cells):  # an argument no release takes: bad input
-        name, release = refused[0].framework
-        framework = "vLLM" if name == "vllm" else "SGLang"
-        raise UsageError(f"no release in the matrix takes the launch arguments: {framework} {release}: "
+        framework = registry.of({"framework": refused[0].framework})
+        raise UsageError(f"no release in the matrix takes the launch arguments: "
+                         f"{framework.title if framework else refused[0].framework} {refused[0].release}: "
                          f"{refused[0].reason}")
     show(get("matrix").render(result))
     html = next((p.path for p in outputs.planned if p.renderer.name == "matrix-html"), None)
@@ -368,7 +384,9 @@ def _run(args: argparse.Namespace, plan, bisecting, environments, limits, progre
 
     if bisecting:
         axis, low, high = bisecting
-        package = "sglang" if axis == "sglang" else "flashinfer-python"
+        framework_axis = axis != "flashinfer"
+        package = registry.get(axis).distribution or axis if framework_axis else "flashinfer-python"
+        field, cell_field = ("releases", "release") if framework_axis else ("flashinfer", "flashinfer")
         versions = available_versions(package, low, high, environments.find_links)
         if len(versions) < 2 or versions[0] != low or versions[-1] != high:
             raise UsageError(f"--bisect {axis}: {low} and {high} must both be releases "
@@ -376,27 +394,28 @@ def _run(args: argparse.Namespace, plan, bisecting, environments, limits, progre
         probed = []
 
         def probe(chosen: list[str]) -> dict:
-            some = replace(plan, devices=plan.devices[:1], **{axis: tuple(chosen)})
+            some = replace(plan, devices=plan.devices[:1], **{field: tuple(chosen)})
             result = run_cells(some, environments, limits, progress, runner)
             probed.append(result)
-            return {v: [c for c in result.cells if getattr(c, axis) == v] for v in chosen}
+            return {v: [c for c in result.cells if getattr(c, cell_field) == v] for v in chosen}
 
         found = bisect(versions, probe, axis, width=limits.jobs)
-        result = _joined(plan, probed, axis)
+        result = _joined(plan, probed, field, cell_field)
         result.bisection = found
         return result
     return run_cells(plan, environments, limits, progress, runner)
 
 
-def _joined(plan, parts: list, axis: str):
-    """One matrix of the bisection's probes, in version order."""
+def _joined(plan, parts: list, field: str, cell_field: str):
+    """One matrix of the bisection's probes, in version order (``field``:
+    the bisected axis in the matrix, ``cell_field`` in a cell)."""
     from packaging.version import Version
 
     from graphbreak_doctor.matrix.run import neighbour_diffs
 
     first = parts[0]
-    first.cells = sorted((c for r in parts for c in r.cells), key=lambda c: Version(getattr(c, axis)))
-    setattr(first, axis, sorted({getattr(c, axis) for c in first.cells}, key=Version))
+    first.cells = sorted((c for r in parts for c in r.cells), key=lambda c: Version(getattr(c, cell_field)))
+    setattr(first, field, sorted({getattr(c, cell_field) for c in first.cells}, key=Version))
     first.setup_seconds = sum(r.setup_seconds for r in parts)
     first.trace_seconds = sum(r.trace_seconds for r in parts)
     first.envs_built = sum(r.envs_built for r in parts)

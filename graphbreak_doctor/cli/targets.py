@@ -166,8 +166,12 @@ def torch_python(args: argparse.Namespace, selected: list[Selection], progress: 
 
     if args.in_process:
         raise UsageError("--torch traces in another environment's workers: --in-process runs none")
-    sglang = installed("sglang") if any(s.options.get("impl") == "sglang" for s in selected) else ""
-    spec = EnvSpec(sglang, installed("flashinfer-python"), version)
+    from graphbreak_doctor.targets.frameworks import registry
+
+    # The framework that builds the selections, at its release here (its targets import it).
+    framework = next((f for f in (registry.of(s.options) for s in selected) if f is not None), None)
+    spec = EnvSpec(framework.name if framework else "", framework.release() if framework else "",
+                   installed("flashinfer-python"), version)
     try:
         environments = Environments(default_envs_dir())
         if not environments.ready(spec):

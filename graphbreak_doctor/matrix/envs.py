@@ -1,12 +1,14 @@
-"""One isolated environment per (SGLang, FlashInfer) pair, built with uv and kept.
+"""One isolated environment per (framework release, FlashInfer, torch), built with uv and kept.
 
 An environment starts from the pinned requirement files that ship with the
 package (``matrix/requirements/``, package data; the Makefile installs the
-same files): ``ci.txt`` without SGLang, else the pair of files of the SGLang
-profile that fits the release (its pins, then its CUDA-only wheels with
-``--no-deps``, as the Makefile installs them). The pair's versions replace
-the files' SGLang and FlashInfer pins, the packages a release is picky about follow that release's
-own pins (read from the installed release's metadata), torch is held at the
+same files): ``ci.txt`` without a framework, else the files its framework's
+recipe names for the release (``Framework.environment``: SGLang's profile
+pair, vLLM's one file; targets/frameworks/<name>/environment.py), installed
+with their dependencies (``base.txt``) and without (``nodeps.txt``). The
+cell's versions replace the files' pins; once the release is installed its
+framework follows what it is picky about (``Framework.follow_release``,
+read from the installed release's metadata); torch is held at the
 version this interpreter runs (a constraint: no other torch is ever chosen),
 and the doctor itself is the one running, as matrix/doctor_source.py installs
 it (a checkout editable; an installed distribution as the wheel of its
@@ -31,7 +33,6 @@ import hashlib
 import importlib.metadata
 import importlib.util
 import json
-import re
 import shutil
 import subprocess
 import sys
@@ -44,47 +45,15 @@ from graphbreak_doctor.jobs import lifetime
 from graphbreak_doctor.jobs.atomic import locked
 from graphbreak_doctor.matrix import doctor_source
 # EnvError, of_its_time and release_torch are this module's too (callers import them from here).
-from graphbreak_doctor.matrix import vllm_release
-from graphbreak_doctor.matrix.pins import (EnvError, exact_pins, norm_name, of_its_time, pin,  # noqa: F401
-                                           release_torch, version_key)
+from graphbreak_doctor.matrix.pins import release_torch  # noqa: F401
+from graphbreak_doctor.targets.frameworks import registry
+from graphbreak_doctor.targets.frameworks.environment import (EnvError, Installer, Recipe, base_recipe,  # noqa: F401
+                                                              of_its_time, version_key)
 from graphbreak_doctor.text import one_line
 
 # Package data (pyproject.toml): an installed doctor has them as a checkout does.
 REQUIREMENTS = Path(__file__).resolve().parent / "requirements"
 MANIFEST = "matrix-env.json"
-
-# SGLang profiles: (first release, base requirement file, --no-deps file,
-# CUDA-only packages installed --no-deps at the release's own pin where it has
-# one). A release uses the newest profile whose first release is not newer
-# than it. DeepGEMM: from 0.5.10 the releases pin sgl-deep-gemm (0.5.9 bundles
-# DeepGEMM in sgl-kernel), and 0.5.12-0.5.21 call it on CUDA without a torch
-# path (0.5.21 imports it at module level); its kernel library gets a
-# stand-in. From 0.5.22 the doctor runs without it: those releases take their
-# torch path for the indexer's MQA logits (forward.SETTINGS), and the stand-in
-# does not cover the kernel library of the DeepGEMM they pin.
-SGLANG_PROFILES = (
-    ("0.5.9", "sglang-0.5.9.txt", "sglang-0.5.9-nodeps.txt", ("sgl-deep-gemm",)),
-    ("0.5.22", "sglang.txt", "sglang-nodeps.txt", ()),
-)
-# Packages whose version follows the SGLang release's own == pin when that is
-# newer than the profile's (installed with their dependencies): a release's
-# model registry is written against its transformers (an older one lacks its
-# configs, a newer one registers some of them itself). An older pin is not
-# followed: the profile's is the first with GLM-5's config.
-FOLLOW_RELEASE = ("transformers",)
-# Packages held at the version of the release's time: its own == pin, or the
-# lowest version its >= allows (a release without an upper bound was written
-# against the version of its day, not today's), where the cell's FlashInfer
-# accepts that version; else the lowest version the FlashInfer accepts (the two
-# cannot agree: the cell runs the FlashInfer it is about). The CuTe DSL is
-# one: the kernels a release ships in Python (sgl-kernel's FA4 among them) are
-# written against the DSL of their day, and a newer one can fail to import them.
-FOLLOW_TIME = ("nvidia-cutlass-dsl",)
-# The kernel package (its Python wrappers; the binaries get stand-ins): a
-# release's own pin replaces the profile's, whichever of the two names it has
-# (the package was renamed; both install the ``sgl_kernel`` module). The
-# wrappers and the fakes SGLang registers for them change together.
-KERNEL_PACKAGES = ("sgl-kernel", "sglang-kernel")
 
 
 def installed(package: str) -> str:
@@ -153,62 +122,43 @@ def _read(name: str) -> list[str]:
 
 @dataclass(frozen=True)
 class EnvSpec:
-    """What one environment holds: an SGLang release ("" for none), a
-    FlashInfer release, a torch release ("" = the torch this interpreter
-    runs), and a vLLM release ("" for none; never with SGLang:
-    matrix/vllm_release.py)."""
+    """What one environment holds: a framework's release (``framework`` ""
+    for none: the reference layer, or a provider's targets without one), a
+    FlashInfer release, and a torch release ("" = the torch this interpreter
+    runs)."""
 
-    sglang: str
-    flashinfer: str
+    framework: str = ""
+    release: str = ""
+    flashinfer: str = ""
     torch: str = ""
-    vllm: str = ""
 
     @property
     def label(self) -> str:
-        framework = f"sglang {self.sglang}, " if self.sglang else f"vllm {self.vllm}, " if self.vllm else ""
+        framework = f"{self.framework} {self.release}, " if self.framework else ""
         return framework + f"flashinfer {self.flashinfer}" + (f", torch {self.torch}" if self.torch else "")
 
-    def profile(self) -> tuple[str, str, tuple[str, ...]]:
-        """The (base, --no-deps) requirement files this release starts from,
-        and the CUDA-only packages that follow the release's own pin."""
-        chosen = None
-        for first, base, nodeps, cuda_only in SGLANG_PROFILES:
-            if version_key(first) <= version_key(self.sglang):
-                chosen = (base, nodeps, cuda_only)
-        if chosen is None:
-            first = SGLANG_PROFILES[0][0]
-            raise EnvError(f"SGLang {self.sglang} predates {first}, the first release with GLM-5 "
-                           "(GlmMoeDsaForCausalLM)")
-        return chosen
+    def recipe(self) -> Recipe:
+        """What it installs, as its framework's recipe gives it (EnvError, one line, where it cannot)."""
+        if not self.framework:
+            return Recipe({"base.txt": "\n".join(base_recipe(_read, self.flashinfer, self.torch)) + "\n"})
+        try:
+            framework = registry.get(self.framework)
+        except ValueError as e:
+            raise EnvError(str(e)) from None
+        return framework.environment(self.release, self.flashinfer, self.torch, _read)
 
     def requirement_files(self) -> dict[str, str]:
         """File name -> text, as installed (base first, then --no-deps)."""
-        if self.vllm:
-            lines = vllm_release.requirement_lines(_read(vllm_release.PROFILE), self.vllm, self.flashinfer, self.torch)
-            return {"nodeps.txt": "\n".join(lines) + "\n"}
-        if not self.sglang:
-            return {"base.txt": "\n".join(self._torch(pin(_read("ci.txt"), "flashinfer-python", self.flashinfer)))
-                    + "\n"}
-        base, nodeps, _cuda_only = self.profile()
-        return {
-            "base.txt": "\n".join(self._torch(pin(_read(base), "flashinfer-python", self.flashinfer))) + "\n",
-            "nodeps.txt": "\n".join(pin(_read(nodeps), "sglang", self.sglang)) + "\n",
-        }
-
-    def _torch(self, lines: list[str]) -> list[str]:
-        """The files' torch pin, where there is one, at the environment's torch."""
-        if not self.torch:
-            return lines
-        return [f"torch=={self.torch}" if re.match(r"\s*torch\s*==", line) else line for line in lines]
+        return dict(self.recipe().files)
 
     def key(self, torch: str) -> str:
-        text = json.dumps([sys.version, self.torch or torch, running_doctor().identity(), self.requirement_files(),
-                           FOLLOW_RELEASE, KERNEL_PACKAGES, FOLLOW_TIME, self.profile()[2] if self.sglang else ()]
-                          + ([vllm_release.RULES] if self.vllm else []))
+        recipe = self.recipe()
+        text = json.dumps([sys.version, self.torch or torch, running_doctor().identity(), recipe.files,
+                           list(recipe.rules)])
         return hashlib.sha256(text.encode()).hexdigest()[:10]
 
     def folder_name(self, torch: str) -> str:
-        what = f"sglang-{self.sglang}-" if self.sglang else f"vllm-{self.vllm}-" if self.vllm else "reference-"
+        what = f"{self.framework}-{self.release}-" if self.framework else "reference-"
         held = f"torch-{self.torch}-" if self.torch else ""
         return f"{what}flashinfer-{self.flashinfer}-{held}{self.key(torch)}"
 
@@ -342,39 +292,48 @@ class Environments:
             constraints.write_text(f"torch=={torch}\n", encoding="utf-8")
             for name, text in files.items():
                 (Path(tmp) / name).write_text(text, encoding="utf-8")
-            if spec.torch:  # vLLM's file goes in without dependencies: torch alone first
+            if spec.torch:  # a file installed without dependencies: torch alone first
                 alone = Path(tmp) / "torch.txt"
                 alone.write_text(f"torch=={spec.torch}\n", encoding="utf-8")
                 self._install_torch(python, spec.torch, Path(tmp) / "base.txt" if "base.txt" in files else alone)
+            install = lambda *args, what: self._install(python, *args, what=what,  # noqa: E731
+                                                        constraints=str(constraints))
             if "base.txt" in files:
-                self._install(python, "-r", str(Path(tmp) / "base.txt"), what=f"installing {spec.label}",
-                              constraints=str(constraints))
+                install("-r", str(Path(tmp) / "base.txt"), what=f"installing {spec.label}")
+            if "nodeps.txt" in files:
+                install("--no-deps", "-r", str(Path(tmp) / "nodeps.txt"), what=f"installing {spec.label}")
             followed: dict[str, str] = {}
             notes: list[str] = []
-            if spec.vllm:  # one file, without dependencies; then the release's own versions
-                self._install(python, "--no-deps", "-r", str(Path(tmp) / "nodeps.txt"),
-                              what=f"installing vllm {spec.vllm}", constraints=str(constraints))
-                followed, notes = vllm_release.follow(
-                    python, spec.vllm, files["nodeps.txt"],
-                    lambda *args, what: self._install(python, *args, what=what, constraints=str(constraints)))
-            elif "nodeps.txt" in files:
-                self._install(python, "--no-deps", "-r", str(Path(tmp) / "nodeps.txt"),
-                              what=f"installing sglang {spec.sglang}", constraints=str(constraints))
-                followed, notes = self._follow_release(python, spec, files["base.txt"], files["nodeps.txt"],
-                                                str(constraints))
+            if spec.framework:  # the release's own pins, as its framework follows them
+                env = Installer(python, install, lambda *names, what: self._uv(
+                    "pip", "uninstall", "--quiet", "--python", python, *names, what=what),
+                    lambda *names: self._requires(python, spec, names))
+                followed, notes = registry.get(spec.framework).follow_release(spec.release, files, env)
             try:
                 doctor = self.doctor.install_args(Path(tmp))
             except doctor_source.SourceError as e:
                 raise EnvError(str(e)) from None
-            self._install(python, "--no-deps", *doctor, what="installing graphbreak-doctor",
-                          constraints=str(constraints))
+            install("--no-deps", *doctor, what="installing graphbreak-doctor")
         manifest = {
-            "sglang": spec.sglang, "vllm": spec.vllm, "flashinfer": spec.flashinfer, "torch": torch,
+            "framework": spec.framework, "release": spec.release, "flashinfer": spec.flashinfer, "torch": torch,
             "python": sys.version.split()[0], "doctor": self.doctor.identity(),
             "followed_release_pins": followed, "notes": notes,
             "requirements": files, "seconds": round(time.monotonic() - start, 1),
         }
         (path / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+
+    @staticmethod
+    def _requires(python: str, spec: EnvSpec, names: tuple[str, ...]) -> list:
+        """Each distribution's requirement lines in the environment, then
+        {name: version} of everything installed there."""
+        code = ("import importlib.metadata as m, json, sys; "
+                "print(json.dumps([m.requires(p) or [] for p in sys.argv[1:]] + "
+                "[{d.metadata['Name']: d.version for d in m.distributions()}]))")
+        out = subprocess.run([python, "-c", code, *names], check=False, capture_output=True, text=True,
+                             stdin=subprocess.DEVNULL)
+        if out.returncode != 0:
+            raise EnvError(f"reading {spec.label}'s requirements: {one_line(out.stderr)}")
+        return json.loads(out.stdout)
 
     def _install_torch(self, python: str, version: str, base: Path) -> None:
         """torch ``version`` and the base requirements (which pin it) into the
@@ -393,62 +352,3 @@ class Environments:
         if result.returncode != 0:
             lines = [ln.strip() for ln in result.stderr.splitlines() if ln.strip() and "WARNING" not in ln]
             raise EnvError(f"installing torch {version}: {one_line(' '.join(lines[-2:]) or 'pip failed')}")
-
-    def _follow_release(self, python: str, spec: EnvSpec, base: str, nodeps_text: str,
-                        constraints: str) -> tuple[dict[str, str], list[str]]:
-        """Install the release's own pins of FOLLOW_RELEASE where newer than
-        the profile's, its kernel package's, the profile's CUDA-only
-        packages', and FOLLOW_TIME's versions. Returns what was followed, and
-        a note for each package that could not be held as the release asks."""
-        code = ("import importlib.metadata as m, json; "
-                "print(json.dumps([m.requires(p) or [] for p in ('sglang', 'flashinfer-python')] + "
-                "[{d.metadata['Name']: d.version for d in m.distributions()}]))")
-        out = subprocess.run([python, "-c", code], check=False, capture_output=True, text=True, stdin=subprocess.DEVNULL)
-        if out.returncode != 0:
-            raise EnvError(f"reading sglang {spec.sglang}'s requirements: {one_line(out.stderr)}")
-        release_requires, flashinfer_requires, present = json.loads(out.stdout)
-        release = exact_pins(release_requires)
-        profile = exact_pins(base.splitlines())
-        followed: dict[str, str] = {}
-        notes: list[str] = []
-        for name in FOLLOW_RELEASE:
-            version, current = release.get(norm_name(name)), profile.get(norm_name(name))
-            if not version or (current and version_key(version) <= version_key(current)):
-                continue
-            self._install(python, f"{name}=={version}", what=f"installing sglang {spec.sglang}'s {name} pin",
-                          constraints=constraints)
-            followed[name] = version
-        nodeps = exact_pins(nodeps_text.splitlines())
-        wanted = next(((k, release[k]) for k in KERNEL_PACKAGES if k in release), None)
-        current = next(((k, nodeps[k]) for k in KERNEL_PACKAGES if k in nodeps), None)
-        if wanted and wanted != current:
-            if current:
-                self._uv("pip", "uninstall", "--quiet", "--python", python, current[0],
-                         what=f"removing the profile's {current[0]}")
-            self._install(python, "--no-deps", f"{wanted[0]}=={wanted[1]}",
-                          what=f"installing sglang {spec.sglang}'s {wanted[0]} pin", constraints=constraints)
-            followed[wanted[0]] = wanted[1]
-        for name in spec.profile()[2]:
-            version = release.get(norm_name(name))
-            if version:
-                self._install(python, "--no-deps", f"{name}=={version}",
-                              what=f"installing sglang {spec.sglang}'s {name} pin", constraints=constraints)
-                followed[name] = version
-        installed_versions = {norm_name(k): v for k, v in present.items()}
-        for name in FOLLOW_TIME:
-            chosen = of_its_time(name, release_requires, flashinfer_requires)
-            if chosen is None:
-                continue
-            version, extras, conflict = chosen
-            if conflict:
-                notes.append(f"{name} {version}: {conflict}")
-            if installed_versions.get(norm_name(name)) == version:
-                continue
-            # The package and its companions (the DSL's libraries come as
-            # packages of their own in later versions): out, then the version chosen.
-            old = sorted(k for k in installed_versions if k == norm_name(name) or k.startswith(f"{norm_name(name)}-"))
-            self._uv("pip", "uninstall", "--quiet", "--python", python, *old, what=f"removing {name}")
-            self._install(python, f"{name}{extras}=={version}", what=f"installing {name} {version}",
-                          constraints=constraints)
-            followed[name] = version
-        return followed, notes

@@ -2,21 +2,21 @@
 traces in worker processes of those environments, in parallel; then the
 diffs between neighbouring versions. And bisection over one axis.
 
-A cell is (SGLang, FlashInfer, device, layer) with the matrix's launch
-arguments; each of its modes runs in a fresh worker process (jobs/) with a
-time and an address-space limit. A cell whose environment cannot be built,
-or whose release does not import here, is "not runnable" with the reason; a
-release that refuses the launch arguments is "not available" with SGLang's
-message; a crashed or timed-out one says so; the other cells go on.
+A cell is (framework release, FlashInfer, device, layer) with the matrix's
+launch arguments; each of its modes runs in a fresh worker process (jobs/)
+with a time and an address-space limit. A cell whose environment cannot be
+built, or whose release does not import here, is "not runnable" with the
+reason; a release that refuses the launch arguments is "not available" with
+the framework's own message; a crashed or timed-out one says so; the other
+cells go on.
 
-With ``--model`` a cell is the compile map of SGLang's GLM-5 model forward
-(``trace --model --mode map``) in the cell's environment: how the release
-runs the prefill and the regions each phase enters. Where the resolved launch
-compiles the prefill forward with fullgraph (tc_piecewise), a second worker
-traces it as that runner does (``--mode piecewise``) for its verdict. With
-``--vllm`` the framework axis is vLLM's releases instead: a cell is vLLM's
-compile map and CUDA-graph map of the served model (``trace --vllm-args ...
---mode map``), whose regions are traced as vLLM compiles them (fullgraph).
+With ``--model`` a cell is the compile map of the framework's served model
+forward (``trace --model --mode map``, or ``trace --<name>-args ... --mode
+map``) in the cell's environment: how the release runs the prefill, the
+regions each phase enters, its CUDA-graph map. Where the resolved launch
+compiles the prefill forward on a path of its own
+(``Framework.compiles_prefill_apart``: SGLang's tc_piecewise), a second
+worker traces it as that path does (``--mode piecewise``) for its verdict.
 """
 
 from __future__ import annotations
@@ -47,40 +47,36 @@ from graphbreak_doctor.model.matrix import (
 )
 from graphbreak_doctor.text import counted, one_line
 
-AXES = ("sglang", "flashinfer")
 # How large a matrix may be: each release an environment of its own (several
 # GB, minutes to build), each cell a worker per mode. Past either bound the
 # command is refused before any environment is built (docs/matrix.md).
-MAX_RELEASES = 16  # per axis: --sglang, --vllm, --flashinfer, --torch
+MAX_RELEASES = 16  # per axis: a framework's (--sglang, --vllm, ...), --flashinfer, --torch
 MAX_CELLS = 256  # environments x devices x targets
 
 
 @dataclass(frozen=True)
 class Plan:
     layer: str  # dense, moe or all; MODEL; TARGET (another provider's selections: chosen)
-    impl: str  # reference or sglang; with TARGET, the provider's name
-    sglang: tuple[str, ...]  # () with impl reference
+    impl: str  # reference or a framework's name; with TARGET, the provider's name
+    framework: str  # the framework of the framework axis ("" for none: the reference layer)
+    releases: tuple[str, ...]  # its releases (--<name> V1,...; () without a framework)
     flashinfer: tuple[str, ...]
     devices: tuple[str, ...]
     mode: str  # a trace mode; MAP_MODE with layer MODEL
-    launch: tuple[str, ...] = ()  # SGLang's launch arguments (--sglang-args), as the user split them
+    launch: tuple[str, ...] = ()  # the framework's launch arguments (--<name>-args), as its grammar split them
     # Another provider's selections (layer TARGET): what each cell traces.
     chosen: tuple = ()
     # The served model's config folder or packaged name (--model-path); None: GLM-5-NVFP4.
     config: str | None = None
     # torch releases (--torch): an axis of their own; () = this interpreter's torch in every cell.
     torch: tuple[str, ...] = ()
-    # --torch release: (SGLang release, the torch it pins) -- each release's cells hold its own.
+    # --torch release: (release, the torch it pins) -- each release's cells hold its own.
     pins: tuple[tuple[str, str], ...] = ()
-    # vLLM releases (--vllm): the framework axis in place of SGLang's (layer MODEL only).
-    vllm: tuple[str, ...] = ()
 
     def specs(self) -> list[EnvSpec]:
-        if self.vllm:
-            return [EnvSpec("", f, t, vllm=v) for v in self.vllm for f in self.flashinfer for t in self.torch or ("",)]
         pinned = dict(self.pins)
-        return [EnvSpec(s, f, t) for s in (self.sglang or ("",)) for f in self.flashinfer
-                for t in ((pinned.get(s, ""),) if self.pins else self.torch or ("",))]
+        return [EnvSpec(self.framework if r else "", r, f, t) for r in (self.releases or ("",)) for f in self.flashinfer
+                for t in ((pinned.get(r, ""),) if self.pins else self.torch or ("",))]
 
     def cell_count(self) -> int:
         return len(self.specs()) * len(self.devices) * len(self.selections())
@@ -93,10 +89,8 @@ class Plan:
 
         if self.chosen:
             return list(self.chosen)
-        if self.vllm:
-            return [PROVIDER.model_selection("vllm", self.config, self.launch)]
         if self.layer == MODEL:
-            return PROVIDER.served_selections(MODEL, "sglang", config=self.config, scope=MODEL, launch=self.launch)
+            return PROVIDER.matrix_model_selections(self.framework, self.config, self.launch)
         return PROVIDER.layer_selections(self.layer, self.impl, launch=self.launch)
 
 
@@ -175,8 +169,8 @@ def run_cells(plan: Plan, environments: Environments, limits: Limits, progress: 
     held = (f"{', '.join(dict.fromkeys(t for _s, t in plan.pins))} (each release's own pin)" if plan.pins else
             ", ".join(plan.torch) if plan.torch else environments.torch)
     result = MatrixResult(layer=plan.layer, impl=plan.impl, mode=plan.mode, torch=held,
-                          sglang=list(plan.sglang), flashinfer=list(plan.flashinfer), devices=list(plan.devices),
-                          launch=list(plan.launch), vllm=list(plan.vllm))
+                          flashinfer=list(plan.flashinfer), devices=list(plan.devices), framework=plan.framework,
+                          releases=list(plan.releases), launch=list(plan.launch))
     selections = plan.selections()
     if plan.layer == MODEL:
         served = selections[0].options.get("served")
@@ -188,16 +182,16 @@ def run_cells(plan: Plan, environments: Environments, limits: Limits, progress: 
         for device in plan.devices:
             for selection in selections:
                 label = provider(selection.provider).cell_label(selection)
-                cells.append(Cell(spec.sglang, spec.flashinfer, device, label, status=OK, torch=spec.torch,
-                                  vllm=spec.vllm))
+                cells.append(Cell(spec.flashinfer, device, label, status=OK, torch=spec.torch,
+                                  framework=spec.framework, release=spec.release))
                 work += [Work(spec, Job(MAP if m == MAP_MODE else TRACE, selection, device, m)) for m in modes]
     start = time.monotonic()
     ran = executor.run(work, environments, limits, progress)
     per_cell = [ran[i * len(modes):(i + 1) * len(modes)] for i in range(len(cells))]
     _tally_environments(result, ran)
     if plan.layer == MODEL:
-        # The prefill forward where the resolved launch compiles it with
-        # fullgraph: traced as SGLang's tc_piecewise runner compiles it.
+        # The prefill forward where the resolved launch compiles it on a
+        # path of its own: traced as that path compiles it (fullgraph).
         first = work[::len(modes)]
         compiled = [(found, Work(w.spec, replace(w.job, kind=TRACE, mode="piecewise")))
                     for found, w in zip(per_cell, first) if found[0].outcome and _prefill_compiled(found[0].outcome)]
@@ -278,10 +272,8 @@ def _classify_map(cell: Cell, outcomes: list) -> Cell:
     # The prefill: the first phase the framework's server runs (SGLang's extend, vLLM's profile run).
     first = framework.phases[0] if framework is not None else ""
     cell.prefill = str(phases.get(first, "")) if isinstance(phases, dict) else ""
-    # What the release said, in the fields the matrix keeps for it (a launch has one or the other).
-    cell.vllm_said = [str(s) for s in launch.get("said") or []]
-    cell.sglang_said = [str(s) for s in launch.get("sglang_said") or []]
-    cell.sglang_rules = [str(s) for s in launch.get("sglang_rules") or []]
+    # What the release said, as its framework says it.
+    cell.said = [str(s) for s in framework.said_lines(launch)] if framework is not None else []
     if findings.fullgraph.crashed:  # the map stopped after the release resolved the launch
         cell.status, cell.reason, cell.findings = CRASHED, one_line(findings.fullgraph.error), findings
         return cell
@@ -390,10 +382,9 @@ def neighbour_diffs(result: MatrixResult) -> list[NeighbourDiff]:
     out = []
     torches = list(dict.fromkeys(c.torch for c in result.cells)) or [""]
     held = lambda torch: f", torch {torch}" if torch else ""  # noqa: E731
-    # The framework axis: SGLang's releases, or vLLM's ("" = neither).
-    framework, releases = ("vllm", result.vllm) if result.vllm else ("sglang", result.sglang)
+    framework, releases = result.framework, result.releases
     key = lambda release, flashinfer, torch: (  # noqa: E731  (Cell.row without its layer)
-        release if framework == "sglang" else "", release if framework == "vllm" else "", flashinfer, torch)
+        framework if release else "", release, flashinfer, torch)
     pairs = []  # (axis, older, newer, the older cell's key, the newer's, what the others hold)
     for torch in torches:
         for older, newer in pairwise(releases):
@@ -403,7 +394,7 @@ def neighbour_diffs(result: MatrixResult) -> list[NeighbourDiff]:
         for older, newer in pairwise(result.flashinfer):
             for release in releases or [""]:
                 fixed = (f"{framework} {release}" if release else
-                         "without SGLang" if result.layer == TARGET else "reference")
+                         "without a framework" if result.layer == TARGET else "reference")
                 pairs.append(("flashinfer", older, newer, key(release, older, torch), key(release, newer, torch),
                               fixed + held(torch)))
     for older, newer in pairwise(t for t in torches if t):

@@ -15,12 +15,15 @@ from graphbreak_doctor.model.json_text import dumps
 from graphbreak_doctor.model.vocabulary import CRASHED, TIMED_OUT
 from graphbreak_doctor.text import counted
 
-MATRIX_SCHEMA_VERSION = 1
+# 2: the framework axis is one (``framework``, ``releases``; a cell's
+# ``framework``, ``release`` and ``said``) in place of one key per framework
+# (``sglang``, ``vllm``; ``sglang_said``, ``sglang_rules``, ``vllm_said``).
+MATRIX_SCHEMA_VERSION = 2
 KIND = "graphbreak-doctor matrix"
 
 # A cell's status; CRASHED and TIMED_OUT are a trace's outcomes (vocabulary).
 OK, FAILED, NOT_RUNNABLE = "ok", "failed", "not runnable"
-# The release refuses the cell's launch arguments (--sglang-args, --vllm-args): its own message.
+# The release refuses the cell's launch arguments (--<framework>-args): its own message.
 NOT_AVAILABLE = "not available"
 # The layer of a cell that maps a framework's model forward (--model).
 MODEL = "model"
@@ -30,7 +33,6 @@ TARGET = "target"
 
 @dataclass
 class Cell:
-    sglang: str  # "" when the cell runs the reference layer without SGLang, or vLLM
     flashinfer: str
     device: str
     layer: str  # dense, moe, MODEL (the compile map of the model forward), or a TARGET matrix's target
@@ -42,17 +44,16 @@ class Cell:
     setup_seconds: float = 0.0  # its environment's, this run
     findings: Findings | None = None
     # A MODEL cell: how the launch runs its prefill, as the release resolved it
-    # (its compile map's extend phase); the fullgraph verdict of the prefill
-    # forward where the launch compiles it (tc_piecewise: "ok" or "fails:
-    # <category> (<function>)"; "" where it is not compiled); what SGLang
-    # logged about compiling (the rule that turned a path off, in its words);
-    # and the torch.compile regions the phases entered.
+    # (the first phase of its framework's server: SGLang's extend, vLLM's
+    # profile run); the fullgraph verdict of the prefill forward where the
+    # launch compiles it on a path of its own (SGLang's tc_piecewise: "ok" or
+    # "fails: <category> (<function>)"; "" where it is not compiled); what the
+    # framework said while it resolved the launch, as its own lines say it
+    # (Framework.said_lines: what it logged about compiling, the rules of its
+    # code that changed a compile field); and the torch.compile regions the phases entered.
     prefill: str = ""
     prefill_fullgraph: str = ""
-    sglang_said: list[str] = field(default_factory=list)
-    # The rules of the release's own code that changed a compile field while
-    # it resolved the launch (launch.rules: field = value, function, line, condition).
-    sglang_rules: list[str] = field(default_factory=list)
+    said: list[str] = field(default_factory=list)
     regions: list[dict[str, Any]] = field(default_factory=list)  # function, phases, options, verdict
     registered: int = 0  # regions registered that no phase entered
     # What the cell's environment could not hold as the release asks (a
@@ -68,34 +69,27 @@ class Cell:
     # The torch the cell's environment holds, where the matrix has a torch
     # axis (--torch); "" = the matrix's own (MatrixResult.torch).
     torch: str = ""
-    # A vLLM cell (--vllm): its release ("" otherwise), and what vLLM said
-    # about compiling and capturing while it resolved the launch. Its
-    # ``prefill`` is how the launch runs vLLM's profile run (a prefill batch).
-    vllm: str = ""
-    vllm_said: list[str] = field(default_factory=list)
+    # The serving framework whose release the cell's environment holds (its
+    # name: the matrix's --<name> axis), and that release; "" for a cell
+    # without one (the reference layer, a provider's targets without a framework).
+    framework: str = ""
+    release: str = ""
 
     @property
     def row(self) -> tuple[str, str, str, str, str]:
-        """The table row it is in: (sglang, vllm, flashinfer, layer, torch)."""
-        return self.sglang, self.vllm, self.flashinfer, self.layer, self.torch
-
-    @property
-    def framework(self) -> tuple[str, str]:
-        """("sglang" or "vllm", its release); ("", "") for a cell without either."""
-        return ("sglang", self.sglang) if self.sglang else ("vllm", self.vllm) if self.vllm else ("", "")
+        """The table row it is in: (framework, release, flashinfer, layer, torch)."""
+        return self.framework, self.release, self.flashinfer, self.layer, self.torch
 
     @property
     def versions(self) -> str:
         """The row label: 'sglang 0.5.9 + flashinfer 0.6.3', 'vllm 0.33.0 + flashinfer 0.7.4' or
         'flashinfer 0.7.4' (+ 'torch 2.14.1')."""
-        name, release = self.framework
-        return ((f"{name} {release} + " if name else "") + f"flashinfer {self.flashinfer}"
+        return ((f"{self.framework} {self.release} + " if self.framework else "") + f"flashinfer {self.flashinfer}"
                 + (f" + torch {self.torch}" if self.torch else ""))
 
     @property
     def slug(self) -> str:
-        name, release = self.framework
-        what = f"{name}-{release}-" if name else ""
+        what = f"{self.framework}-{self.release}-" if self.framework else ""
         torch = f"-torch-{self.torch}" if self.torch else ""
         return f"{what}flashinfer-{self.flashinfer}{torch}-{self.device}-{self.layer}"
 
@@ -117,13 +111,10 @@ class Cell:
     def launch_text(self) -> list[str]:
         """A MODEL cell: the prefill, its fullgraph verdict and the framework's word, as parts of a line."""
         return ([f"prefill: {self.prefill or 'not said'}"
-                 + (f" -> fullgraph {self.prefill_fullgraph}" if self.prefill_fullgraph else "")]
-                + [f"SGLang: {text}" for text in self.sglang_said]
-                + [f"vLLM: {text}" for text in self.vllm_said]
-                + [f"SGLang's rule: {text}" for text in self.sglang_rules])
+                 + (f" -> fullgraph {self.prefill_fullgraph}" if self.prefill_fullgraph else "")] + self.said)
 
     def map_text(self) -> str:
-        """A MODEL cell: the prefill, its fullgraph verdict, SGLang's word, the regions."""
+        """A MODEL cell: the prefill, its fullgraph verdict, the framework's word, the regions."""
         parts = self.launch_text()
         verdicts: dict[str, int] = {}
         for r in self.regions:
@@ -180,16 +171,14 @@ class Cell:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "sglang": self.sglang, "vllm": self.vllm, "flashinfer": self.flashinfer, "device": self.device,
+            "framework": self.framework, "release": self.release, "flashinfer": self.flashinfer, "device": self.device,
             "layer": self.layer,
             "status": self.status, "verdict": self.verdict(), "reason": self.reason, "category": self.category,
             "function": self.function, "breaks": self.breaks, "setup_seconds": round(self.setup_seconds, 1),
             "torch": self.torch,
             "environment": self.environment, "notes": self.notes, "host": self.host,
             **({"prefill": self.prefill, "prefill_fullgraph": self.prefill_fullgraph, "regions": self.regions,
-                "registered": self.registered} if self.layer == MODEL else {}),
-            **({"vllm_said": self.vllm_said} if self.layer == MODEL and self.vllm else
-               {"sglang_said": self.sglang_said, "sglang_rules": self.sglang_rules} if self.layer == MODEL else {}),
+                "registered": self.registered, "said": self.said} if self.layer == MODEL else {}),
             "findings": self.findings.to_dict() if self.findings is not None else None,
         }
 
@@ -198,7 +187,7 @@ class Cell:
 class NeighbourDiff:
     """Two cells that differ in one version (same device and layer)."""
 
-    axis: str  # "sglang", "vllm", "flashinfer" or "torch"
+    axis: str  # the framework's name ("sglang", "vllm", ...), "flashinfer" or "torch"
     a: str  # the older version
     b: str  # the newer one
     device: str
@@ -225,12 +214,13 @@ class MatrixResult:
     impl: str
     mode: str
     torch: str
-    sglang: list[str]
     flashinfer: list[str]
     devices: list[str]
-    # The launch arguments every cell's framework ran with (--sglang-args, --vllm-args; [] = the defaults).
+    # The serving framework of the framework axis (its name; "" for none) and its releases (--<name> V1,...).
+    framework: str = ""
+    releases: list[str] = field(default_factory=list)
+    # The launch arguments every cell's framework ran with (--<framework>-args; [] = the defaults).
     launch: list[str] = field(default_factory=list)
-    vllm: list[str] = field(default_factory=list)  # vLLM releases (--vllm; then ``sglang`` is [])
     model: str = ""  # --model: the served model's name ("" = GLM-5-NVFP4, in matrices written before it was kept)
     cells: list[Cell] = field(default_factory=list)
     diffs: list[NeighbourDiff] = field(default_factory=list)
@@ -257,9 +247,9 @@ class MatrixResult:
         cells = "".join(f"=== {c.versions}, {c.device}, {c.layer}\n{c.log}" for c in self.cells if c.log)
         return cells + (f"=== the executor\n{self.log}" if self.log.strip() else "")
 
-    def cell(self, sglang: str, flashinfer: str, layer: str, device: str, torch: str = "",
-             vllm: str = "") -> Cell | None:
-        return self.at((sglang, vllm, flashinfer, layer, torch), device)
+    def cell(self, release: str, flashinfer: str, layer: str, device: str, torch: str = "") -> Cell | None:
+        """The cell of the matrix's framework at ``release`` ("": without one)."""
+        return self.at((self.framework if release else "", release, flashinfer, layer, torch), device)
 
     def at(self, row: tuple[str, str, str, str, str], device: str) -> Cell | None:
         """The cell of a row (Cell.row) on a device."""
@@ -269,7 +259,7 @@ class MatrixResult:
         b = self.bisection
         return {
             "schema_version": self.schema_version, "kind": self.kind, "layer": self.layer, "impl": self.impl,
-            "mode": self.mode, "torch": self.torch, "sglang": self.sglang, "vllm": self.vllm,
+            "mode": self.mode, "torch": self.torch, "framework": self.framework, "releases": self.releases,
             "model": self.model, "flashinfer": self.flashinfer,
             "devices": self.devices, "launch": self.launch, "setup_seconds": round(self.setup_seconds, 3),
             "trace_seconds": round(self.trace_seconds, 1), "envs_built": self.envs_built, "envs_reused": self.envs_reused,

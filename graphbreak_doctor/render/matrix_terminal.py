@@ -23,15 +23,16 @@ def table(m: MatrixResult) -> list[list[str]]:
 
 def title(m: MatrixResult) -> str:
     """What the matrix traced, in one line (the terminal's first, the page's lede)."""
+    from graphbreak_doctor.targets.frameworks import registry
+
     launch = f"launch arguments: {' '.join(m.launch)}" if m.launch else "default launch arguments"
     if m.layer == MODEL:
-        framework = "vLLM" if m.vllm else "SGLang"
-        return f"{m.model or 'GLM-5'} model forward, {framework}'s compile map ({launch}), torch {m.torch}"
+        framework = registry.of({"framework": m.framework})
+        return (f"{m.model or 'GLM-5'} model forward, {framework.title if framework else m.framework}'s compile map "
+                f"({launch}), torch {m.torch}")
     if m.layer == TARGET:
         targets = ", ".join(dict.fromkeys(c.layer for c in m.cells))
         return f"{targets} ({m.impl}), mode {m.mode}, torch {m.torch}"
-    from graphbreak_doctor.targets.frameworks import registry
-
     framework = registry.of({"framework": m.impl})  # a matrix's impl: a framework's name, or the reference
     impl = f"{framework.title}'s own layer" if framework else "the reference layer (FlashInfer called directly)"
     return f"GLM-5 {m.layer} layer, {impl}, mode {m.mode}" + (f", {launch}" if m.launch else "") + f", torch {m.torch}"

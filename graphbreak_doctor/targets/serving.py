@@ -173,6 +173,17 @@ class Glm5Provider(TargetProvider):
                    "served": {"name": served, "spec": f"{slug}-{name}"}}
         return Selection(self.name, f"{slug}-{name}-model", options, spec=f"{slug}-{name}:model")
 
+    def matrix_model_selections(self, framework: Framework | str, config: str | None,
+                                launch: tuple[str, ...]) -> list[Selection]:
+        """The model forward a matrix cell maps, as ``trace`` selects it for
+        the framework's launch: a framework that builds layers too through the
+        served model's own selections, one that builds the model forward only
+        by its model selection; whether or not this environment has it."""
+        framework = registry.get(framework) if isinstance(framework, str) else framework
+        if "block" not in framework.scopes:
+            return [self.model_selection(framework, config, launch)]
+        return self.served_selections("model", framework.name, config=config, scope="model", launch=launch)
+
     def served_selections(self, layer: str, impl: str, *, config: str | None = None, tokens: int | None = None,
                           tp: int | None = None, cold: bool = False, scope: str = "block", phase: str = "extend",
                           launch: tuple[str, ...] = ()) -> list[Selection]:

@@ -21,10 +21,12 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any, Mapping
 
 from graphbreak_doctor.patching import UndoLog
 from graphbreak_doctor.targets import Target
+from graphbreak_doctor.targets.frameworks.environment import Installer, Recipe, base_recipe, pin
 from graphbreak_doctor.targets.provider import Option, pick_sizes
 
 
@@ -79,6 +81,9 @@ class Framework:
     # launch facts without one, written before every framework named itself
     # there, are the one built-in framework's that did not.
     names_its_launch: bool = True
+    # Whether each release pins the torch it runs, so that the matrix's
+    # ``--torch release`` holds each release's cells at it (read from its wheel).
+    torch_release: bool = False
 
     @property
     def option(self) -> str:
@@ -131,6 +136,24 @@ class Framework:
         of its own that its compile map does not trace (the matrix then
         traces it as that path compiles it)."""
         return False
+
+    def environment(self, release: str, flashinfer: str, torch: str,
+                    read: Callable[[str], list[str]]) -> Recipe:
+        """The requirement files of a matrix environment holding ``release``
+        with the cell's FlashInfer and torch ("": the one the matrix runs):
+        by default the doctor's own base file (``read(name)``: the lines of
+        a requirement file of the matrix's package data) with the release's
+        distribution pinned, installed with its dependencies, torch held."""
+        lines = pin(base_recipe(read, flashinfer, torch), self.distribution or self.name, release)
+        return Recipe({"base.txt": "\n".join(lines) + "\n"})
+
+    def follow_release(self, release: str, files: Mapping[str, str],
+                       env: Installer) -> tuple[dict[str, str], list[str]]:
+        """Once ``release`` is installed in the environment (``files`` as
+        ``environment`` gave them): what of its own pins the environment
+        follows (name -> version, installed through ``env``), and a note for
+        each pin it cannot hold as the release asks. By default: nothing."""
+        return {}, []
 
     def said_lines(self, launch: Mapping[str, Any]) -> list[str]:
         """What the framework logged (and the rules of its code that changed

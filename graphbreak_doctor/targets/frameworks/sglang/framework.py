@@ -24,6 +24,7 @@ class Sglang(Framework):
     docs = "docs/sglang-glm5.md"
     always_recorded = True
     names_its_launch = False
+    torch_release = True
 
     def launch_option(self) -> Option:
         return Option(self.option, "--impl sglang: the server's launch arguments (what follows "
@@ -84,6 +85,16 @@ class Sglang(Framework):
         said, rules = launch.get("sglang_said"), launch.get("sglang_rules")
         return ([f"SGLang said: {text}" for text in (said if isinstance(said, list) else ())]
                 + [f"SGLang's rule: {text}" for text in (rules if isinstance(rules, list) else ())])
+
+    def environment(self, release, flashinfer, torch, read):
+        from graphbreak_doctor.targets.frameworks.sglang import environment
+
+        return environment.recipe(release, flashinfer, torch, read)
+
+    def follow_release(self, release, files, env):
+        from graphbreak_doctor.targets.frameworks.sglang import environment
+
+        return environment.follow(release, files, env)
 
 
 FRAMEWORK = Sglang()

@@ -73,5 +73,15 @@ class Vllm(Framework):
 
         return build_model(served, device=device, log=log, launch_args=what.launch, tokens=what.tokens)
 
+    def environment(self, release, flashinfer, torch, read):
+        from graphbreak_doctor.targets.frameworks.vllm import environment
+
+        return environment.recipe(release, flashinfer, torch, read)
+
+    def follow_release(self, release, files, env):
+        from graphbreak_doctor.targets.frameworks.vllm import environment
+
+        return environment.follow(release, files, env)
+
 
 FRAMEWORK = Vllm()

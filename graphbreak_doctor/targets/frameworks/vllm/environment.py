@@ -1,7 +1,7 @@
 """A vLLM release's environment (a matrix cell of ``--vllm``).
 
-It starts from the project's vLLM file (``requirements/vllm.txt``, package
-data, the file the Makefile's vLLM environment installs): vLLM and the
+It starts from the project's vLLM file (``vllm.txt``, package data of the
+matrix, the file the Makefile's vLLM environment installs): vLLM and the
 pure-Python packages its launch resolution, model loader and model code
 import, every one pinned and installed without dependencies (vLLM declares
 the CUDA stack, which never runs here). The cell's vLLM, FlashInfer and
@@ -22,26 +22,22 @@ is about.
 
 from __future__ import annotations
 
-import json
-import subprocess
-from collections.abc import Callable
-
-from graphbreak_doctor.matrix.pins import EnvError, exact_pins, norm_name, pin
-from graphbreak_doctor.text import one_line
+from graphbreak_doctor.targets.frameworks.environment import Installer, Recipe, exact_pins, norm_name, pin
 
 PROFILE = "vllm.txt"
-# The version of the rules below: part of a vLLM environment's key (envs.py),
+# The version of the rules below: part of a vLLM environment's key (matrix/envs.py),
 # so an environment built by other rules is built again.
 RULES = 2
 # The cell's own axes: the environment holds the cell's versions whatever the release asks.
 AXES = ("vllm", "torch", "flashinfer-python")
 
 
-def requirement_lines(lines: list[str], vllm: str, flashinfer: str, torch: str) -> list[str]:
+def recipe(release: str, flashinfer: str, torch: str, read) -> Recipe:
     """The file's lines with the cell's vLLM, FlashInfer and torch (where
-    given) in place of its pins."""
-    lines = pin(pin(lines, "vllm", vllm), "flashinfer-python", flashinfer)
-    return pin(lines, "torch", torch) if torch else lines
+    given) in place of its pins: one file, installed without dependencies."""
+    lines = pin(pin(read(PROFILE), "vllm", release), "flashinfer-python", flashinfer)
+    lines = pin(lines, "torch", torch) if torch else lines
+    return Recipe({"nodeps.txt": "\n".join(lines) + "\n"}, rules=(RULES,))
 
 
 def _requirements(lines: list[str]) -> list:
@@ -94,18 +90,12 @@ def choose(requires: list[str], pins: dict[str, str], release: str,
     return follow, notes
 
 
-def follow(python: str, release: str, text: str, install: Callable[..., None]) -> tuple[dict[str, str], list[str]]:
+def follow(release: str, files: dict[str, str], env: Installer) -> tuple[dict[str, str], list[str]]:
     """Install the release's own versions where the file's do not meet its
-    requirements (``install(*args, what=...)`` runs uv's install into the
-    environment); returns what was followed and the notes."""
-    code = ("import importlib.metadata as m, json; "
-            "print(json.dumps([m.requires(p) or [] for p in ('vllm', 'flashinfer-python')]))")
-    out = subprocess.run([python, "-c", code], check=False, capture_output=True, text=True, stdin=subprocess.DEVNULL)
-    if out.returncode != 0:
-        raise EnvError(f"reading vllm {release}'s requirements: {one_line(out.stderr)}")
-    release_requires, flashinfer_requires = json.loads(out.stdout)
-    chosen, notes = choose(release_requires, exact_pins(text.splitlines()), release, flashinfer_requires)
+    requirements; returns what was followed and the notes."""
+    release_requires, flashinfer_requires, _present = env.requires("vllm", "flashinfer-python")
+    chosen, notes = choose(release_requires, exact_pins(files["nodeps.txt"].splitlines()), release, flashinfer_requires)
     if chosen:
-        install(*(f"{name}=={version}" for name, version in sorted(chosen.items())),
-                what=f"installing vllm {release}'s own versions of {', '.join(sorted(chosen))}")
+        env.install(*(f"{name}=={version}" for name, version in sorted(chosen.items())),
+                    what=f"installing vllm {release}'s own versions of {', '.join(sorted(chosen))}")
     return chosen, notes
