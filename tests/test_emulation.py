@@ -249,7 +249,7 @@ def test_a_large_device_tensor_is_known_by_the_range_its_fill_put_it_in():
 def test_flashmla_stand_ins_answer_with_their_kernels_output_shapes():
     """FlashMLA's dry answers (sgl-kernel's flashmla_ops, older releases'
     sparse attention): the shapes its docstrings give, on the inputs' device."""
-    from graphbreak_doctor.emulation.standins import EXTENSION_DRY
+    from graphbreak_doctor.targets.frameworks.sglang.sgl_kernel_libs import EXTENSION_DRY
 
     dry = EXTENSION_DRY["flashmla_ops"]
     with EmulatedDevice("sm120"):

@@ -329,7 +329,7 @@ def test_stand_in_declares_every_schema_common_ops_declares():
 
     from graphbreak_doctor.emulation import standins
     from graphbreak_doctor.emulation.standins.binaries import StandIns, declared
-    from graphbreak_doctor.emulation.standins.sgl_kernel_libs import install_sgl_kernel
+    from graphbreak_doctor.targets.frameworks.sglang.sgl_kernel_libs import install_sgl_kernel
     from graphbreak_doctor.patching import UndoLog
 
     _sgl_kernel_stand_in_or_skip()
@@ -357,7 +357,7 @@ def test_stand_in_skips_a_schema_this_torch_cannot_parse(tmp_path):
     """A schema the installed torch refuses is left out with a line naming
     it; the others in the same binary are declared."""
     from graphbreak_doctor.emulation.standins.binaries import StandIns, declared
-    from graphbreak_doctor.emulation.standins.sgl_kernel_libs import declare_common_ops
+    from graphbreak_doctor.targets.frameworks.sglang.sgl_kernel_libs import declare_common_ops
     from graphbreak_doctor.patching import UndoLog
 
     binary = tmp_path / "common_ops.abi3.so"

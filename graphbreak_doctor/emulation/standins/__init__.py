@@ -8,18 +8,28 @@ ops this process lacks). Everything goes through the undo log; ``install``
 returns one line per stand-in, which the findings list
 (``target.stand_ins``) so a reader knows what was not real.
 
-One module per library stood in for:
+One module per library stood in for. Here, the libraries any framework may
+import:
 
 - torchvision_c.py: torchvision's ``_C``, two op schemas, no kernel;
-- sgl_kernel_libs.py: sgl-kernel's ``common_ops`` (an empty module and
-  every op schema its binaries declare, read from their bytes by
-  schemas.py) and its other kernel libraries (empty modules; FlashMLA's ops
-  answer dry);
-- deep_gemm_libs.py: DeepGEMM's op library (older releases) or its tvm-ffi
-  kernel library, every function found, the indexer's kernels dry;
-- cudart.py: a CUDA runtime library mapped for FlashInfer 0.6's comm module;
-- vllm_libs.py: vLLM's native libraries (empty modules, and every op schema
-  their binaries declare, in the namespaces vLLM's Python calls them by).
+- cudart.py: a CUDA runtime library mapped for FlashInfer 0.6's comm module.
+
+A framework's own libraries are stood in for by its package
+(``Framework.install_stand_ins``), which ``install`` is handed:
+
+- targets/frameworks/sglang/sgl_kernel_libs.py: sgl-kernel's ``common_ops``
+  (an empty module and every op schema its binaries declare, read from
+  their bytes by schemas.py) and its other kernel libraries (empty modules;
+  FlashMLA's ops answer dry);
+- targets/frameworks/sglang/deep_gemm_libs.py: DeepGEMM's op library (older
+  releases) or its tvm-ffi kernel library, every function found, the
+  indexer's kernels dry;
+- targets/frameworks/vllm/vllm_libs.py: vLLM's native libraries (empty
+  modules, and every op schema their binaries declare, in the namespaces
+  vLLM's Python calls them by).
+
+Every framework's are installed, whichever builds the model: one framework
+can import another's package where both are installed.
 
 binaries.py holds what they are made of. After the framework's import,
 ``register_missing_fakes`` gives the declared ``sgl_kernel`` ops that
@@ -32,28 +42,28 @@ See docs/design.md, "SGLang on a CPU build of torch".
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+
 import torch
 
 from graphbreak_doctor.emulation.standins import catalogue
 from graphbreak_doctor.emulation.standins.binaries import StandIns, no_op
 from graphbreak_doctor.emulation.standins.cudart import map_cuda_runtime
-from graphbreak_doctor.emulation.standins.deep_gemm_libs import install_deep_gemm
 from graphbreak_doctor.emulation.standins.schemas import TORCHVISION_SCHEMAS, schemas_in
-from graphbreak_doctor.emulation.standins.sgl_kernel_libs import EXTENSION_DRY, install_sgl_kernel
 from graphbreak_doctor.emulation.standins.torchvision_c import install_torchvision
-from graphbreak_doctor.emulation.standins.vllm_libs import install_vllm
 from graphbreak_doctor.patching import UndoLog
 
 
-def install(log: UndoLog) -> StandIns:
-    """Install what this machine lacks, before the framework is imported."""
+def install(log: UndoLog, frameworks: Iterable[Callable[[UndoLog, StandIns], None]] = ()) -> StandIns:
+    """Install what this machine lacks, before the framework is imported:
+    the shared libraries' stand-ins and, through ``frameworks`` (each
+    framework's ``install_stand_ins``), their own."""
     out = StandIns()
     if torch.backends.cuda.is_built():
         return out  # a CUDA build of torch loads the real binaries
     install_torchvision(log, out)
-    install_sgl_kernel(log, out)
-    install_deep_gemm(log, out)
-    install_vllm(log, out)
+    for install_own in frameworks:
+        install_own(log, out)
     map_cuda_runtime(log, out)
     _no_exit_calls_to_stand_ins(log, out)
     return out
@@ -157,7 +167,6 @@ def _has_fake(qualname: str) -> bool:
 
 
 __all__ = [
-    "EXTENSION_DRY",
     "TORCHVISION_SCHEMAS",
     "StandIns",
     "install",

@@ -155,6 +155,11 @@ class Framework:
         each pin it cannot hold as the release asks. By default: nothing."""
         return {}, []
 
+    def install_stand_ins(self, log: UndoLog, out: Any) -> None:
+        """Stand in (emulation/standins/) for the framework's own native
+        libraries that cannot load here, through ``log``, adding each to
+        ``out`` (a StandIns). By default: none."""
+
     def said_lines(self, launch: Mapping[str, Any]) -> list[str]:
         """What the framework logged (and the rules of its code that changed
         a compile field) while it resolved the launch, as the user reads it."""

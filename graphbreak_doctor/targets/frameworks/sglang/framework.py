@@ -86,6 +86,14 @@ class Sglang(Framework):
         return ([f"SGLang said: {text}" for text in (said if isinstance(said, list) else ())]
                 + [f"SGLang's rule: {text}" for text in (rules if isinstance(rules, list) else ())])
 
+    def install_stand_ins(self, log, out):
+        """sgl-kernel's libraries and DeepGEMM's (sgl_kernel_libs.py, deep_gemm_libs.py)."""
+        from graphbreak_doctor.targets.frameworks.sglang.deep_gemm_libs import install_deep_gemm
+        from graphbreak_doctor.targets.frameworks.sglang.sgl_kernel_libs import install_sgl_kernel
+
+        install_sgl_kernel(log, out)
+        install_deep_gemm(log, out)
+
     def environment(self, release, flashinfer, torch, read):
         from graphbreak_doctor.targets.frameworks.sglang import environment
 

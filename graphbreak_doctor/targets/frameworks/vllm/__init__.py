@@ -3,7 +3,7 @@ resolves them into a ``VllmConfig`` (launch.py), builds a model through its
 own model registry and loader from a config folder (model.py), and which
 forward it compiles, and how (builder.py makes the target). What vLLM
 cannot do on an emulated GPU without help is in emulation.py and
-emulation/standins/vllm_libs.py. The other modules import torch; this one
+vllm_libs.py. The other modules import torch; this one
 does not, so the command line can ask whether vLLM is there."""
 
 from __future__ import annotations

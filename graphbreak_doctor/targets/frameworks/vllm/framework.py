@@ -73,6 +73,12 @@ class Vllm(Framework):
 
         return build_model(served, device=device, log=log, launch_args=what.launch, tokens=what.tokens)
 
+    def install_stand_ins(self, log, out):
+        """vLLM's native libraries (vllm_libs.py)."""
+        from graphbreak_doctor.targets.frameworks.vllm.vllm_libs import install_vllm
+
+        install_vllm(log, out)
+
     def environment(self, release, flashinfer, torch, read):
         from graphbreak_doctor.targets.frameworks.vllm import environment
 
