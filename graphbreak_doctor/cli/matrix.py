@@ -13,6 +13,7 @@ the targets each cell traces."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -113,27 +114,33 @@ def _devices(text: str) -> tuple[str, ...]:
     return values
 
 
+def _served_option(name: str, help: str):
+    """The served-model provider's own option (targets/serving.py: its flag,
+    type, choices and metavar), with the matrix's words for what it does."""
+    from graphbreak_doctor.targets.serving import PROVIDER
+
+    option = next(o for o in PROVIDER.options if o.name == name)
+    return dataclasses.replace(option, help=help)
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    from graphbreak_doctor.targets.serving import IMPL_CHOICES
+    from graphbreak_doctor.cli.targets import add_memory_option, add_option
 
     p = add_subcommand(sub, NAME, "a compatibility matrix over framework x FlashInfer x GPU, with bisection",
                        epilog=HELP)
     what = p.add_mutually_exclusive_group(required=True)
-    what.add_argument("--layer", choices=("dense", "moe", "all"), help="GLM-5 decoder layer(s)")
-    what.add_argument("--model", action="store_true",
-                      help="per cell, the framework's compile map of the served model forward (as `trace --model "
-                           "--mode map`; SGLang's unless another framework's releases are given): how the release "
-                           "runs the prefill, the torch.compile regions entered, the CUDA-graph map")
-    from graphbreak_doctor.cli.targets import add_memory_option, add_option
-
+    add_option(what, _served_option("layer", "GLM-5 decoder layer(s)"))
+    add_option(what, _served_option(
+        "model", "per cell, the framework's compile map of the served model forward (as `trace --model --mode map`; "
+                 "SGLang's unless another framework's releases are given): how the release runs the prefill, the "
+                 "torch.compile regions entered, the CUDA-graph map"))
     for provider in _matrix_providers():
         group = p.add_argument_group(f"{provider.title} (each cell traces it; its code must import in the "
                                      "cells' environments)")
         for o in provider.options:
             add_option(what if o.selects else group, o)
-    p.add_argument("--impl", choices=IMPL_CHOICES,
-                   help="a framework's own layer (the default with its releases: --sglang); reference: the "
-                        "project's re-creation, no framework needed")
+    add_option(p, _served_option("impl", "a framework's own layer (the default with its releases: --sglang); "
+                                         "reference: the project's re-creation, no framework needed"))
     axes = p.add_argument_group("the framework axis (one per matrix; each framework contributes its own)")
     for framework in registry.FRAMEWORKS:
         layered = "" if "block" in framework.scopes else "with --model: "
@@ -146,21 +153,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
             print(f"graphbreak-doctor: plugin framework {framework.name}: --{framework.name} is one of the matrix's "
                   "own options; its axis is left out of the matrix", file=sys.stderr)
             continue
-        axes.add_argument(framework.option, metavar="ARGS",
-                          help=f"the server's launch arguments, read by each cell's {framework.title} release "
-                               f"itself; needs --{framework.name}")
+        add_option(axes, dataclasses.replace(
+            framework.launch_option(), help=f"the server's launch arguments, read by each cell's {framework.title} "
+                                            f"release itself; needs --{framework.name}"))
     p.add_argument("--flashinfer", type=_version_list, metavar="V1,V2,...",
                    help="FlashInfer releases (default: the installed one)")
     p.add_argument("--torch", type=_torch_list, metavar="V1,V2,...|release",
                    help="torch releases, an axis of their own (default: every cell holds this interpreter's "
-                        "torch); release: each SGLang release's cells hold the torch it pins (read from its "
+                        "torch); release: each framework release's cells hold the torch it pins (SGLang's: read from its "
                         "wheel); another torch is installed into the cell's environment by pip, from the wheel "
                         "folders and indexes pip is configured with")
     p.add_argument("--device", type=_devices, default=(DEFAULT_DEVICE,), metavar="D1,D2,...",
                    help="emulated GPUs, the table's columns (default sm120)")
-    p.add_argument("--model-path", metavar="DIR|NAME",
-                   help=f"with --model: the served model's config folder, or a packaged model: {packaged_listing()}; "
-                        "every cell's framework builds it (the folder must be readable where the cells run)")
+    add_option(p, _served_option(
+        "model_path", f"with --model: the served model's config folder, or a packaged model: {packaged_listing()}; "
+                      "every cell's framework builds it (the folder must be readable where the cells run)"))
     p.add_argument("--mode", choices=(*MODE_CHOICES, MAP_MODE), default=None,
                    help="as for trace (default both: the fullgraph verdict and every break; with --model: map, "
                         "the only mode it takes)")
