@@ -160,9 +160,10 @@ import json, torch
 from graphbreak_doctor.diagnose import inside_device
 from graphbreak_doctor.cudagraph.recorder import Session
 from graphbreak_doctor.emulation import standins
+from graphbreak_doctor.targets.frameworks import registry
 from graphbreak_doctor.targets.frameworks.sglang import emulation
 with inside_device("sm120") as (dev, log):
-    installed = standins.install(log)
+    installed = registry.install_stand_ins(log)
     with emulation.platform_window():
         from sglang.srt.model_executor.runner_backend_utils.breakable_cuda_graph import (
             BreakableCUDAGraph, BreakableCUDAGraphCapture, eager_on_graph)

@@ -30,13 +30,14 @@ RESOLVE = textwrap.dedent("""
     import json, sys
     from graphbreak_doctor.diagnose import inside_device
     from graphbreak_doctor.emulation import standins
+    from graphbreak_doctor.targets.frameworks import registry
     from graphbreak_doctor.emulation.platform_window import platform_window
     from graphbreak_doctor.targets.frameworks.vllm import emulation, launch
     from graphbreak_doctor.targets.models.packaged import config_dir
 
     out = []
     with inside_device("sm90") as (dev, log):
-        installed = standins.install(log)
+        installed = registry.install_stand_ins(log)
         emulation.isolate_caches(log, emulation.scratch(log))
         emulation.accelerator_streams(log)
         with platform_window():
@@ -333,13 +334,14 @@ DYNAMO_RECORD = textwrap.dedent("""
     import torch
     from graphbreak_doctor.diagnose import inside_device
     from graphbreak_doctor.emulation import standins
+    from graphbreak_doctor.targets.frameworks import registry
     from graphbreak_doctor.emulation.platform_window import platform_window
     from graphbreak_doctor.targets.frameworks.vllm import emulation, launch
     from graphbreak_doctor.targets.frameworks.vllm import model as vllm_model
     from graphbreak_doctor.targets.models.packaged import config_dir
 
     with inside_device("sm90") as (dev, log):
-        installed = standins.install(log)
+        installed = registry.install_stand_ins(log)
         emulation.isolate_caches(log, emulation.scratch(log))
         emulation.aot_compile_off(log)
         emulation.accelerator_streams(log)

@@ -96,9 +96,19 @@ def releases() -> dict[str, str]:
     return found
 
 
+def install_stand_ins(log: Any) -> Any:
+    """The stand-ins this machine needs before a framework is imported
+    (emulation/standins/): the shared libraries' and every framework's own
+    (``Framework.install_stand_ins``), through the undo log ``log``; the
+    StandIns installed."""
+    from graphbreak_doctor.emulation import standins
+
+    return standins.install(log, [f.install_stand_ins for f in FRAMEWORKS])
+
+
 def given(options: Mapping[str, Any]) -> list[Framework]:
     """The frameworks whose launch arguments (``--<name>-args``) the options give."""
     return [f for f in FRAMEWORKS if options.get(f.option_name) is not None]
 
 
-__all__ = ["BUILTIN", "FRAMEWORKS", "get", "given", "of", "of_launch", "releases"]
+__all__ = ["BUILTIN", "FRAMEWORKS", "get", "given", "install_stand_ins", "of", "of_launch", "releases"]

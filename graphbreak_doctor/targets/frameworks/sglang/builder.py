@@ -38,12 +38,12 @@ import torch
 
 from graphbreak_doctor.targets.frameworks.framework import Served
 from graphbreak_doctor.targets.frameworks.sglang import emulation as sglang_emulation
-from graphbreak_doctor.targets.frameworks import registry
 from graphbreak_doctor.emulation import dsl_dry, standins
 from graphbreak_doctor.emulation.device import EmulatedDevice
 from graphbreak_doctor.model import TargetInfo
 from graphbreak_doctor.patching import UndoLog
 from graphbreak_doctor.targets import Target
+from graphbreak_doctor.targets.frameworks import registry
 from graphbreak_doctor.targets.frameworks.sglang import runtime
 from graphbreak_doctor.targets.frameworks.sglang.compile_map import discover_compile_regions
 from graphbreak_doctor.targets.frameworks.sglang.prepare import prepare_block, prepare_stack
@@ -58,7 +58,7 @@ def build_layer(kind: str, *, served: Served, tokens: int, device: str, cold: bo
     module doc)."""
     index = served.index if kind != "model" else None
     scratch = scratch_folder(device, log)
-    installed = standins.install(log, [f.install_stand_ins for f in registry.FRAMEWORKS])
+    installed = registry.install_stand_ins(log)
     sglang_emulation.isolate_caches(log, scratch)
     with sglang_emulation.platform_window():
         import_sglang()

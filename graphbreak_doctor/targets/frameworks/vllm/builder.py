@@ -28,12 +28,12 @@ from typing import Any
 
 import torch
 
-from graphbreak_doctor.targets.frameworks import registry
 from graphbreak_doctor.emulation import standins
 from graphbreak_doctor.emulation.platform_window import platform_window
 from graphbreak_doctor.model import TargetInfo
 from graphbreak_doctor.patching import UndoLog
 from graphbreak_doctor.targets import PhaseNotRun, Target, TargetError
+from graphbreak_doctor.targets.frameworks import registry
 from graphbreak_doctor.targets.frameworks.framework import Served
 from graphbreak_doctor.targets.frameworks.vllm import PHASES, cudagraphs, emulation, launch
 from graphbreak_doctor.targets.frameworks.vllm import model as vllm_model
@@ -45,7 +45,7 @@ def build_model(served: Served, *, device: str, log: UndoLog, launch_args: tuple
     if device == "cpu":
         raise TargetError("vLLM's models run on a CUDA device: use an emulated one (--device sm120, sm100, sm90)")
     folder = emulation.scratch(log)
-    installed = standins.install(log, [f.install_stand_ins for f in registry.FRAMEWORKS])
+    installed = registry.install_stand_ins(log)
     emulation.isolate_caches(log, folder)
     emulation.aot_compile_off(log)
     emulation.accelerator_streams(log)
