@@ -19,6 +19,7 @@ from typing import Any, Callable
 from graphbreak_doctor.analysis.assemble import assemble, captured, join, sized
 from graphbreak_doctor.analysis.warm_state import compare
 from graphbreak_doctor.capture import trace as capture
+from graphbreak_doctor.emulation.unknown_values import unknown_read
 from graphbreak_doctor.model import DEFAULT_DEVICE, FULLGRAPH_MODES, Findings, JitRequest, modes_for
 from graphbreak_doctor.model.warm_up import WarmUp
 from graphbreak_doctor.patching import UndoLog
@@ -129,7 +130,9 @@ def warm_up(target: Target, dev: Any, *, cold: bool, progress: Callable[[str], N
     except Exception as e:
         if fatal(e):
             raise
-        warm.ran, warm.error = False, one_line(f"{type(e).__name__}: {e}", 200)
+        unknown = unknown_read(e)  # where the emulated GPU's knowledge ends: no error of the target's
+        warm.ran, warm.error = False, (f"{type(e).__name__}: {unknown} (a device value the emulated GPU does not "
+                                       "know)" if unknown else one_line(f"{type(e).__name__}: {e}", 200))
     warm.loaded = [f"{r.name} ({r.action})" for r in dev.jit_requests[jit_before:]]
     warm.imported = _packages(set(sys.modules) - modules_before)
     return warm

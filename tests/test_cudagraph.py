@@ -34,13 +34,14 @@ def captured() -> dict[str, Findings]:
 
     return {name: trace_cudagraphs(target_builder(SPEC.format(name)), device="sm120")
             for name in ("item_in_capture", "item_fixed", "host_branch", "host_branch_fixed", "noise_own_generator",
-                         "noise_default_generator")}
+                         "noise_default_generator", "item_of_computed", "nonzero_of_computed")}
 
 
 @pytest.mark.parametrize("name, category, text, fix", [
     ("item_in_capture", "cudagraph-sync", "scale.item()", "sync-outside-capture"),
     ("host_branch", "cudagraph-frozen-value", "if LENGTHS.max() > 4:", "read-at-replay"),
     ("noise_own_generator", "cudagraph-rng", "torch.randn(x.shape", "register-generator"),
+    ("item_of_computed", "cudagraph-sync", "peak = int(y.abs().amax().item())", "sync-outside-capture"),
 ])
 def test_a_hazard_in_the_captured_segment_is_found_at_its_line(captured, name, category, text, fix):
     found = captured[name].cudagraphs
@@ -67,6 +68,44 @@ def test_reads_outside_the_capture_are_no_hazard(captured):
     # captured call counts.
     (hazard,) = captured["item_in_capture"].cudagraphs.hazards()
     assert hazard.count == 1
+
+
+def test_a_value_the_emulated_gpu_does_not_know_is_no_error_of_the_target(captured, tmp_path):
+    """A value only the GPU computes. Its `.item()` (ScaleByPeak) is assumed
+    in the warm-ups and the capture, and said; `nonzero` of it
+    (CountPositive) has no size to assume: the eager warm-ups stop there and
+    the map says so, and the capture goes on, where the call is the hazard
+    (as on a GPU, the capture cannot finish). `trace` says the same, never
+    exit 2: fullgraph captures the whole forward (Dynamo's verdict; the
+    captured graph's run stops at the read), and explain stops at the read's
+    line."""
+    line = _line("peak = int(")
+    assert "a device value read on the host (torch.float32): 1.0" in captured["item_of_computed"].cudagraphs.assumed
+    found = captured["nonzero_of_computed"].cudagraphs
+    where = _line("positive = (y > 0).nonzero()")
+    (stopped,) = [a for a in found.assumed if a.startswith("the eager warm-ups")]
+    assert f"(aten.nonzero.default at " in stopped and f"cudagraph_hazards.py:{where} in forward)" in stopped
+    assert stopped.endswith("captured after 0 of 2"), stopped
+    (capture,) = found.phases[0].captures
+    (hazard,) = capture.hazards
+    assert hazard.category == "cudagraph-sync" and hazard.site.line == where and "nonzero" in capture.error
+    spec = SPEC.format("item_of_computed")
+    done = run_cli("trace", "--target", spec, "--mode", "fullgraph", "--json", str(tmp_path / "f.json"))
+    assert done.returncode == 0, done.stdout + done.stderr[-2000:]
+    found = json.loads((tmp_path / "f.json").read_text())
+    assert found["fullgraph"]["ok"] is True and found["fullgraph"]["note"].startswith(
+        "the captured graph's run stopped where it read a device value the emulated GPU does not know "
+        "(aten._local_scalar_dense.default)"), found["fullgraph"]
+    assert found["warm_up"]["ran"] is False and found["warm_up"]["error"].endswith(
+        f"cudagraph_hazards.py:{line} in forward (a device value the emulated GPU does not know)"), found["warm_up"]
+    explain = run_cli("trace", "--target", spec, "--mode", "explain", "--json", str(tmp_path / "e.json"))
+    assert explain.returncode == 3, explain.stdout + explain.stderr[-2000:]
+    crashed = json.loads((tmp_path / "e.json").read_text())
+    assert crashed["fullgraph"]["site"]["line"] == line and crashed["fullgraph"]["site"]["file"] == str(FIXTURE)
+    assert crashed["fullgraph"]["error"].startswith("the traced code read a device value the emulated GPU does "
+                                                    "not know (aten._local_scalar_dense.default at ")
+    assert [b["category"] for b in crashed["breaks"]] == ["data-dependent"]  # the break before the read is kept
+    assert "raises without torch.compile" not in explain.stderr
 
 
 def test_findings_of_schema_1_are_read_without_a_cudagraph_map(captured):

@@ -205,7 +205,7 @@ def stopped_at(result: ModeResult) -> Break | None:
 def _verdict(result: ModeResult) -> FullgraphVerdict:
     first = first_break(result)
     return FullgraphVerdict(ran=True, ok=bool(result.ok), error=result.error, break_id=first.id if first else "",
-                            crashed=result.crashed, site=result.crash_site)
+                            crashed=result.crashed, site=result.crash_site, note=result.note)
 
 
 def _graph_count(graphs: list[GraphInfo]) -> int:

@@ -35,3 +35,6 @@ class ModeResult:
     # Piecewise mode with the framework's own splitter: the op each of its
     # splitting pieces is cut at, over every graph, in order.
     cut_at: list[str] = field(default_factory=list)
+    # What else holds for the fullgraph verdict: the captured graph's run read
+    # a device value the emulated GPU does not know ("" for none).
+    note: str = ""

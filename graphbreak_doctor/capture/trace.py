@@ -31,6 +31,7 @@ from graphbreak_doctor.capture.events import (BreakEvent, event_for, frames_from
                                               stack_in_message, with_causes)
 from graphbreak_doctor.capture.listener import GraphBreakListener
 from graphbreak_doctor.capture.result import ModeResult, RawHazard
+from graphbreak_doctor.emulation.unknown_values import unknown_read, unknown_site
 from graphbreak_doctor.model import FULLGRAPH_MODES, Frame, GraphInfo
 from graphbreak_doctor.frames import actionable_frame
 from graphbreak_doctor.patching import UndoLog
@@ -222,9 +223,15 @@ def _call(fn: Callable, args: tuple, kwargs: dict) -> Any:
 
 
 def _check_eager(target: Target) -> None:
+    """A TargetError where the target raises without torch.compile too --
+    unless the eager call stops where it reads a device value the emulated
+    GPU does not know (emulation/unknown_values.py): that is no error of the
+    target's."""
     try:
         _call(target.fn, target.args, target.kwargs)
     except Exception as e:
+        if unknown_read(e):
+            return
         raise TargetError(f"the target raises without torch.compile: {type(e).__name__}: {one_line(str(e))}") from e
 
 
@@ -263,11 +270,20 @@ def trace(target: Target, mode: str, *, decompile: bool = True, on_event: Callab
                 result.ok = False
                 result.events.extend(with_causes(_failure_event(mode, e, target.fn)))
                 result.error = result.events[0].gb_type
+            elif fullgraph and len(result.graphs) == 1 and unknown_read(e):
+                # Dynamo captured the whole target; running the graph read a
+                # value only a real GPU computes. The verdict is Dynamo's.
+                result.ok = True
+                result.note = (f"the captured graph's run stopped where it read a device value the emulated GPU "
+                               f"does not know ({unknown_read(e, located=False)}): the verdict is Dynamo's capture")
             else:
                 _check_eager(target)
                 result.ok, result.crashed = False, True
-                result.error = scrub(f"{type(e).__name__}: {one_line(str(e))}".rstrip(": "))
-                result.crash_site = _crash_site(e)
+                unknown = unknown_read(e)
+                result.error = (f"the traced code read a device value the emulated GPU does not know ({unknown}): "
+                                "what runs after it is not traced here" if unknown else
+                                scrub(f"{type(e).__name__}: {one_line(str(e))}".rstrip(": ")))
+                result.crash_site = (unknown_site(e) if unknown else None) or _crash_site(e)
     if not fullgraph:
         # In fullgraph modes the verdict comes from the exception itself.
         result.events[:0] = listener.events

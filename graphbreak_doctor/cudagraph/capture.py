@@ -13,6 +13,7 @@ import torch
 
 from graphbreak_doctor.cudagraph.advice import advise
 from graphbreak_doctor.cudagraph.recorder import Session
+from graphbreak_doctor.emulation.unknown_values import unknown_read
 from graphbreak_doctor.frames import raised_at
 from graphbreak_doctor.model.cudagraph import CudaGraphMap, CudaGraphPhase
 from graphbreak_doctor.patching import UndoLog
@@ -39,9 +40,19 @@ def plain(target: Target, session: Session) -> CudaGraphPhase:
     error = ""
     with session.recording(size) as recorder:
         try:
-            for _ in range(WARM_UPS):
+            for n in range(WARM_UPS):
                 torch.cuda.synchronize()
-                target.fn(*target.args, **target.kwargs)
+                try:
+                    target.fn(*target.args, **target.kwargs)
+                except Exception as e:
+                    unknown = unknown_read(e)
+                    if not unknown:
+                        raise
+                    # Where the emulated GPU's knowledge ends, a real GPU runs
+                    # on: the capture follows, where the read is a hazard.
+                    session.assumed.append(f"the eager warm-ups stopped at a device value the emulated GPU does not "
+                                           f"know ({unknown}): captured after {n} of {WARM_UPS}")
+                    break
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
                 target.fn(*target.args, **target.kwargs)

@@ -196,6 +196,9 @@ class FullgraphVerdict:
     crashed: bool = False
     # Where a crash happened in the user's code (a failure names its break).
     site: Frame | None = None
+    # What else holds for the verdict: a captured graph whose run stopped at
+    # a device value the emulated GPU does not know ("" for none).
+    note: str = ""
 
 
 @dataclass

@@ -70,6 +70,8 @@ def render(findings: Findings) -> str:
         first = findings.break_by_id(fg.break_id)
         if fg.ok:
             lines.append("fullgraph: OK -- the whole target is captured as one graph")
+            if fg.note:
+                lines.append(f"  {fg.note}")
         elif first is not None:
             lines.append(f"fullgraph: FAILED -- {first.gb_type} [{first.category}] at {frame_at(first.site)}")
         elif not fg.crashed:
