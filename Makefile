@@ -132,16 +132,18 @@ test-vllm: $(VENVVLLM)/.installed
 # The matrix's framework axes: the doctor builds two vLLM releases'
 # environments itself (uv, from its vLLM file and each release's pins), and
 # two releases of a plugin's framework from local wheels, and maps a model in
-# each; run from the main environment, which has no vLLM of its own.
+# each; run from the main environment, which has no vLLM of its own. The
+# tests that start a local Ray cluster run here too (marked `ray_cluster`):
+# this line has the time the main stage's line has not.
 test-vllm-matrix: $(VENV)/.installed
-	$(VENV)/bin/python -m pytest -m 'vllm_matrix or plugin_matrix' $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest -m 'vllm_matrix or plugin_matrix or ray_cluster' $(PYTEST_ARGS)
 
 # Its test files in two processes (pytest-xdist; each file's tests in one of
 # them, so a module's set-up runs once): the stage takes what the other
 # stages leave of the two cores. The traces the tests share are traced once
 # (tests/conftest.py: Traces holds a lock per trace).
 test-main: $(VENV)/.installed chromium
-	$(VENV)/bin/python -m pytest -n 2 --dist loadfile -m 'not both_versions and not torch_release and not vllm_matrix and not plugin_matrix' $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest -n 2 --dist loadfile -m 'not both_versions and not torch_release and not vllm_matrix and not plugin_matrix and not ray_cluster' $(PYTEST_ARGS)
 
 # The browser tests (marked `browser`) drive Debian's chromium: installed here
 # when missing and running as root (CI); otherwise they skip, except under CI=true.

@@ -25,6 +25,9 @@ import pytest
 from conftest import FI_NEW, FI_OLD
 from ray_cluster import ENV, NoNamespace, loopback_cluster, popen_in_ns
 
+# A Ray cluster per module: the matrix stage runs these (make test-vllm-matrix), beside SGLang's.
+pytestmark = pytest.mark.ray_cluster
+
 ray = pytest.importorskip("ray", reason="Ray is an optional extra (requirements/ray.txt)")
 
 # The name each task's Ray worker takes while it runs (Ray: ray::<task name>).

@@ -21,6 +21,9 @@ import pytest
 
 from conftest import ROOT
 
+# A Ray cluster per module: the matrix stage runs these (make test-vllm-matrix), beside SGLang's.
+pytestmark = pytest.mark.ray_cluster
+
 ray = pytest.importorskip("ray", reason="Ray is an optional extra (requirements/ray.txt)")
 
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_USAGE_STATS_ENABLED": "0"}
