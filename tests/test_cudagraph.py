@@ -90,7 +90,7 @@ def test_a_value_the_emulated_gpu_does_not_know_is_no_error_of_the_target(captur
     (hazard,) = capture.hazards
     assert hazard.category == "cudagraph-sync" and hazard.site.line == where and "nonzero" in capture.error
     spec = SPEC.format("item_of_computed")
-    done = run_cli("trace", "--target", spec, "--mode", "fullgraph", "--json", str(tmp_path / "f.json"))
+    done = run_cli("trace", "--target", spec, "--mode", "fullgraph", "--json", str(tmp_path / "f.json"), "--no-html")
     assert done.returncode == 0, done.stdout + done.stderr[-2000:]
     found = json.loads((tmp_path / "f.json").read_text())
     assert found["fullgraph"]["ok"] is True and found["fullgraph"]["note"].startswith(
@@ -98,7 +98,7 @@ def test_a_value_the_emulated_gpu_does_not_know_is_no_error_of_the_target(captur
         "(aten._local_scalar_dense.default)"), found["fullgraph"]
     assert found["warm_up"]["ran"] is False and found["warm_up"]["error"].endswith(
         f"cudagraph_hazards.py:{line} in forward (a device value the emulated GPU does not know)"), found["warm_up"]
-    explain = run_cli("trace", "--target", spec, "--mode", "explain", "--json", str(tmp_path / "e.json"))
+    explain = run_cli("trace", "--target", spec, "--mode", "explain", "--json", str(tmp_path / "e.json"), "--no-html")
     assert explain.returncode == 3, explain.stdout + explain.stderr[-2000:]
     crashed = json.loads((tmp_path / "e.json").read_text())
     assert crashed["fullgraph"]["site"]["line"] == line and crashed["fullgraph"]["site"]["file"] == str(FIXTURE)
