@@ -19,7 +19,7 @@ from typing import Any, Callable
 from graphbreak_doctor.analysis.assemble import assemble, captured, join, sized
 from graphbreak_doctor.analysis.warm_state import compare
 from graphbreak_doctor.capture import trace as capture
-from graphbreak_doctor.emulation.unknown_values import unknown_read
+from graphbreak_doctor.capture.unknown_values import unknown_read
 from graphbreak_doctor.model import DEFAULT_DEVICE, FULLGRAPH_MODES, Findings, JitRequest, modes_for
 from graphbreak_doctor.model.warm_up import WarmUp
 from graphbreak_doctor.patching import UndoLog

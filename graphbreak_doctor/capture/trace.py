@@ -31,7 +31,7 @@ from graphbreak_doctor.capture.events import (BreakEvent, event_for, frames_from
                                               stack_in_message, with_causes)
 from graphbreak_doctor.capture.listener import GraphBreakListener
 from graphbreak_doctor.capture.result import ModeResult, RawHazard
-from graphbreak_doctor.emulation.unknown_values import unknown_read, unknown_site
+from graphbreak_doctor.capture.unknown_values import unknown_read, unknown_site
 from graphbreak_doctor.model import FULLGRAPH_MODES, Frame, GraphInfo
 from graphbreak_doctor.frames import actionable_frame
 from graphbreak_doctor.patching import UndoLog
@@ -225,7 +225,7 @@ def _call(fn: Callable, args: tuple, kwargs: dict) -> Any:
 def _check_eager(target: Target) -> None:
     """A TargetError where the target raises without torch.compile too --
     unless the eager call stops where it reads a device value the emulated
-    GPU does not know (emulation/unknown_values.py): that is no error of the
+    GPU does not know (unknown_values.py): that is no error of the
     target's."""
     try:
         _call(target.fn, target.args, target.kwargs)

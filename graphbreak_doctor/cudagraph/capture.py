@@ -13,7 +13,7 @@ import torch
 
 from graphbreak_doctor.cudagraph.advice import advise
 from graphbreak_doctor.cudagraph.recorder import Session
-from graphbreak_doctor.emulation.unknown_values import unknown_read
+from graphbreak_doctor.capture.unknown_values import unknown_read
 from graphbreak_doctor.frames import raised_at
 from graphbreak_doctor.model.cudagraph import CudaGraphMap, CudaGraphPhase
 from graphbreak_doctor.patching import UndoLog

@@ -1,7 +1,7 @@
 """A read of a device value the emulated GPU does not know.
 
 The emulated device keeps the values the host wrote and what it computed
-from them (host_memory.py); any other device tensor is fake. When code reads
+from them (emulation/host_memory.py); any other device tensor is fake. When code reads
 such a tensor's value on the host (``.item()``, ``int()``, a branch on it)
 or needs it for an output's size (``nonzero``), fake tensors raise their
 data-dependent exceptions. On a GPU the read simply returns a value, so such
@@ -14,11 +14,10 @@ is a hazard whatever its value.
 
 from __future__ import annotations
 
-import os
 import traceback
 
-import torch
-
+from graphbreak_doctor.capture.exceptions import chain
+from graphbreak_doctor.frames import INFRASTRUCTURE, package_of, short_path
 from graphbreak_doctor.model import Frame
 
 
@@ -28,27 +27,20 @@ def _kinds() -> tuple[type, ...]:
     return DataDependentOutputException, DynamicOutputShapeException
 
 
-def _ours(path: str) -> bool:
-    """Whether a frame is torch's or the doctor's own (not the traced code's)."""
-    import graphbreak_doctor
-
-    roots = (os.path.dirname(torch.__file__), os.path.dirname(graphbreak_doctor.__file__))
-    return path.startswith("<") or any(path.startswith(root + os.sep) for root in roots)
+def _traced(path: str) -> bool:
+    """Whether a frame is the traced code's: not generated code, the
+    infrastructure's (frames.py) or the doctor's own."""
+    return not path.startswith("<") and package_of(path) not in (*INFRASTRUCTURE, "graphbreak_doctor")
 
 
 def _read(error: BaseException | None) -> tuple[BaseException, traceback.FrameSummary | None] | None:
     """The data-dependent exception on ``error``'s chain, and the innermost
     frame of the traced code its traceback shows; None for any other failure."""
-    seen: list[BaseException] = []
-    e = error
-    while e is not None and all(e is not s for s in seen):
-        seen.append(e)
-        e = e.__cause__ or e.__context__
-    found = next((e for e in seen if isinstance(e, _kinds())), None)
+    found = next((e for e in chain(error) if isinstance(e, _kinds())), None)
     if found is None:
         return None
     frames = [f for tb in (error.__traceback__, found.__traceback__)
-              for f in traceback.extract_tb(tb) if not _ours(f.filename)]
+              for f in traceback.extract_tb(tb) if _traced(f.filename)]
     return found, (frames[-1] if frames else None)
 
 
@@ -59,8 +51,6 @@ def unknown_read(error: BaseException | None, *, located: bool = True) -> str:
     that read it ("aten._local_scalar_dense.default at block.py:11 in
     forward"); "" for any other failure. (A captured graph's run has no line
     of the traced code to show: give ``located=False`` there.)"""
-    from graphbreak_doctor.frames import short_path
-
     read = _read(error)
     if read is None:
         return ""
