@@ -15,6 +15,12 @@ and <= 3 GB; with the CUDA-graph map (the same run) <= 150 s and <= 3 GB.
     .venv-sglang/bin/python benchmarks/compile_map.py --launch= --launch=--enable-torch-compile
     .venv-vllm/bin/python benchmarks/compile_map.py --framework vllm --device sm90 --model-path qwen3-30b-a3b
 
+The device matrix (every packaged model on every emulated GPU, default
+launch; one command per framework's environment):
+
+    .venv-sglang/bin/python benchmarks/compile_map.py --device all
+    .venv-vllm/bin/python benchmarks/compile_map.py --framework vllm --device all
+
 With ``--framework vllm`` the launch is vLLM's (``trace --vllm-args "MODEL
 LAUNCH"``): its profile run at the launch's own batch (no --tokens), the
 same targets.
@@ -79,31 +85,35 @@ def main() -> int:
     parser.add_argument("--tokens", type=int, default=128, help="--tokens (default 128, the doctor's default)")
     parser.add_argument("--model-path", action="append", default=None,
                         help="a packaged model or a config folder; repeat for several; default: every packaged model")
-    parser.add_argument("--device", default="sm120", help="the emulated GPU (default sm120)")
+    parser.add_argument("--device", action="append", default=None,
+                        help="the emulated GPU (default sm120); repeat for several; all: every emulated preset")
     parser.add_argument("--framework", choices=("sglang", "vllm"), default="sglang",
                         help="whose launch: --sglang-args (default) or --vllm-args")
     args = parser.parse_args()
     launches = args.launch if args.launch is not None else [""]
+    from graphbreak_doctor.emulation.presets import emulated_presets
+
+    devices = args.device or ["sm120"]
+    if "all" in devices:
+        devices = [p.name for p in emulated_presets()]
     if args.model_path is None:
         from graphbreak_doctor.targets.models.packaged import packaged
 
         args.model_path = [m.name for m in packaged()]
     how = "--vllm-args" if args.framework == "vllm" else f"--model --tokens {args.tokens}"
-    print(f"compile map (trace {how} --mode map --device {args.device}), "
-          f"{os.cpu_count()} CPUs")
-    print(f"{'model':<16} {'launch':<28} {'exit':>4} {'wall s':>7} {'peak MiB':>9} {'entered':>8} {'registered':>10}  "
-          "target; CUDA-graph map (captures finished / run)")
+    print(f"compile map (trace {how} --mode map), {os.cpu_count()} CPUs")
+    print(f"{'model':<16} {'device':<7} {'launch':<28} {'exit':>4} {'wall s':>7} {'peak MiB':>9} {'entered':>8} "
+          f"{'registered':>10}  target; CUDA-graph map (captures finished / run)")
     failed = False
-    for model in args.model_path:
-      for launch in launches:
-        r = measure(model, launch, args.tokens, args.device, args.framework)
+    for model, device, launch in ((m, d, la) for m in args.model_path for d in devices for la in launches):
+        r = measure(model, launch, args.tokens, device, args.framework)
         limit = CUDAGRAPH_LIMIT_S if r.get("cudagraph") else LIMIT_S
         ok = r["wall_s"] <= limit and r["peak_mib"] <= LIMIT_MIB
         failed |= not ok and not launch
         # A map that stopped is no measurement of the map: never "met".
         verdict = (f"{'met' if ok else 'MISSED'} (<= {limit} s, <= {LIMIT_MIB} MiB)" if r["exit"] == 0
                    else "not measured: the map stopped")
-        print(f"{model:<16} {launch or '(default)':<28} {r['exit']:>4} {r['wall_s']:>7} {r['peak_mib']:>9} "
+        print(f"{model:<16} {device:<7} {launch or '(default)':<28} {r['exit']:>4} {r['wall_s']:>7} {r['peak_mib']:>9} "
               f"{r.get('entered', '-'):>8} {r.get('registered', '-'):>10}  "
               f"{verdict}; {r.get('cudagraph') or '-'}")
         if r["exit"] != 0:

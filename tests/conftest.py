@@ -22,6 +22,13 @@ TRACES_ENV = "GRAPHBREAK_DOCTOR_TEST_TRACES"
 # tests/test_findings_cache.py turns it on, in a cache folder of its own.
 os.environ["GRAPHBREAK_DOCTOR_NO_CACHE"] = "1"
 
+# The emulated CUDA toolkit is found as the environment finds one
+# (emulation/flashinfer: toolkit_environment). The suite's traces, goldens and
+# CI's baselines are those of a server whose environment names its toolkit
+# (CUDA_HOME, as GPU container images commonly set it); the tests of the other
+# case unset it themselves.
+os.environ.setdefault("CUDA_HOME", "/usr/local/cuda")
+
 
 @pytest.fixture(scope="session", autouse=True)
 def _cache_key(tmp_path_factory):

@@ -114,7 +114,8 @@ def fullgraph_run(fn, args):
 
 
 def test_presets_match_the_issue():
-    sm120, sm100, sm90 = PRESETS["sm120"], PRESETS["sm100"], PRESETS["sm90"]
+    sm120, sm100, sm90, h200 = PRESETS["sm120"], PRESETS["sm100"], PRESETS["sm90"], PRESETS["h200"]
+    assert (h200.capability, h200.sms, h200.memory_gb, h200.device_name) == ((9, 0), 132, 141, "NVIDIA H200")
     assert (sm120.capability, sm120.sms, sm120.smem_optin_kib, sm120.memory_gb) == ((12, 0), 188, 99, 96)
     assert (sm100.capability, sm100.sms, sm100.smem_optin_kib, sm100.memory_gb) == ((10, 0), 148, 227, 180)
     assert (sm90.capability, sm90.sms, sm90.smem_optin_kib) == ((9, 0), 132, 227)
@@ -271,19 +272,92 @@ def test_flashmla_stand_ins_answer_with_their_kernels_output_shapes():
 @pytest.mark.parametrize("name", ["sm120", "sm100", "sm90"])
 def test_torch_cuda_surface_reports_the_preset(name):
     preset = PRESETS[name]
+    here = torch.cuda.is_available()
     with EmulatedDevice(name):
         props = torch.cuda.get_device_properties(0)
+        assert torch.cuda.is_available() is True
         assert torch.cuda.get_device_capability() == preset.capability
         assert (props.major, props.minor) == preset.capability
         assert props.multi_processor_count == preset.sms
         assert props.shared_memory_per_block_optin == preset.smem_optin_kib * 1024
         assert torch.cuda.get_device_name(torch.device("cuda:0")) == preset.device_name
-        assert torch.cuda.device_count() == 1 and torch.cuda.current_device() == 0
+        assert torch.cuda.device_count() == preset.node_gpus and torch.cuda.current_device() == 0
+        assert torch.cuda.get_device_name(preset.node_gpus - 1) == preset.device_name
         assert torch.version.cuda == preset.cuda
-        # is_available stays the real answer (docs/design.md, "Why torch.cuda.is_available stays False").
-        assert torch.cuda.is_available() is False
         with pytest.raises(AssertionError):
-            torch.cuda.get_device_properties(1)
+            torch.cuda.get_device_properties(preset.node_gpus)
+    assert torch.cuda.is_available() is here
+
+
+def test_a_launch_wider_than_the_server_gets_a_node_of_its_size():
+    with EmulatedDevice("sm120", gpus=16) as device:
+        assert device.gpus == 16 and torch.cuda.device_count() == 16
+        assert len(torch.cuda.default_generators) == 16 or torch.backends.cuda.is_built()
+    with EmulatedDevice("sm120", gpus=2):
+        assert torch.cuda.device_count() == PRESETS["sm120"].node_gpus
+
+
+def test_free_memory_is_the_total_less_what_live_device_tensors_hold():
+    """mem_get_info answers as on the GPU at start-up (the total less the
+    CUDA context), then less what the live device tensors hold."""
+    gib, mib = 1024**3, 1024**2
+    preset = PRESETS["sm90"]
+    with EmulatedDevice("sm90"):
+        start, total = torch.cuda.mem_get_info()
+        assert total == torch.cuda.get_device_properties(0).total_memory == preset.total_memory_mib * mib
+        assert start == total - preset.context_mib * mib
+        weights = torch.empty(gib, dtype=torch.uint8, device="cuda")
+        view = weights[: gib // 2].view(torch.bfloat16)  # the same memory: counted once
+        host = torch.empty(gib // 4, dtype=torch.uint8)  # host memory: not the GPU's
+        assert torch.cuda.mem_get_info() == (start - gib, total)
+        assert torch.cuda.mem_get_info(1) == (start, total)  # another GPU of the node
+        del weights
+        assert torch.cuda.mem_get_info()[0] == start - gib  # the view still holds it
+        del view, host
+        assert torch.cuda.mem_get_info() == (start, total)
+
+
+def test_dynamo_saves_and_restores_the_emulated_cuda_rng_state_around_a_frame():
+    """Around every frame it compiles, Dynamo saves the CUDA generator's state
+    when CUDA is available and puts it back; the emulated device holds one."""
+    def fn(x):
+        return x + 1
+
+    with EmulatedDevice("sm100"):
+        state = torch.cuda.get_rng_state()
+        assert state.dtype == torch.uint8 and state.numel() == 16
+        compiled = torch.compile(fn, backend="eager", fullgraph=True)
+        assert compiled(torch.empty(4, device="cuda")).device.type == "cuda"
+        assert torch.equal(torch.cuda.get_rng_state(), state)
+
+
+@pytest.mark.parametrize("name", ["sm120", "sm100", "sm90"])
+def test_traced_code_that_asks_the_gpu_about_itself_gets_the_presets_answers(name):
+    """Dynamo folds is_available() and get_device_capability() into the graph
+    as constants, as on the GPU: the branch taken is the preset's. A query
+    whose result is not a tensor and that Dynamo does not fold breaks as on
+    the GPU ("torch.* op returned non-Tensor")."""
+    from torch._dynamo.exc import Unsupported
+
+    def by_capability(x):
+        if torch.cuda.is_available():
+            major, minor = torch.cuda.get_device_capability(x.device)
+            return x.new_empty(major * 10 + minor)
+        return x
+
+    def by_name(x):
+        return x * len(torch.cuda.get_device_name())
+
+    preset = PRESETS[name]
+    with EmulatedDevice(name):
+        x = torch.empty(4, device="cuda")
+        torch._dynamo.reset()
+        out = torch.compile(by_capability, backend="eager", fullgraph=True)(x)
+        assert out.shape == (preset.major * 10 + preset.minor,)
+        torch._dynamo.reset()
+        with pytest.raises(Unsupported, match="non-Tensor"):
+            torch.compile(by_name, backend="eager", fullgraph=True)(x)
+    torch._dynamo.reset()
 
 
 def test_every_emulated_function_keeps_its_dynamo_classification():
@@ -343,7 +417,15 @@ def _snapshot() -> dict:
         "tables": [dict(t) for t in torch_surface.dynamo_tables()],
         "fake_mode": torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE),
         "sinks": list(recorder.STATE.sinks),
+        # Patched where it is defined too (a graph names it by that module).
+        "torch.cuda.memory.mem_get_info": torch.cuda.memory.mem_get_info,
+        "torch.cuda.random": {n: getattr(torch.cuda.random, n) for n in ("get_rng_state", "set_rng_state")},
     }
+    if importlib.util.find_spec("cuda.bindings") is not None:
+        from cuda.bindings import driver
+
+        snap["driver"] = {n: getattr(driver, n) for n in ("cuInit", "cuDeviceGet", "cuDeviceGetAttribute",
+                                                          "cuDeviceGetCount", "cuDeviceGetName", "cuDriverGetVersion")}
     if HAS_FLASHINFER:
         import tvm_ffi
 
@@ -393,16 +475,64 @@ def test_flashinfer_caches_are_found_past_globals_whose_getattr_raises(monkeypat
     assert cached in caches.flashinfer_caches()
 
 
-def test_emulated_nvidia_smi_answers_start_up_queries(tmp_path):
+@pytest.mark.parametrize("name", ["sm120", "sm90"])
+def test_emulated_nvidia_smi_lists_every_gpu_of_the_node(tmp_path, name):
     import subprocess
 
-    preset = resolve_device("sm120")
+    preset = resolve_device(name)
     smi = flashinfer_emulation.make_toolkit(tmp_path, preset) / "bin" / "nvidia-smi"
     ask = lambda *argv: subprocess.run([str(smi), *argv], capture_output=True, text=True)  # noqa: E731
-    assert ask("--query-gpu=memory.total", "--format=csv,noheader,nounits").stdout.strip() == str(preset.memory_gb * 1024)
-    assert ask("--query-gpu=compute_cap", "--format=csv,noheader").stdout.strip() == "12.0"
-    assert preset.device_name in ask("--list-gpus").stdout
-    assert ask("--query-gpu=temperature.gpu").returncode == 1
+    memory = ask("--query-gpu=memory.total", "--format=csv,noheader,nounits").stdout.split()
+    assert memory == [str(preset.smi_memory_mib)] * preset.node_gpus
+    assert ask("--query-gpu=compute_cap", "--format=csv,noheader").stdout.split() == [
+        f"{preset.major}.{preset.minor}"] * preset.node_gpus
+    table = ask("--query-gpu=index,name,memory.total", "--format=csv").stdout.splitlines()
+    assert table[0] == "index, name, memory.total [MiB]"
+    assert table[1:] == [f"{i}, {preset.device_name}, {preset.smi_memory_mib} MiB" for i in range(preset.node_gpus)]
+    assert ask("--list-gpus").stdout.count(preset.device_name) == preset.node_gpus
+    rows = [line.split() for line in ask("topo", "-m").stdout.splitlines()[1:]]
+    links = {cell for row in rows for cell in row[1:] if cell != "X"}
+    # An HGX board: NVLink between every pair; a PCIe server: no NVLink.
+    assert links == ({"NV18"} if name == "sm90" else {"NODE", "SYS"})
+    wrong = ask("--query-gpu=temperature.gpu")
+    assert wrong.returncode == 2 and "temperature.gpu" in wrong.stderr
+
+
+def test_a_wider_node_lists_its_gpus(tmp_path):
+    import subprocess
+
+    smi = flashinfer_emulation.make_toolkit(tmp_path, resolve_device("sm100"), gpus=16) / "bin" / "nvidia-smi"
+    listed = subprocess.run([str(smi), "-L"], capture_output=True, text=True).stdout.splitlines()
+    assert len(listed) == 16 and listed[15].startswith("GPU 15: NVIDIA B200")
+
+
+# What real cards report (the presets' docstrings say where each figure was
+# read): torch's name, SMs, L2 and total memory in MiB, nvidia-smi's total in
+# MiB, and how the GPUs of the product's server are linked.
+PUBLISHED = {
+    "sm90": ("NVIDIA H100 80GB HBM3", (9, 0), 132, 50, 81089, 81559, "NV18"),
+    "h200": ("NVIDIA H200", (9, 0), 132, 60, 143156, 143771, "NV18"),
+    "sm100": ("NVIDIA B200", (10, 0), 148, 126, 182631, 183359, "NV18"),
+    "sm120": ("NVIDIA RTX PRO 6000 Blackwell Server Edition", (12, 0), 188, 128, 97250, 97887, "PCIe"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_each_preset_answers_what_the_real_card_reports(name):
+    device_name, capability, sms, l2_mib, total_mib, smi_mib, link = PUBLISHED[name]
+    preset = PRESETS[name]
+    assert (preset.smi_memory_mib, preset.link, preset.node_gpus) == (smi_mib, link, 8)
+    with EmulatedDevice(name):
+        props = torch.cuda.get_device_properties(0)
+        assert (torch.cuda.get_device_name(), torch.cuda.get_device_capability()) == (device_name, capability)
+        assert (props.name, props.multi_processor_count) == (device_name, sms)
+        assert props.L2_cache_size == l2_mib * 1024**2
+        assert props.total_memory == total_mib * 1024**2
+        # Free at start-up: what a framework's snapshot saw on the real card
+        # (0.5-0.6 GiB held by the CUDA context).
+        free = torch.cuda.mem_get_info()[0]
+        assert 0.5 * 1024**3 <= props.total_memory - free <= 0.65 * 1024**3
+        assert torch.cuda.can_device_access_peer(0, 7) and not torch.cuda.can_device_access_peer(3, 3)
 
 
 def test_exit_restores_everything():
@@ -496,12 +626,26 @@ def test_dry_kernel_leaves_destination_buffers_alone():
 
 @pytest.mark.flashinfer_version
 @needs_flashinfer
-def test_fake_nvcc_answers_flashinfer_version_probe():
-    with EmulatedDevice("sm120"):
+@pytest.mark.parametrize("user_cuda_home", ["/usr/local/cuda", None])
+def test_fake_nvcc_answers_flashinfer_version_probe(monkeypatch, user_cuda_home):
+    """The emulated toolkit is found as the user's environment finds a
+    toolkit: through CUDA_HOME where the user sets it, else by `which nvcc`."""
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    if user_cuda_home is None:
+        monkeypatch.delenv("CUDA_HOME", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_HOME", user_cuda_home)
+    with EmulatedDevice("sm120") as device:
         from flashinfer.jit import cpp_ext
 
+        cpp_ext.get_cuda_version.cache_clear()
         assert str(cpp_ext.get_cuda_version()) == "12.9"  # parsed from `nvcc --version`
-        assert cpp_ext.get_cuda_path() == os.environ["CUDA_HOME"]
+        toolkit = str(device.scratch / "cuda")
+        assert cpp_ext.get_cuda_path() == toolkit
+        assert os.environ.get("CUDA_HOME") == (None if user_cuda_home is None else toolkit)
+        said = device.describe()["cuda_toolkit"]
+        assert ("unset here" in said) is (user_cuda_home is None)
+    assert os.environ.get("CUDA_HOME") == user_cuda_home
 
 
 # --------------------------------------------- no emulation frames in findings
@@ -571,6 +715,23 @@ def test_flashinfer_063_story_on_sm120():
     assert "flashinfer/jit/cpp_ext.py" in text and "get_cuda_version" in text
 
 
+@pytest.mark.flashinfer
+@needs_flashinfer
+def test_without_cuda_home_the_story_stops_where_flashinfer_looks_for_nvcc(monkeypatch):
+    """A server whose environment names no toolkit: FlashInfer's get_cuda_path
+    runs `which nvcc`, and that subprocess is where fullgraph stops first."""
+    from fixtures.flashinfer_targets import fp4_quantize_wrapper
+
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    with EmulatedDevice("sm120"):
+        fn, args = fp4_quantize_wrapper()
+        error, _, _, _ = fullgraph_run(fn, args)
+    assert error is not None
+    text = str(error)
+    assert "flashinfer/jit/cpp_ext.py" in text and "get_cuda_path" in text, text
+
+
 @pytest.mark.flashinfer_version
 @needs_flashinfer
 def test_flashinfer_074_registered_op_has_no_quantization_break():
@@ -601,3 +762,33 @@ def test_fp4_quantize_op_factory_explains_a_missing_op():
     with EmulatedDevice("sm120"):
         with pytest.raises(flashinfer_targets.FlashInferOpMissing, match="0.7"):
             flashinfer_targets.fp4_quantize_op()
+
+
+# ------------------------------------------- device queries, as a user runs them
+
+
+def test_a_target_that_asks_the_gpu_about_itself_gets_the_presets_answers(tmp_path):
+    """`trace` on targets that ask is_available, device_count,
+    get_device_name, get_device_capability and mem_get_info outside any
+    framework: Dynamo folds what it folds on the GPU (fullgraph OK) and
+    breaks where it breaks on the GPU; never exit 2 ("the target raises")."""
+    from graphbreak_doctor.model import Findings
+    from tests.conftest import run_cli
+
+    names = ("by_capability", "by_count", "by_name", "by_free_memory")
+    argv = [a for name in names for a in ("--target", f"fixtures.device_queries:{name}")]
+    done = run_cli("trace", *argv, "--device", "sm100", "--no-html", "--json", str(tmp_path / "q.json"))
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "wrote to stdout/stderr" not in done.stdout + done.stderr
+    found = {}
+    for name in names:
+        (path,) = tmp_path.glob(f"q-fixtures.device_queries.{name}-sm100-*.json")
+        found[name] = Findings.from_json(path.read_text())
+    for folded in ("by_capability", "by_free_memory"):
+        assert found[folded].fullgraph.ok and not found[folded].breaks, folded
+    for refused, query in (("by_count", "device_count"), ("by_name", "get_device_name")):
+        findings = found[refused]
+        first = findings.break_by_id(findings.fullgraph.break_id)
+        assert not findings.fullgraph.ok and first.gb_type == "torch.* op returned non-Tensor", refused
+        assert query in first.reason and first.category == "opaque-call"
+        assert all(b.actionable_frame.file.endswith("fixtures/device_queries.py") for b in findings.breaks)

@@ -164,11 +164,10 @@ from graphbreak_doctor.targets.frameworks import registry
 from graphbreak_doctor.targets.frameworks.sglang import emulation
 with inside_device("sm120") as (dev, log):
     installed = registry.install_stand_ins(log)
-    with emulation.platform_window():
-        from sglang.srt.model_executor.runner_backend_utils.breakable_cuda_graph import (
-            BreakableCUDAGraph, BreakableCUDAGraphCapture, eager_on_graph)
-        import sglang.srt.model_executor.runner_backend_utils.weak_ref_tensor  # decided by platform at import
-        standins.register_missing_fakes(installed)
+    from sglang.srt.model_executor.runner_backend_utils.breakable_cuda_graph import (
+        BreakableCUDAGraph, BreakableCUDAGraphCapture, eager_on_graph)
+    import sglang.srt.model_executor.runner_backend_utils.weak_ref_tensor  # decided by platform at import
+    standins.register_missing_fakes(installed)
     session = Session(log)
     lengths = torch.tensor([3, 5])
 

@@ -31,7 +31,6 @@ RESOLVE = textwrap.dedent("""
     from graphbreak_doctor.diagnose import inside_device
     from graphbreak_doctor.emulation import standins
     from graphbreak_doctor.targets.frameworks import registry
-    from graphbreak_doctor.emulation.platform_window import platform_window
     from graphbreak_doctor.targets.frameworks.vllm import emulation, launch
     from graphbreak_doctor.targets.models.packaged import config_dir
 
@@ -40,26 +39,25 @@ RESOLVE = textwrap.dedent("""
         installed = registry.install_stand_ins(log)
         emulation.isolate_caches(log, emulation.scratch(log))
         emulation.accelerator_streams(log)
-        with platform_window():
-            emulation.install_platform(log)
-            emulation.inspect_in_process(log)
-            from vllm.engine.arg_utils import EngineArgs
-            from vllm.usage.usage_lib import UsageContext
-            folder = str(config_dir("qwen3-30b-a3b"))
-            for args, kwargs in json.loads(sys.argv[1]):
-                config, said = launch.resolve(tuple(args), folder)
-                ours = launch.describe(config, said, tuple(args))["resolved"]
-                theirs = EngineArgs(model=folder, load_format="dummy", **kwargs).create_engine_config(
-                    usage_context=UsageContext.OPENAI_API_SERVER)  # what `vllm serve` resolves with
-                cc = theirs.compilation_config
-                out.append({"ours": ours, "theirs": {
-                    "mode": cc.mode.name, "backend": cc.backend, "cudagraph_mode": cc.cudagraph_mode.name,
-                    "splitting_ops": list(cc.splitting_ops), "dynamic_shapes": cc.dynamic_shapes_config.type.name,
-                    "cudagraph_capture_sizes": list(cc.cudagraph_capture_sizes),
-                    "compile_ranges": [str(r) for r in cc.get_compile_ranges()],
-                    "max_num_batched_tokens": theirs.scheduler_config.max_num_batched_tokens,
-                    "max_num_seqs": theirs.scheduler_config.max_num_seqs,
-                    "enforce_eager": theirs.model_config.enforce_eager}})
+        emulation.install_platform(log)
+        emulation.inspect_in_process(log)
+        from vllm.engine.arg_utils import EngineArgs
+        from vllm.usage.usage_lib import UsageContext
+        folder = str(config_dir("qwen3-30b-a3b"))
+        for args, kwargs in json.loads(sys.argv[1]):
+            config, said = launch.resolve(tuple(args), folder)
+            ours = launch.describe(config, said, tuple(args))["resolved"]
+            theirs = EngineArgs(model=folder, load_format="dummy", **kwargs).create_engine_config(
+                usage_context=UsageContext.OPENAI_API_SERVER)  # what `vllm serve` resolves with
+            cc = theirs.compilation_config
+            out.append({"ours": ours, "theirs": {
+                "mode": cc.mode.name, "backend": cc.backend, "cudagraph_mode": cc.cudagraph_mode.name,
+                "splitting_ops": list(cc.splitting_ops), "dynamic_shapes": cc.dynamic_shapes_config.type.name,
+                "cudagraph_capture_sizes": list(cc.cudagraph_capture_sizes),
+                "compile_ranges": [str(r) for r in cc.get_compile_ranges()],
+                "max_num_batched_tokens": theirs.scheduler_config.max_num_batched_tokens,
+                "max_num_seqs": theirs.scheduler_config.max_num_seqs,
+                "enforce_eager": theirs.model_config.enforce_eager}})
     print(json.dumps(out))
 """)
 
@@ -335,7 +333,6 @@ DYNAMO_RECORD = textwrap.dedent("""
     from graphbreak_doctor.diagnose import inside_device
     from graphbreak_doctor.emulation import standins
     from graphbreak_doctor.targets.frameworks import registry
-    from graphbreak_doctor.emulation.platform_window import platform_window
     from graphbreak_doctor.targets.frameworks.vllm import emulation, launch
     from graphbreak_doctor.targets.frameworks.vllm import model as vllm_model
     from graphbreak_doctor.targets.models.packaged import config_dir
@@ -345,13 +342,12 @@ DYNAMO_RECORD = textwrap.dedent("""
         emulation.isolate_caches(log, emulation.scratch(log))
         emulation.aot_compile_off(log)
         emulation.accelerator_streams(log)
-        with platform_window():
-            emulation.install_platform(log)
-            emulation.inspect_in_process(log)
-            config, said = launch.resolve(("-cc.backend=eager", "-cc.cudagraph_mode=NONE"),
-                                          str(config_dir("qwen3-30b-a3b")))
-            standins.register_missing_fakes(installed)
-        built = vllm_model.build(config, log, platform_window)
+        emulation.install_platform(log)
+        emulation.inspect_in_process(log)
+        config, said = launch.resolve(("-cc.backend=eager", "-cc.cudagraph_mode=NONE"),
+                                      str(config_dir("qwen3-30b-a3b")))
+        standins.register_missing_fakes(installed)
+        built = vllm_model.build(config, log)
         vllm_model.run(built, config, 64)
         compiled = sorted({(m.co_filename, m.co_firstlineno) for m in torch._dynamo.utils.get_compilation_metrics()})
         print(json.dumps(compiled), flush=True)

@@ -13,6 +13,7 @@ message text only when they did not say, and the findings count that).
 
 from __future__ import annotations
 
+import _thread
 import builtins
 import re
 import sys
@@ -46,6 +47,12 @@ _CULPRIT_PATTERNS = (
 )
 
 
+# Classes of the standard library's C modules that Dynamo's messages name
+# without their module ("method `acquire` of class `lock`"): the name the
+# capture reads from Dynamo's own objects for the same break.
+_BARE_STDLIB_CLASSES = {t.__name__: f"{t.__module__}.{t.__qualname__}" for t in (_thread.LockType, _thread.RLock)}
+
+
 def culprit_of(explanation: str, context: str) -> str:
     """The callable Dynamo refused, as 'module.qualname' where it can tell."""
     for text in (context, explanation):
@@ -58,6 +65,7 @@ def culprit_of(explanation: str, context: str) -> str:
                 return f"{groups['module']}.{groups['qualname']}"
             if groups.get("method"):
                 cls = "logging.Logger" if groups["cls"] == "Logger" else groups["cls"]
+                cls = _BARE_STDLIB_CLASSES.get(cls, cls)
                 return f"{cls}.{groups['method']}"
             name = groups["name"]
             return f"builtins.{name}" if "." not in name and hasattr(builtins, name) else name

@@ -249,8 +249,20 @@ def _cuda_generator(device: Any) -> CudaGenerator:
     return generator
 
 
+# The emulated node's generators (``install``): torch.cuda.default_generators
+# on a CPU build; what torch.cuda.get_rng_state / set_rng_state read and
+# write on any build (torch_surface.py).
+_generators: tuple = ()
+
+
+def generator(index: int) -> "CudaGenerator":
+    """The emulated default generator of GPU ``index``."""
+    return _generators[index]
+
+
 def install(log: UndoLog, device_count: int, note: Callable[[str], None]) -> None:
     """Install the emulated runtime state; every change is recorded in ``log``."""
+    log.setattr(sys.modules[__name__], "_generators", tuple(_cuda_generator(i) for i in range(device_count)))
     if torch.backends.cuda.is_built():  # a CUDA build: the real runtime answers
         return
     log.setattr(sys.modules[__name__], "_note", note)
@@ -258,8 +270,7 @@ def install(log: UndoLog, device_count: int, note: Callable[[str], None]) -> Non
     log.replace_code(torch.cuda._lazy_init, _lazy_init_body.__code__)
     log.replace_code(torch.cuda.synchronize, _synchronize_body.__code__)
     # A plain tuple, as on a GPU: traced code indexes it without a break.
-    generators = tuple(_cuda_generator(i) for i in range(device_count))
-    log.setattr(torch.cuda, "default_generators", generators)
+    log.setattr(torch.cuda, "default_generators", _generators)
     _generator_for_cuda(log)
     _dynamo_sees_a_generator(log)
     _streams_and_events(log)

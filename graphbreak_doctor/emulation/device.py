@@ -12,11 +12,11 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 from graphbreak_doctor.emulation.host_memory import HostMemoryMode
 
-from graphbreak_doctor.emulation import cuda_runtime, dsl_dry, torch_surface
+from graphbreak_doctor.emulation import cuda_driver, cuda_runtime, dsl_dry, torch_surface
 from graphbreak_doctor.emulation import flashinfer as flashinfer_emulation
 from graphbreak_doctor.emulation.flashinfer import JitRecord
 from graphbreak_doctor.emulation.preset import DevicePreset
-from graphbreak_doctor.emulation.presets import resolve_device
+from graphbreak_doctor.emulation.presets import emulated_names, resolve_device
 from graphbreak_doctor.patching import UndoLog
 
 
@@ -41,8 +41,12 @@ class EmulatedDevice:
         self,
         device: Optional[str] = None,
         on_jit: Optional[Callable[[JitRecord], None]] = None,
+        gpus: Optional[int] = None,
     ) -> None:
         self.preset: DevicePreset = resolve_device(device)
+        # The GPUs of the emulated node: the preset's server, or more where
+        # a launch spans more on one node (device_count() answers it).
+        self.gpus = max(self.preset.node_gpus, gpus or 0)
         self.name = self.preset.name
         self.on_jit = on_jit
         self.jit_requests: list[JitRecord] = []
@@ -64,6 +68,10 @@ class EmulatedDevice:
     def _exercised(self, name: str) -> None:
         if name not in self.exercised:
             self.exercised.append(name)
+
+    def _allocated(self, index: int) -> int:
+        mode = self.fake_mode
+        return mode.allocated(index) if isinstance(mode, HostMemoryMode) else 0
 
     def dry_launch(self, name: str) -> None:
         if name not in self.dry_launches:
@@ -87,7 +95,7 @@ class EmulatedDevice:
         if self.name == "cuda" and not torch.cuda.is_available():
             raise RuntimeError(
                 "--device cuda needs a CUDA build of PyTorch and a visible GPU; "
-                "use an emulated device (sm120, sm100, sm90) on this machine"
+                f"use an emulated device ({emulated_names()}) on this machine"
             )
         log = UndoLog()
         mode: Optional[FakeTensorMode] = None
@@ -107,10 +115,11 @@ class EmulatedDevice:
                 # it is imported by flashinfer_emulation.install below, under the
                 # emulation, and its import-time answers are this device's.
                 read_at_import = flashinfer_emulation.import_on_this_machine()
-                torch_surface.install(self.preset, log, self._exercised)
-                cuda_runtime.install(log, torch_surface.DEVICE_COUNT, self._exercised)
+                torch_surface.install(self.preset, log, self._exercised, self.gpus, self._allocated)
+                cuda_runtime.install(log, self.gpus, self._exercised)
                 dsl_dry.install(log, self.dry_launch)
-                self._facts = flashinfer_emulation.install(self.preset, log, self._record, scratch)
+                cuda_driver.install(log, self.preset, self.gpus, self._exercised)
+                self._facts = flashinfer_emulation.install(self.preset, log, self._record, scratch, self.gpus)
                 if read_at_import:
                     self._facts["flashinfer_imported_under_emulation"] = (
                         f"FlashInfer asks the device at import ({read_at_import}): imported on the emulated "

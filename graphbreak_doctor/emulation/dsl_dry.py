@@ -4,9 +4,10 @@ captured as on a GPU, launched dry.
 Dynamo records a user Triton kernel launch as one ``triton_kernel_wrapper_mutation``
 node only when ``torch.utils._triton.has_triton()`` is True (see
 docs/design.md, "Kernel languages on an emulated GPU"); it asks the CUDA
-device interface, which answers from ``torch.cuda.is_available()`` -- False
-here, on purpose. So while emulated, ``has_triton`` answers what it answers
-on the GPU: True when Triton is installed. Every module global of torch bound
+device interface, which answers from ``torch.cuda.is_available()`` as this
+machine's torch was when ``has_triton`` first cached it. So while emulated,
+``has_triton`` answers what it answers on the GPU: True when Triton is
+installed. Every module global of torch bound
 to it is rebound too.
 
 A Triton launch with a fake tensor among its arguments (a framework's eager
@@ -72,7 +73,7 @@ def install(log: UndoLog, launched: Callable[[str], None]) -> None:
         if module is not None:
             patch(log, record, module)
         else:
-            _on_import(log, name, lambda module, patch=patch: patch(log, record, module))
+            on_import(log, name, lambda module, patch=patch: patch(log, record, module))
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
@@ -114,7 +115,7 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         return spec
 
 
-def _on_import(log: UndoLog, name: str, then) -> None:
+def on_import(log: UndoLog, name: str, then) -> None:
     finder = _AfterImport(name, then)
     sys.meta_path.insert(0, finder)
     log.call_on_undo(lambda: sys.meta_path.remove(finder))

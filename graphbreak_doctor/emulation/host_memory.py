@@ -35,6 +35,13 @@ them in (``device_bounds``), which answers a weight loader's checks (still
 NaN? positive?) exactly. With values the mode does not know, these
 operators stay what they are on fake tensors: a data-dependent error.
 
+The mode counts the device memory its fake tensors hold (``allocated``):
+each device storage from the moment an operator makes it until its last
+tensor is gone, as the caching allocator hands memory out and takes it back.
+``torch.cuda.mem_get_info()`` answers its free memory from that count
+(torch_surface.py), so what a framework sizes from free memory -- a KV cache
+after the weights are loaded -- is sized as on the GPU.
+
 While Dynamo or AOTAutograd trace (a tracing context is active) the mode is a
 plain ``FakeTensorMode``: what a compiler traces must be fake.
 
@@ -161,6 +168,22 @@ class HostMemoryMode(FakeTensorMode):
         # storage -> ids of the tensors above that view it: a write through
         # one of them makes all of them unknown.
         self._by_storage: dict[int, set[int]] = {}
+        # device storage -> (device index, bytes) while a tensor holds it.
+        self._allocations: dict[int, tuple[int, int]] = {}
+
+    def allocated(self, index: int = 0) -> int:
+        """Bytes of device memory the mode's live tensors hold on GPU ``index``."""
+        return sum(nbytes for device, nbytes in self._allocations.values() if device == index)
+
+    def _count(self, out: Any) -> None:
+        for tensor in tree_flatten(out)[0]:
+            if not isinstance(tensor, FakeTensor) or tensor.device.type != "cuda":
+                continue
+            storage = tensor.untyped_storage()
+            key = storage._cdata
+            if key not in self._allocations:
+                self._allocations[key] = (tensor.device.index or 0, storage.nbytes())
+                weakref.finalize(storage, self._allocations.pop, key, None)
 
     def written(self, tensor: Any) -> torch.Tensor | None:
         """The values of device tensor ``tensor`` (None: not known)."""
@@ -357,6 +380,7 @@ class HostMemoryMode(FakeTensorMode):
         if values is not None and func is _REPEAT and kwargs.get("output_size") is None:
             kwargs = {**kwargs, "output_size": int(values.sum())}
         out = super().__torch_dispatch__(func, types, args, kwargs)
+        self._count(out)
         self._remember(func, args, kwargs, out)
         self._bound(func, args, kwargs, out)
         return out

@@ -39,11 +39,34 @@ class DevicePreset:
     smem_per_sm_kib: int = 0
     threads_per_sm: int = 0  # torch.cuda.get_device_properties().max_threads_per_multi_processor
     l2_mib: int = 0
-    memory_gb: int = 0
+    memory_gb: int = 0  # the product's memory as sold (80 GB, 141 GB, ...)
+    # What the real card reports, in MiB: torch's total_memory (the driver
+    # keeps a few hundred MiB of what nvidia-smi lists), nvidia-smi's
+    # memory.total, and what a process has in use before it allocates
+    # anything (the CUDA context: total less mem_get_info's free at start-up).
+    total_memory_mib: int = 0
+    smi_memory_mib: int = 0
+    context_mib: int = 0
+    # The GPUs of the server this GPU is sold in (an HGX board, a PCIe
+    # server): what torch.cuda.device_count() answers on the emulated node.
+    node_gpus: int = 1
+    # How two GPUs of that server reach each other: "NV18" (eighteen NVLinks,
+    # every pair of an HGX board) or "PCIe" (no NVLink; peer-to-peer over
+    # the PCIe switches).
+    link: str = "PCIe"
     cuda: Optional[str] = None  # torch.version.cuda and `nvcc --version`
     # The architectures of FlashInfer's prebuilt trtllm-gen kernels (cubins)
     # that run on this GPU, as FlashInfer names them in its kernel manifests.
     cubin_archs: tuple[str, ...] = ()
+
+    @property
+    def total_memory(self) -> int:
+        """Bytes, as torch.cuda.get_device_properties().total_memory."""
+        return (self.total_memory_mib or self.memory_gb * 1024) * 1024 * 1024
+
+    @property
+    def nvlink(self) -> bool:
+        return self.link.startswith("NV")
 
     @property
     def capability(self) -> tuple[int, int]:
@@ -82,5 +105,8 @@ class DevicePreset:
             "sms": self.sms,
             "smem_optin_kib": self.smem_optin_kib,
             "memory_gb": self.memory_gb,
+            "total_memory_mib": self.total_memory_mib,
+            "node_gpus": self.node_gpus,
+            "link": self.link,
             "cuda": self.cuda,
         }

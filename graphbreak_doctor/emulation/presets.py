@@ -41,6 +41,11 @@ def emulated_presets() -> tuple[DevicePreset, ...]:
     return tuple(p for p in registry() if p.emulated)
 
 
+def emulated_names() -> str:
+    """The emulated devices' names, for a message: 'sm120, sm100, ...'."""
+    return ", ".join(p.name for p in emulated_presets())
+
+
 def preset_for_capability(capability: tuple[int, int]) -> Optional[DevicePreset]:
     """The emulated preset of a real GPU's architecture, if there is one."""
     return next((p for p in emulated_presets() if p.capability == tuple(capability)), None)

@@ -13,14 +13,21 @@ handled exactly like the originals: constant-folded at trace time
 (`get_device_properties`, guarded `current_device`), special-cased
 (`current_stream`), or classified as an in-graph torch function.
 
+`torch.cuda.is_available()` answers True, as on the GPU: Dynamo folds it in
+traced code, and around every frame it compiles it saves and restores the
+CUDA RNG state (`torch._dynamo.convert_frame.preserve_global_state`), which
+`get_rng_state` / `set_rng_state` answer from the emulated device's
+generators (cuda_runtime.py: a Philox seed and offset per GPU). Fake tensor
+mode reads the same probe to decide whether it may put a constant on a real
+device (`FakeTensorMode.avoid_device_init`); it keeps this machine's answer,
+as nothing can be put on a device here.
+
 Not emulated, on purpose:
-- `torch.cuda.is_available()`: Dynamo would then save and restore the CUDA RNG
-  state around every frame and fail on a CPU build.
 - `torch.cuda.synchronize`: its Dynamo handler looks the function up in a local
-  table that cannot be extended.
+  table that cannot be extended (cuda_runtime.py swaps its code instead).
 
 Emulated the way a CUDA build of torch has them (see `install_device_switch`
-and `install_mem_pool`):
+and mem_pool.py):
 - `torch.cuda._exchange_device` / `_maybe_exchange_device` (used by
   `with torch.cuda.device(i)`, e.g. flashinfer/utils.py `_get_stream_cache_buf`).
   On a CPU build these are Python stubs that raise, and Dynamo's
@@ -32,22 +39,19 @@ and `install_mem_pool`):
   replacements under the C names, gives them the C bindings' rule and the
   handler, and points `CUDADeviceVariable` at them: Dynamo then handles
   `with torch.cuda.device(i)` as on a GPU, in the graph, never tracing this file.
-- `torch.cuda.MemPool` / `use_mem_pool`: on a CPU build the base class
-  `torch._C._MemPool` and the pool functions are placeholders from
-  `torch/_utils.py: _dummy_type` whose `__new__`/`__init__` raise. Only the
-  bodies of those placeholder functions are swapped (the function objects,
-  their names and files stay), so Dynamo's view -- a skipped call at the same
-  FlashInfer line -- is exactly the CPU build's, and the eager path runs.
+- `torch.cuda.MemPool` / `use_mem_pool` (mem_pool.py).
 """
 
 from __future__ import annotations
 
+import importlib
+import sys
 from typing import Any, Callable, Optional
 
 import torch
 
-from graphbreak_doctor.emulation.preset import GIB, KIB, DevicePreset
-from . import cuda_graph, cuda_runtime, device_guard, dlpack_stream
+from graphbreak_doctor.emulation.preset import KIB, DevicePreset
+from . import cuda_graph, cuda_runtime, device_guard, dlpack_stream, mem_pool
 from graphbreak_doctor.patching import UndoLog
 
 
@@ -72,7 +76,7 @@ def device_properties(preset: DevicePreset) -> Any:
         "name": preset.device_name,
         "major": preset.major,
         "minor": preset.minor,
-        "total_memory": preset.memory_gb * GIB,
+        "total_memory": preset.total_memory,
         "multi_processor_count": preset.sms,
         "is_integrated": 0,
         "is_multi_gpu_board": 0,
@@ -96,6 +100,8 @@ class _PlainProperties:
     """Fallback holder with the same attribute names (CUDA builds of torch)."""
 
 
+# The GPUs of the emulated node (EmulatedDevice sets it while it is active):
+# what device_count() answers, and the indices the queries accept.
 DEVICE_COUNT = 1
 
 
@@ -133,11 +139,19 @@ def _ignore(_name: str) -> None:
     return None
 
 
-def build_surface(preset: DevicePreset, note: Callable[[str], None] = _ignore) -> dict[str, Callable[..., Any]]:
+def _nothing_allocated(_index: int) -> int:
+    return 0
+
+
+def build_surface(preset: DevicePreset, note: Callable[[str], None] = _ignore,
+                  allocated: Callable[[int], int] = _nothing_allocated) -> dict[str, Callable[..., Any]]:
     """Replacements for `torch.cuda.<name>`, closed over one preset; each
-    calls ``note("torch.cuda.<name>")`` when it runs."""
+    calls ``note("torch.cuda.<name>")`` when it runs. ``allocated(index)`` is
+    the device memory in use on GPU ``index`` (what ``mem_get_info`` does not
+    count as free)."""
     props = device_properties(preset)
     total = props.total_memory
+    context = preset.context_mib * 1024 * 1024
 
     def get_device_properties(device=None):
         _checked(device)
@@ -151,11 +165,34 @@ def build_surface(preset: DevicePreset, note: Callable[[str], None] = _ignore) -
         _checked(device)
         return props.name
 
+    def is_available():
+        return True
+
+    # A CUDA build of torch (what serving frameworks check before they ask
+    # NVML or the driver how many GPUs there are).
+    def _is_compiled():
+        return True
+
     def device_count():
         return DEVICE_COUNT
 
+    def _device_count_nvml():
+        return DEVICE_COUNT
+
+    def get_rng_state(device="cuda"):
+        return cuda_runtime.generator(_checked(device)).get_state()
+
+    def set_rng_state(new_state, device="cuda"):
+        cuda_runtime.generator(_checked(device)).set_state(new_state)
+
     def current_device():
         return 0
+
+    # Every pair of the node's GPUs reaches each other directly: over NVLink
+    # on an HGX board, over PCIe peer-to-peer on a PCIe server (the preset's
+    # ``link`` says which; nvidia-smi topo -m shows it).
+    def can_device_access_peer(device, peer_device):
+        return _checked(device) != _checked(peer_device)
 
     def current_stream(device=None):
         return cuda_runtime.current_stream(_checked(device))
@@ -167,15 +204,20 @@ def build_surface(preset: DevicePreset, note: Callable[[str], None] = _ignore) -
         return cuda_graph.capturing()
 
     def mem_get_info(device=None):
-        _checked(device)
-        return (total, total)
+        return (max(total - context - allocated(_checked(device)), 0), total)
 
     surface = {
         "get_device_properties": get_device_properties,
         "get_device_capability": get_device_capability,
         "get_device_name": get_device_name,
+        "is_available": is_available,
+        "_is_compiled": _is_compiled,
         "device_count": device_count,
+        "_device_count_nvml": _device_count_nvml,
+        "get_rng_state": get_rng_state,
+        "set_rng_state": set_rng_state,
         "current_device": current_device,
+        "can_device_access_peer": can_device_access_peer,
         "current_stream": current_stream,
         "default_stream": default_stream,
         "is_current_stream_capturing": is_current_stream_capturing,
@@ -215,12 +257,21 @@ def dynamo_tables() -> list[dict]:
     ]
 
 
-def install(preset: DevicePreset, log: UndoLog, note: Callable[[str], None] = _ignore) -> dict[str, Callable[..., Any]]:
-    """Install the surface for `preset`; every change is recorded in `log`,
-    every call of an emulated function noted with ``note``."""
+def install(preset: DevicePreset, log: UndoLog, note: Callable[[str], None] = _ignore,
+            device_count: int = 1,
+            allocated: Callable[[int], int] = _nothing_allocated) -> dict[str, Callable[..., Any]]:
+    """Install the surface for `preset` on a node of `device_count` such GPUs
+    whose memory in use is ``allocated(index)``; every change is recorded in
+    `log`, every call of an emulated function noted with ``note``."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
     tables = dynamo_tables()
+    log.setattr(sys.modules[__name__], "DEVICE_COUNT", device_count)
+    # Read before is_available answers True: nothing can be put on a device here.
+    avoid = FakeTensorMode.__dict__["avoid_device_init"].fget(None)
+    log.setattr(FakeTensorMode, "avoid_device_init", property(lambda self: avoid))
     log.call_on_undo(_rule_map_rebuilt_check(tables[0]))
-    surface = build_surface(preset, note)
+    surface = build_surface(preset, note, allocated)
     _constant_properties(surface["get_device_properties"](0), log)
     for name, replacement in surface.items():
         original = getattr(torch.cuda, name)
@@ -228,15 +279,26 @@ def install(preset: DevicePreset, log: UndoLog, note: Callable[[str], None] = _i
             if original in table:
                 log.setitem(table, replacement, table[original])
         log.setattr(torch.cuda, name, replacement)
+        # Where the function is defined too (torch.cuda.memory.mem_get_info):
+        # a graph that calls it names it by its module there.
+        home = sys.modules.get(original.__module__)
+        if home is not None and home is not torch.cuda and getattr(home, name, None) is original:
+            log.setattr(home, name, replacement)
     # FlashInfer compares torch.version.cuda with "12.8" / "12.9" to pick kernel
     # variants (flashinfer/quantization/fp4_quantization.py
     # get_fp4_quantization_module: "120" -> "120f" when CUDA >= 12.9).
+    # Imported first with this machine's torch.version.cuda: with a CUDA
+    # named and no Triton installed, its import logs that flop counting will
+    # miss Triton kernels -- a line a GPU server (Triton installed) never
+    # prints, which Dynamo's compile (AOTAutograd) would import it to print.
+    importlib.import_module("torch.utils.flop_counter")
+
     log.setattr(torch.version, "cuda", preset.cuda)
     install_c_surface(log, note)
     device_guard.install(log)
     dlpack_stream.install(log)
     install_device_switch(log)
-    install_mem_pool(log)
+    mem_pool.install(log)
     return surface
 
 
@@ -276,10 +338,11 @@ def _rule_map_rebuilt_check(rules: dict) -> Callable[[], None]:
 # their qualified names in trace_rules.torch_c_binding_in_graph_functions; the
 # replacement gets exactly that rule.
 C_NAMES = ("_cuda_getCurrentRawStream", "_cuda_setStream", "_cuda_getCurrentBlasHandle",
-           "_cuda_exchangeDevice", "_cuda_maybeExchangeDevice")
+           "_cuda_exchangeDevice", "_cuda_maybeExchangeDevice", "_cuda_getDeviceCount", "_cuda_getArchFlags")
 
 
 _BLAS_HANDLE = 0x7E570000
+ARCH_FLAGS = "sm_75 sm_80 sm_86 sm_90 sm_100 sm_120 compute_120"
 
 
 def _c_surface(note: Callable[[str], None]) -> dict[str, Callable[..., Any]]:
@@ -312,6 +375,10 @@ def _c_surface(note: Callable[[str], None]) -> dict[str, Callable[..., Any]]:
         cuda_runtime.set_current_stream(stream_id)
 
     functions = {
+        # The driver's GPU count, and the architectures a CUDA 12.9 build of
+        # torch carries kernels for (torch.cuda.get_arch_list()).
+        "_cuda_getDeviceCount": lambda: DEVICE_COUNT,
+        "_cuda_getArchFlags": lambda: ARCH_FLAGS,
         "_cuda_getCurrentRawStream": _cuda_getCurrentRawStream,
         "_cuda_setStream": _cuda_setStream,
         "_cuda_getCurrentBlasHandle": _cuda_getCurrentBlasHandle,
@@ -356,121 +423,6 @@ def install_device_switch(log: UndoLog) -> None:
     log.setattr(
         CUDADeviceVariable, "_maybe_exchange_fn", staticmethod(torch.cuda._maybe_exchange_device)
     )
-
-
-# ----------------------------------------------------------- memory pools
-
-# Placeholders torch/cuda/memory.py installs on a CPU build; each is a
-# `_dummy_type` whose `__new__` (and `__init__`) raise.
-POOL_FUNCTIONS = (
-    "_cuda_beginAllocateCurrentThreadToPool",
-    "_cuda_beginAllocateToPool",
-    "_cuda_endAllocateToPool",
-    "_cuda_releasePool",
-)
-
-
-def _pool_bodies() -> dict[str, Any]:
-    # Bodies with the closure shape of torch/_utils.py `err_fn` (one free
-    # variable, `is_init`), so they can replace its code in place.
-    is_init = None
-
-    def new_instance(obj, *args, **kwargs):
-        is_init  # noqa: B018  (keeps the closure shape)
-        return object.__new__(obj)
-
-    def init_nothing(obj, *args, **kwargs):
-        is_init  # noqa: B018
-        return None
-
-    def call_nothing(obj, *args, **kwargs):
-        is_init  # noqa: B018
-        return None  # not an instance of the placeholder: __init__ is skipped
-
-    return {"new": new_instance.__code__, "init": init_nothing.__code__, "call": call_nothing.__code__}
-
-
-def _is_placeholder(obj: Any) -> bool:
-    new = vars(obj).get("__new__") if isinstance(obj, type) else None
-    fn = getattr(new, "__func__", new)
-    return getattr(getattr(fn, "__code__", None), "co_name", "") == "err_fn" and getattr(
-        fn, "__module__", ""
-    ) == "torch._utils"
-
-
-_POOL_ID = (1, 0)  # one (emulated) pool id; the pool functions ignore it
-
-
-# A CUDA build's MemPool is a pybind type whose constructor asks the driver,
-# and whose Python subclass must call it; with no GPU the pool and the pool
-# functions `use_mem_pool` calls are these instead, compiled under the file
-# name of torch/cuda/memory.py so that Dynamo treats their frames as it
-# treats torch's own (skipped), as on a CPU build.
-_CUDA_BUILD_POOL = f"""
-class MemPool:
-    def __init__(self, allocator=None, use_on_oom=False, no_split=False):
-        pass
-
-    @property
-    def id(self):
-        return {_POOL_ID!r}
-
-    def use_count(self):
-        return 1
-
-    def snapshot(self, include_traces=True):
-        return []
-
-
-def _cuda_beginAllocateCurrentThreadToPool(device, pool_id):
-    pass
-
-
-def _cuda_beginAllocateToPool(device, pool_id, filter=None):
-    pass
-
-
-def _cuda_endAllocateToPool(device, pool_id):
-    pass
-
-
-def _cuda_releasePool(device, pool_id):
-    pass
-"""
-
-
-def _install_cuda_build_pool(log: UndoLog) -> None:
-    import torch.cuda.memory as memory
-
-    made: dict[str, Any] = {"__name__": memory.__name__}
-    exec(compile(_CUDA_BUILD_POOL, memory.__file__, "exec"), made)  # noqa: S102 (our own source, above)
-    made["MemPool"].__qualname__ = "MemPool"
-    log.setattr(torch.cuda, "MemPool", made["MemPool"])
-    log.setattr(memory, "MemPool", made["MemPool"])
-    for name in POOL_FUNCTIONS:
-        if hasattr(memory, name):
-            log.setattr(memory, name, made[name])
-
-
-def install_mem_pool(log: UndoLog) -> None:
-    """Make `torch.cuda.MemPool()` and `use_mem_pool` run on a CPU build, and
-    on a CUDA build with no GPU."""
-    if torch.backends.cuda.is_built() and getattr(torch.cuda, "MemPool", None) is not None:
-        _install_cuda_build_pool(log)
-        return
-    bodies = _pool_bodies()
-    base = getattr(torch._C, "_MemPool", None)
-    if base is not None and _is_placeholder(base):
-        new = vars(base)["__new__"]  # type() made it a staticmethod
-        log.replace_code(getattr(new, "__func__", new), bodies["new"])
-        log.replace_code(vars(base)["__init__"], bodies["init"])
-        # MemPool.id is `super().id`: the C base's property on a CUDA build.
-        log.setattr(base, "id", _POOL_ID)
-    for name in POOL_FUNCTIONS:
-        placeholder = getattr(torch._C, name, None)
-        if placeholder is not None and _is_placeholder(placeholder):
-            new = vars(placeholder)["__new__"]
-            log.replace_code(getattr(new, "__func__", new), bodies["call"])
 
 
 def install_c_surface(log: UndoLog, note: Callable[[str], None] = _ignore) -> None:

@@ -9,13 +9,14 @@ offers it, and FlashInfer's emulated toolkit lists its architecture.
 import functools
 
 from graphbreak_doctor import plugins
-from graphbreak_doctor.emulation.devices import b200, h100, rtx_pro_6000, unemulated
+from graphbreak_doctor.emulation.devices import b200, h100, h200, rtx_pro_6000, unemulated
 from graphbreak_doctor.emulation.preset import DevicePreset
 
 _EMULATED = (
     rtx_pro_6000.PRESET,
     b200.PRESET,
     h100.PRESET,
+    h200.PRESET,
 )
 _UNEMULATED = (
     unemulated.CUDA,

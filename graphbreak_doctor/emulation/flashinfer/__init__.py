@@ -8,8 +8,9 @@ cache, writing build.ninja, `get_cuda_path` / `get_cuda_version`
 `subprocess.run`, and `tvm_ffi.load_module` (tvm_ffi/module.py).
 
 What is replaced, one module each:
-- the CUDA toolkit: a throwaway CUDA_HOME with an `nvcc`, `nvidia-smi` and
-  `ninja` that answer and compile nothing (toolkit.py);
+- the CUDA toolkit: a throwaway toolkit with an `nvcc`, `nvidia-smi` and
+  `ninja` that answer and compile nothing (toolkit.py), found the way the
+  user's environment finds theirs (``toolkit_environment``);
 - the shared-library load (loader.py): a dry tvm-ffi module (kernels.py)
   whose exports are no-ops, except host queries FlashInfer's Python reads
   (answers.py) and host planners built for this machine (host_code.py);
@@ -67,21 +68,46 @@ def host_libraries() -> dict:
     return dict(host_code.STATE.libraries)
 
 
+# The variables that name a CUDA toolkit, in the order FlashInfer's
+# get_cuda_path (flashinfer/jit/cpp_ext.py) and torch's cpp_extension read them.
+TOOLKIT_VARIABLES = ("CUDA_HOME", "CUDA_PATH")
+
+
+def toolkit_environment(cuda_home: Path, log: UndoLog) -> str:
+    """Present the emulated toolkit as the user's environment presents theirs,
+    and say how (the findings' ``device.cuda_toolkit``).
+
+    Each of ``TOOLKIT_VARIABLES`` the user has set names the emulated toolkit
+    instead; one the user has not set stays unset, so that code that looks
+    for a toolkit takes the branch it takes in the user's server (FlashInfer's
+    ``get_cuda_path`` then runs ``which nvcc``). Either way the emulated
+    ``bin`` comes first on PATH, where the user's nvcc would be."""
+    named = [name for name in TOOLKIT_VARIABLES if os.environ.get(name)]
+    for name in named:
+        log.setenv(name, str(cuda_home))
+    log.setenv("PATH", f"{cuda_home / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}")
+    if named:
+        return f"{' and '.join(named)} set here: the emulated toolkit stood in for it; its bin first on PATH"
+    return (f"{' and '.join(TOOLKIT_VARIABLES)} unset here, so unset for the traced code too: "
+            "a toolkit is found by nvcc on PATH (the emulated toolkit's bin first)")
+
+
 def install(
     preset: DevicePreset,
     log: UndoLog,
     sink: Callable[..., JitRecord],
     scratch: Path,
+    gpus: int = 0,
 ) -> dict:
-    """Make FlashInfer see `preset` and run its JIT dry, with the emulated
-    toolkit and the JIT cache in `scratch` (a folder the caller removes).
-    Returns facts for describe()."""
-    cuda_home = toolkit.make_toolkit(scratch, preset)
-    log.setenv("CUDA_HOME", str(cuda_home))
-    log.setenv("PATH", f"{cuda_home / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}")
+    """Make FlashInfer see `preset` (a node of `gpus` of them, default the
+    preset's) and run its JIT dry, with the emulated toolkit and the JIT
+    cache in `scratch` (a folder the caller removes). Returns facts for
+    describe()."""
+    cuda_home = toolkit.make_toolkit(scratch, preset, gpus)
+    found_by = toolkit_environment(cuda_home, log)
     flashinfer = imports.import_flashinfer()
     if flashinfer is None:
-        return {"flashinfer": None}
+        return {"flashinfer": None, "cuda_toolkit": found_by}
     import tvm_ffi  # noqa: F401  (the dry parts below need it loaded)
 
     recorder.install_audit_hook()
@@ -97,6 +123,7 @@ def install(
 
     return {
         "flashinfer": getattr(flashinfer, "__version__", None),
+        "cuda_toolkit": found_by,
         "flashinfer_arch_list": preset.arch_list,
         "flashinfer_target_archs": sorted(f"{ma}.{mi}" for ma, mi in emulated),
         "jit_cache": str(jit_workspace),
@@ -121,6 +148,7 @@ __all__ = [
     "install",
     "install_artifact_mirror",
     "make_toolkit",
+    "toolkit_environment",
     "next_seq",
     "prepare_answers",
     "unanswered_planner",

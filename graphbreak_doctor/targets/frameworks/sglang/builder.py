@@ -60,9 +60,8 @@ def build_layer(kind: str, *, served: Served, tokens: int, device: str, cold: bo
     scratch = scratch_folder(device, log)
     installed = registry.install_stand_ins(log)
     sglang_emulation.isolate_caches(log, scratch)
-    with sglang_emulation.platform_window():
-        import_sglang()
-        standins.register_missing_fakes(installed)
+    import_sglang()
+    standins.register_missing_fakes(installed)
     # Triton is imported with SGLang: on an emulated GPU its kernels too are
     # launched dry from now on (a real GPU launches them).
     device = EmulatedDevice.active()

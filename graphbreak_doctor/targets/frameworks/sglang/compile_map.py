@@ -40,7 +40,7 @@ def discover_compile_regions(target: Target, log: UndoLog, phase_scope: Callable
         # a map whose build stops later still says it.
         target.info.facts["launch"] = rt.launch
 
-    rt, model, layers, full, folded = load_model(config_dir, log, piecewise=False, launch_args=launch_args,
+    rt, model, layers, full = load_model(config_dir, log, piecewise=False, launch_args=launch_args,
                                                  layers_for=depth.reduced_layer_count, resolved=publish)
     log.enter(torch.no_grad())
     values: list[str] = []
@@ -72,7 +72,7 @@ def discover_compile_regions(target: Target, log: UndoLog, phase_scope: Callable
             added[phase] = _compile_prefill(rt, model, state, layers, log, phase_scope)
     compiled = _compile_decode(rt, model, layers, phase_scope) if decode_compile.enabled(rt) else None
     info = target.info
-    fill_target_info(info, model.model, rt, mode="map", tokens=tokens, cold=False, folded=folded, launched=launched)
+    fill_target_info(info, model.model, rt, mode="map", tokens=tokens, cold=False, launched=launched)
     info.facts.update(layers_built=layers, model_layers=full, values_used=values + settings)
     if added:
         facts = info.facts["launch"] = dict(info.facts["launch"])

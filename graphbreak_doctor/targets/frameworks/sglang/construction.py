@@ -84,23 +84,21 @@ def _process_weights_after_loading(block: torch.nn.Module) -> None:
 
 def load_model(config_dir: str, log: UndoLog, *, layers_for: Callable[[runtime.Runtime], int], piecewise: bool,
                launch_args: tuple[str, ...], resolved: Callable[[runtime.Runtime], None] = lambda _rt: None,
-               ) -> tuple[runtime.Runtime, torch.nn.Module, int, int, list[str]]:
+               ) -> tuple[runtime.Runtime, torch.nn.Module, int, int]:
     """SGLang's set-up for the launch, then the model with ``layers_for(runtime)``
     decoder layers through SGLang's loader: (runtime, model, layers built,
-    the model's layers, folded probes). ``resolved`` is called with the
+    the model's layers). ``resolved`` is called with the
     runtime as soon as SGLang has resolved the launch, before the model is built."""
-    with sglang_emulation.platform_window():
-        try:
-            rt = set_up_runtime(True, config_dir, log, piecewise=piecewise, launch_args=launch_args)
-            resolved(rt)
-            full = rt.model_config.hf_config.num_hidden_layers
-            layers = layers_for(rt)
-            with sglang_emulation.consistent_fake_weights():
-                model = forward.build_model(rt, layers)
-        except ValueError as e:  # SGLang's own refusal (a device or backend it does not support)
-            raise TargetError(f"SGLang {runtime.version()} refuses to build the model here: {one_line(str(e), 300)}") from e
-        folded = sglang_emulation.fold_platform_probes(log)
-    return rt, model, layers, full, folded
+    try:
+        rt = set_up_runtime(True, config_dir, log, piecewise=piecewise, launch_args=launch_args)
+        resolved(rt)
+        full = rt.model_config.hf_config.num_hidden_layers
+        layers = layers_for(rt)
+        with sglang_emulation.consistent_fake_weights():
+            model = forward.build_model(rt, layers)
+    except ValueError as e:  # SGLang's own refusal (a device or backend it does not support)
+        raise TargetError(f"SGLang {runtime.version()} refuses to build the model here: {one_line(str(e), 300)}") from e
+    return rt, model, layers, full
 
 
 __all__ = ["MlpBlock", "load_block", "load_model"]

@@ -6,16 +6,6 @@ on fake tensors. Each change below goes through an undo log and is named in
 ``CHANGES`` (the builder records the ones it used in the findings). The facts
 behind them are in docs/design.md, "SGLang on an emulated GPU".
 
-- ``platform_window``: ``torch.cuda.is_available()`` answers True while
-  SGLang is imported and the layers are built (SGLang's ``is_cuda()`` and
-  every import-time branch on it), and only then: Dynamo must keep seeing
-  False (see "Why torch.cuda.is_available stays False"). Fake tensor mode
-  reads the same probe to decide whether a constant may be put on a real
-  device; it keeps its CPU answer.
-- ``fold_platform_probes``: while tracing, Dynamo ignores ``lru_cache`` and
-  runs a cached platform probe's body again, which would now answer False;
-  the body of each such probe is swapped for a constant, its import-time
-  answer.
 - ``isolate_caches``: SGLang's cache folders (its own JIT, and the
   third-party caches it points at its cache folder on import) go into the
   emulation's scratch folder, not the real home.
@@ -30,21 +20,14 @@ behind them are in docs/design.md, "SGLang on an emulated GPU".
 from __future__ import annotations
 
 import contextlib
-import functools
-import sys
 from pathlib import Path
 from typing import Any, Iterator
 
 import torch
 
-from graphbreak_doctor.emulation.platform_window import platform_window  # noqa: F401  (SGLang's window)
 from graphbreak_doctor.patching import UndoLog
 
 CHANGES = {
-    "platform_window": "torch.cuda.is_available() answered True while SGLang was imported and the layer "
-                       "was built, False while it was traced",
-    "fold_platform_probes": "SGLang's cached platform probes ({names}) answered their import-time value "
-                            "while traced (Dynamo ignores lru_cache)",
     "isolate_caches": "SGLang's cache folders in the emulation's scratch folder",
     "inductor_as_eager": "Inductor handed back the captured graph for SGLang's own nested torch.compile "
                          "regions (they ran in the eager warm-up on fake tensors)",
@@ -62,43 +45,6 @@ CACHE_VARIABLES = {
     "CUDA_CACHE_PATH": "nv",
     "TILELANG_CACHE_DIR": "tilelang",
 }
-
-
-# What a cached probe asks the platform: whether CUDA is there, and which
-# device it is (a backend chosen by the capability answers None outside the
-# platform window, where torch.cuda.is_available() is False).
-_PLATFORM_QUERIES = {"is_available", "get_device_capability"}
-
-
-def _probes(packages: tuple[str, ...]) -> list[functools._lru_cache_wrapper]:
-    found: dict[int, functools._lru_cache_wrapper] = {}
-    for name, module in list(sys.modules.items()):
-        if module is None or name.split(".", 1)[0] not in packages:
-            continue
-        for value in list(vars(module).values()):
-            if not isinstance(value, functools._lru_cache_wrapper):
-                continue
-            wrapped = getattr(value, "__wrapped__", None)
-            code = getattr(wrapped, "__code__", None)
-            if code is None or code.co_argcount or code.co_kwonlyargcount or code.co_freevars:
-                continue
-            if _PLATFORM_QUERIES & set(code.co_names):
-                found[id(value)] = value
-    return sorted(found.values(), key=lambda f: f.__wrapped__.__qualname__)
-
-
-def fold_platform_probes(log: UndoLog, packages: tuple[str, ...] = ("sglang", "sgl_kernel")) -> list[str]:
-    """Call inside ``platform_window`` (each probe is asked there, or answers
-    from its cache); the swapped bodies stay until ``log`` is undone.
-    Returns the probes folded, as 'module.qualname=value'."""
-    folded = []
-    for probe in _probes(packages):
-        value = probe()
-        if not isinstance(value, (bool, int, float, str, type(None))):
-            continue  # only a constant can be folded into code
-        log.replace_code(probe.__wrapped__, (lambda: None).__code__.replace(co_consts=(value,)))
-        folded.append(f"{probe.__wrapped__.__module__}.{probe.__wrapped__.__qualname__}={value}")
-    return folded
 
 
 def isolate_caches(log: UndoLog, scratch: Path) -> None:
@@ -147,9 +93,7 @@ def scratch_folder() -> Path:
 __all__ = [
     "CHANGES",
     "consistent_fake_weights",
-    "fold_platform_probes",
     "inductor_as_eager",
     "isolate_caches",
-    "platform_window",
     "scratch_folder",
 ]

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import torch
 
-from graphbreak_doctor.targets.frameworks.sglang import emulation as sglang_emulation
 from graphbreak_doctor.patching import UndoLog
 from graphbreak_doctor.targets import Target, TargetError
 from graphbreak_doctor.targets.frameworks.sglang import depth, forward, prefill_compile, runtime
@@ -29,13 +28,11 @@ def prepare_block(target: Target, mode: str, log: UndoLog, *, kind: str, index: 
     """Scope "block": layer ``index``'s MLP block behind its norm, called with
     ``tokens`` hidden states and the residual."""
     piecewise = mode == "piecewise"
-    with sglang_emulation.platform_window():
-        try:
-            rt, block = load_block(kind, index, config_dir, log, piecewise=piecewise, launch_args=launch_args)
-        except ValueError as e:  # SGLang's own refusal (a device or backend it does not support)
-            raise TargetError(f"SGLang {runtime.version()} refuses to build the {kind} layer here: "
-                              f"{one_line(str(e), 300)}") from e
-        folded = sglang_emulation.fold_platform_probes(log)
+    try:
+        rt, block = load_block(kind, index, config_dir, log, piecewise=piecewise, launch_args=launch_args)
+    except ValueError as e:  # SGLang's own refusal (a device or backend it does not support)
+        raise TargetError(f"SGLang {runtime.version()} refuses to build the {kind} layer here: "
+                          f"{one_line(str(e), 300)}") from e
     hidden = rt.model_config.hf_config.hidden_size
     args = tuple(torch.empty(tokens, hidden, dtype=torch.bfloat16, device="cuda") for _ in range(2))
     log.enter(torch.no_grad())
@@ -48,7 +45,7 @@ def prepare_block(target: Target, mode: str, log: UndoLog, *, kind: str, index: 
             raise TargetError(f"SGLang's eager warm-up failed: {type(e).__name__}: {one_line(str(e), 200)} "
                               "(--cold skips it)") from e
     target.fn, target.args, target.own_warm_up = block.forward, args, True
-    fill_target_info(target.info, block, rt, mode=mode, tokens=tokens, cold=cold, folded=folded, launched=launched,
+    fill_target_info(target.info, block, rt, mode=mode, tokens=tokens, cold=cold, launched=launched,
                      mlp=block.mlp)
 
 
@@ -59,7 +56,7 @@ def prepare_stack(target: Target, mode: str, log: UndoLog, *, scope: str, phase:
     forward state (forward.py) and the call."""
     piecewise = mode == "piecewise"
     settings = forward.settings(log)
-    rt, model, layers, full, folded = load_model(
+    rt, model, layers, full = load_model(
         config_dir, log, piecewise=piecewise, launch_args=launch_args,
         layers_for=depth.reduced_layer_count if scope == "model" else lambda _rt: index + 1)
     hf = rt.model_config.hf_config
@@ -87,7 +84,7 @@ def prepare_stack(target: Target, mode: str, log: UndoLog, *, scope: str, phase:
         run_eagerly(call, args, phase, "eager warm-up")
     target.fn, target.args, target.own_warm_up = call.forward, args, True
     info = target.info
-    fill_target_info(info, call, rt, mode=mode, tokens=tokens, cold=cold, folded=folded, launched=launched,
+    fill_target_info(info, call, rt, mode=mode, tokens=tokens, cold=cold, launched=launched,
                      mlp=None if scope == "model" else call.layer.mlp)
     info.facts.update(layers_built=layers, model_layers=full, values_used=state.values + settings)
     if scope == "model":

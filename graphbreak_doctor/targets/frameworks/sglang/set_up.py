@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 
 from graphbreak_doctor.targets.frameworks.sglang import emulation as sglang_emulation
+from graphbreak_doctor.emulation.presets import emulated_names
 from graphbreak_doctor.patching import UndoLog
 from graphbreak_doctor.targets import TargetError
 from graphbreak_doctor.targets.frameworks.sglang import runtime
@@ -20,7 +21,7 @@ def scratch_folder(device: str, log: UndoLog) -> Path:
     """Where SGLang's caches go for this build: the emulation's scratch folder,
     or on a real GPU a temporary folder removed with ``log``."""
     if device == "cpu":
-        raise TargetError("SGLang's layers run on a CUDA device: use an emulated one (--device sm120, sm100, sm90) "
+        raise TargetError(f"SGLang's layers run on a CUDA device: use an emulated one (--device {emulated_names()}) "
                           "or --device cuda on a GPU machine")
     if device == "cuda":
         folder = tempfile.TemporaryDirectory(prefix="graphbreak-doctor-sglang-")

@@ -177,10 +177,34 @@ def _flashmla_sparse_prefill(q: torch.Tensor, kv: torch.Tensor, indices: torch.T
             torch.empty((tokens, heads), dtype=torch.float32, device=q.device)]
 
 
+def _fa3_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_new, v_new, q_v, out, cu_seqlens_q,
+                 *args, **kwargs) -> tuple:
+    """FlashAttention 3's forward (sgl-kernel's ``fwd``: the FA3 attention
+    backend SGLang picks on Hopper), dry: ``(out, softmax_lse, out_accum,
+    softmax_lse_accum)``. ``out`` is the given buffer, else shaped as the
+    query with the value's head size (an FP8 query gives bf16); the
+    log-sum-exp is float32, ``(heads, tokens)`` for a packed (varlen) query,
+    ``(batch, heads, tokens)`` for a batched one; no split ran, so the
+    accumulators are empty."""
+    dtype = torch.bfloat16 if q.element_size() == 1 else q.dtype
+    if out is None:
+        out = torch.empty((*q.shape[:-1], v.shape[-1]), dtype=dtype, device=q.device)
+    if q.dim() == 3:  # packed: (tokens, heads, head size)
+        lse = torch.empty((q.shape[1], q.shape[0]), dtype=torch.float32, device=q.device)
+    else:  # batched: (batch, tokens, heads, head size)
+        lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
+    nothing = torch.empty((0,), dtype=torch.float32, device=q.device)
+    return out, lse, nothing, nothing.clone()
+
+
 # sgl-kernel's other libraries whose ops get dry answers (see
 # _sgl_kernel_extensions): FlashMLA, which older releases' sparse attention
-# calls for its metadata and kernels.
+# calls for its metadata and kernels; FlashAttention 3, SGLang's attention
+# backend on Hopper.
 EXTENSION_DRY = {
+    "flash_ops": {
+        "fwd": _fa3_forward,
+    },
     "flashmla_ops": {
         "get_mla_decoding_metadata": _flashmla_metadata,
         "get_mla_decoding_metadata_dense_fp8": _flashmla_metadata,

@@ -49,7 +49,7 @@ def _registered(qualname: str) -> bool:
 
 
 def fill_target_info(info: TargetInfo, module: torch.nn.Module, rt: runtime.Runtime, *, mode: str, tokens: int,
-                     cold: bool, folded: list[str], launched: list[str], mlp: torch.nn.Module | None = None) -> None:
+                     cold: bool, launched: list[str], mlp: torch.nn.Module | None = None) -> None:
     """``module``: what is traced; ``mlp``: its MLP block, if it is one layer's."""
     config = rt.model_config.hf_config
     info.function = module.forward.__qualname__
@@ -93,7 +93,7 @@ def fill_target_info(info: TargetInfo, module: torch.nn.Module, rt: runtime.Runt
         launch=rt.launch,
         warm_up=not cold,
         **_backend_names(),
-        emulation=_emulation_changes(folded),
+        emulation=_emulation_changes(),
         kernels_run_dry=launched,
     )
     info.split_ops = runtime.split_ops()
@@ -104,12 +104,9 @@ def _unquantized(rt: runtime.Runtime) -> str:
     return f"none ({str(getattr(rt.model_config, 'dtype', '?')).replace('torch.', '')} weights)"
 
 
-def _emulation_changes(folded: list[str]) -> list[str]:
+def _emulation_changes() -> list[str]:
     changes = sglang_emulation.CHANGES
-    out = [changes["platform_window"], changes["isolate_caches"], changes["inductor_as_eager"],
-           changes["consistent_fake_weights"]]
-    if folded:
-        out.insert(1, changes["fold_platform_probes"].format(names=", ".join(folded)))
+    out = [changes["isolate_caches"], changes["inductor_as_eager"], changes["consistent_fake_weights"]]
     out.append("Triton and CuTe DSL kernels: has_triton() answered True (launches captured as on the GPU); "
                "launches on fake tensors ran dry")
     return out

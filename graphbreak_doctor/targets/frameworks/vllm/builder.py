@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from graphbreak_doctor.emulation import standins
-from graphbreak_doctor.emulation.platform_window import platform_window
+from graphbreak_doctor.emulation.presets import emulated_names
 from graphbreak_doctor.model import TargetInfo
 from graphbreak_doctor.patching import UndoLog
 from graphbreak_doctor.targets import PhaseNotRun, Target, TargetError
@@ -43,17 +43,16 @@ from graphbreak_doctor.text import one_line
 def build_model(served: Served, *, device: str, log: UndoLog, launch_args: tuple[str, ...] = (),
                 tokens: int | None = None) -> Target:
     if device == "cpu":
-        raise TargetError("vLLM's models run on a CUDA device: use an emulated one (--device sm120, sm100, sm90)")
+        raise TargetError(f"vLLM's models run on a CUDA device: use an emulated one (--device {emulated_names()})")
     folder = emulation.scratch(log)
     installed = registry.install_stand_ins(log)
     emulation.isolate_caches(log, folder)
     emulation.aot_compile_off(log)
     emulation.accelerator_streams(log)
-    with platform_window():
-        emulation.install_platform(log)
-        emulation.inspect_in_process(log)
-        config, said = launch.resolve(launch_args, served.config_dir)
-        standins.register_missing_fakes(installed)
+    emulation.install_platform(log)
+    emulation.inspect_in_process(log)
+    config, said = launch.resolve(launch_args, served.config_dir)
+    standins.register_missing_fakes(installed)
     facts = launch.describe(config, said, launch_args)
     resolved = facts["resolved"]
     release = launch.version()
@@ -94,7 +93,7 @@ def _phase_line(resolved: dict[str, Any], tokens: int) -> str:
 
 
 def _build(target: Target, config: Any, log: UndoLog) -> vllm_model.Built:
-    built = vllm_model.build(config, log, platform_window)
+    built = vllm_model.build(config, log)
     target.info.facts.update(layers_built=built.layers, model_layers=built.full,
                              model_class=type(built.model).__qualname__,
                              compiled_module=type(built.backbone).__qualname__)

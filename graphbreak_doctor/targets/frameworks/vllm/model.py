@@ -65,9 +65,9 @@ def init_workspace(log: UndoLog) -> None:
     log.call_on_undo(lambda: setattr(workspace, "_manager", None))
 
 
-def build(vllm_config: Any, log: UndoLog, building: Callable[[], Any]) -> Built:
-    """The model, by vLLM's loader, inside ``building`` (the platform
-    window), with vLLM's current config set for as long as ``log`` lives.
+def build(vllm_config: Any, log: UndoLog) -> Built:
+    """The model, by vLLM's loader, with vLLM's current config set for as
+    long as ``log`` lives.
     The loader builds every layer; the ones past the reduced depth are
     taken out before it fills and processes the weights, as a pipeline
     stage holds only its own layers."""
@@ -91,7 +91,7 @@ def build(vllm_config: Any, log: UndoLog, building: Callable[[], Any]) -> Built:
         return model
 
     try:
-        with building(), torch.device("cuda"), UndoLog() as window:
+        with torch.device("cuda"), UndoLog() as window:
             window.setattr(owner, name, reducing)
             init_workspace(log)
             model = get_model(vllm_config=vllm_config)
