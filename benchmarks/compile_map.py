@@ -50,8 +50,9 @@ def measure(model: str, launch: str, tokens: int, device: str, framework: str = 
         "done = subprocess.run(argv, capture_output=True, text=True)\n"
         "wall = time.perf_counter() - t\n"
         "peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024\n"
+        "said = [ln for ln in done.stdout.splitlines() if ln.startswith(('CRASHED', 'error'))]\n"
         "print(json.dumps({'exit': done.returncode, 'wall_s': round(wall, 1), 'peak_mib': round(peak),\n"
-        "                  'stderr': done.stderr[-400:], 'stdout': done.stdout[-4000:]}))\n"
+        "                  'stderr': done.stderr[-400:], 'stdout': done.stdout[-4000:], 'said': said[-1:]}))\n"
     )
     with tempfile.TemporaryDirectory() as folder:
         argv = [sys.executable, "-m", "graphbreak_doctor", "trace", "--mode", "map", "--device", device,
@@ -117,7 +118,7 @@ def main() -> int:
               f"{r.get('entered', '-'):>8} {r.get('registered', '-'):>10}  "
               f"{verdict}; {r.get('cudagraph') or '-'}")
         if r["exit"] != 0:
-            said = [line for line in r["stdout"].splitlines() if line.startswith(("CRASHED", "error"))]
+            said = r.get("said") or [line for line in r["stdout"].splitlines() if line.startswith(("CRASHED", "error"))]
             print(f"    {(said or [r['stderr'].strip() or '(nothing said)'])[-1][:300]}")
     return 1 if failed else 0
 

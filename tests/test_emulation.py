@@ -186,16 +186,36 @@ def test_the_device_keeps_what_the_host_wrote_and_what_it_computed_from_it():
         assert flat[0, 1].item() == 5
         lens.add_(1)
         assert lens[1].item() == 6
-        with pytest.raises(DataDependentOutputException):  # another view of the memory written: never stale
-            flat[0, 1].item()
-        with pytest.raises(DynamicOutputShapeException):  # made on the device: not known
-            torch.repeat_interleave(lens, starts)
+        assert flat[0, 1].item() == 6  # another view of the memory written: never stale
+        with pytest.raises(DynamicOutputShapeException):  # made on the device, never written: not known
+            torch.repeat_interleave(lens, torch.empty(2, dtype=torch.int64, device="cuda"))
         total = torch.empty(2, dtype=torch.int32, device="cuda")
         torch.add(lens, lens, out=total)  # written through a keyword argument
         assert total.tolist() == [8, 12]
-        lens.add_(starts)
+        lens.add_(torch.empty(2, dtype=torch.int32, device="cuda"))
         with pytest.raises(DataDependentOutputException):  # written with unknown values: no longer known
             lens[0].item()
+        with pytest.raises(DataDependentOutputException):  # nor is any other view of it
+            flat[0, 1].item()
+
+
+def test_an_index_buffer_built_on_the_device_is_known_on_the_host():
+    """What an attention backend does before it plans a batch: a zeroed
+    device buffer, per-request offsets written into a slice of it, the whole
+    copied to the host (``qo_indptr[1:] = cumsum(lens)``; ``qo_indptr.to("cpu")``).
+    The copy holds the device's values, as on the GPU."""
+    with EmulatedDevice("sm120") as device:
+        lens = torch.tensor([3, 5, 2], dtype=torch.int32, device="cuda")
+        indptr = torch.zeros(4, dtype=torch.int32, device="cuda")
+        assert device.fake_mode.written(indptr).tolist() == [0, 0, 0, 0]
+        indptr[1:] = torch.cumsum(lens, dim=0)
+        assert indptr.to("cpu").tolist() == [0, 3, 8, 10]
+        staged = torch.empty(4, dtype=torch.int32, pin_memory=True)
+        staged.copy_(indptr, non_blocking=True)
+        assert staged.tolist() == [0, 3, 8, 10] and int(indptr[-1]) == 10
+        grid = torch.zeros(3, 3, device="cuda")
+        grid[:, 1] = torch.arange(3, device="cuda", dtype=torch.float32)  # a strided slice
+        assert grid.cpu()[:, 1].tolist() == [0.0, 1.0, 2.0] and torch.zeros_like(lens).cpu().tolist() == [0, 0, 0]
 
 
 def test_a_write_forgets_only_live_views_of_its_own_memory():
@@ -216,7 +236,9 @@ def test_a_write_forgets_only_live_views_of_its_own_memory():
         view = other.view(1, 1)
         assert view[0, 0].item() == 2.0
         other.add_(1)
-        with pytest.raises(DataDependentOutputException):  # a live view of the memory written: forgotten
+        assert view[0, 0].item() == 3.0  # a live view of the memory written: written too
+        other.add_(torch.empty(1, device="cuda"))
+        with pytest.raises(DataDependentOutputException):  # written with unknown values: forgotten
             view[0, 0].item()
 
 

@@ -86,6 +86,12 @@ _GEOMETRY = {aten.as_strided, aten.as_strided_, aten.as_strided_scatter, aten.se
 # argument held: it is known after them when their other arguments are.
 _OVERWRITES = {aten.fill_, aten.zero_, aten.copy_, aten.uniform_, aten.normal_, aten.random_,
                aten.exponential_, aten.geometric_, aten.log_normal_, aten.cauchy_, aten.bernoulli_}
+# Operators whose result's values are fixed by their arguments' shapes and
+# scalars alone: a device tensor they make is known (``torch.zeros(n + 1,
+# device="cuda")``, an index buffer a backend then fills), and the tensor a
+# ``*_like`` one copies the shape of needs no known values.
+_CONSTANT_FACTORIES = {aten.zeros, aten.ones, aten.full, aten.arange, aten.eye, aten.scalar_tensor}
+_SHAPE_ONLY = {aten.zeros_like, aten.ones_like, aten.full_like}
 
 
 def _written_arguments(func: Any, args: tuple, kwargs: dict, outs_only: bool = False) -> list[Any]:
@@ -227,9 +233,10 @@ class HostMemoryMode(FakeTensorMode):
         fakes = [i for i, a in enumerate(flat) if isinstance(a, FakeTensor)]
         if not fakes or any(flat[i].numel() > _KNOWN_LIMIT for i in fakes):
             return _UNKNOWN
-        # Tensors the operator overwrites whole: an in-place fill's, an out= argument.
+        # Tensors the operator overwrites whole: an in-place fill's, an out=
+        # argument; and the one a *_like operator reads only the shape of.
         overwritten = {id(a) for a in _written_arguments(func, args, kwargs, outs_only=True)}
-        if func.overloadpacket in _OVERWRITES and args and isinstance(args[0], FakeTensor):
+        if func.overloadpacket in _OVERWRITES | _SHAPE_ONLY and args and isinstance(args[0], FakeTensor):
             overwritten.add(id(args[0]))
         host = list(flat)
         with unset_fake_temporarily():
@@ -266,14 +273,35 @@ class HostMemoryMode(FakeTensorMode):
                            if isinstance(t, torch.Tensor) else t, host_out)
         outs, _ = tree_flatten(out)
         host_outs, _ = tree_flatten(host_out)
+        written = list(zip(_written_arguments(func, args, kwargs), _written_arguments(func, host_args, host_kwargs)))
+        wholes = self._known_wholes([fake for fake, _ in written])
         self._forget_written(func, args, kwargs)
-        written = zip(_written_arguments(func, args, kwargs), _written_arguments(func, host_args, host_kwargs))
         for fake, values in written:
             if isinstance(fake, FakeTensor) and isinstance(values, torch.Tensor):
                 self._keep(fake, values)
-        for fake, values in zip(outs, host_outs):
-            if isinstance(fake, FakeTensor) and isinstance(values, torch.Tensor) and values.numel() <= _KNOWN_LIMIT:
-                self._keep(fake, values)
+                self._carry_write(fake, values, wholes)
+        for made, values in zip(outs, host_outs):
+            if isinstance(made, FakeTensor) and isinstance(values, torch.Tensor) and values.numel() <= _KNOWN_LIMIT:
+                self._keep(made, values)
+            elif (isinstance(made, torch.Tensor) and isinstance(values, torch.Tensor) and made.device.type == "cpu"
+                  and made.shape == values.shape):
+                # A copy to the host (``indptr.to("cpu")``): real host memory,
+                # which gets the device's known values.
+                with unset_fake_temporarily():
+                    made.copy_(values)
+        return out
+
+    def _constant(self, func: Any, types: Any, args: tuple, kwargs: dict) -> Any:
+        """A device tensor made from shapes and scalars alone, its values
+        computed on the host too and remembered (small ones)."""
+        out = super().__torch_dispatch__(func, types, args, kwargs)
+        self._count(out)
+        if isinstance(out, FakeTensor) and out.numel() <= _KNOWN_LIMIT:
+            with unset_fake_temporarily():
+                values = func(*args, **{**kwargs, "device": torch.device("cpu"), "pin_memory": False})
+            self._keep(out, values)
+        else:
+            self._bound(func, args, kwargs, out)
         return out
 
     def range_of(self, tensor: Any) -> Optional[device_bounds.Range]:
@@ -299,6 +327,36 @@ class HostMemoryMode(FakeTensorMode):
                 key = id(tensor)
                 self._ranges[key] = (weakref.ref(tensor, lambda _ref: self._ranges.pop(key, None)), bounds)
                 self._by_storage.setdefault(_storage(tensor), set()).add(key)
+
+    def _known_wholes(self, targets: list) -> list[tuple[FakeTensor, torch.Tensor]]:
+        """The live contiguous tensors with known values that share memory
+        with one of ``targets`` (before a write to the targets forgets them)."""
+        storages = {_storage(t) for t in targets if isinstance(t, FakeTensor)}
+        out = []
+        for entry in list(self._written.values()):
+            whole = entry[0]()
+            if whole is not None and whole.is_contiguous() and _storage(whole) in storages:
+                out.append((whole, entry[1]))
+        return out
+
+    def _carry_write(self, view: FakeTensor, values: torch.Tensor,
+                     wholes: list[tuple[FakeTensor, torch.Tensor]]) -> None:
+        """A write of known ``values`` through ``view`` into the memory of a
+        contiguous tensor whose values were known (``qo_indptr[1:] =
+        cumsum(lens)`` into ``qo_indptr``) keeps that tensor known: the write
+        is made on its host copy too, element for element, where the view
+        lies inside it with the same element size."""
+        for whole, known in wholes:
+            if whole is view or whole.element_size() != view.element_size() or _storage(whole) != _storage(view):
+                continue
+            start = view.storage_offset() - whole.storage_offset()
+            last = start + sum((n - 1) * st for n, st in zip(view.shape, view.stride()) if n > 0)
+            if start < 0 or last >= whole.numel() or view.numel() == 0:
+                continue
+            with unset_fake_temporarily():
+                updated = known.detach().clone().reshape(-1)
+                updated.as_strided(view.shape, view.stride(), start).copy_(values.to(updated.dtype))
+            self._keep(whole, updated.reshape(whole.shape))
 
     def _keep(self, fake: FakeTensor, values: torch.Tensor) -> None:
         key = id(fake)
@@ -368,6 +426,8 @@ class HostMemoryMode(FakeTensorMode):
                 return self._host(func, args, kwargs)
         if tracing:
             return super().__torch_dispatch__(func, types, args, kwargs)
+        if func.overloadpacket in _CONSTANT_FACTORIES and not cuda_graph.capturing():
+            return self._constant(func, types, args, kwargs)
         computed = self._compute_known(func, types, args, kwargs)
         if computed is not _UNKNOWN:
             return computed

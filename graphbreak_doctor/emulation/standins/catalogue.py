@@ -54,6 +54,12 @@ HOST_ANSWERS: dict[str, tuple[Callable[..., Any], str]] = {
     "deep_gemm::init": (lambda *args, **kwargs: None, "its JIT's set-up does nothing"),
     "deep_gemm::get_num_sms": (lambda: torch.cuda.get_device_properties(0).multi_processor_count,
                                "the device's SM count"),
+    # The rows (M) and depth (K) a contiguous grouped GEMM pads each expert's
+    # block to: DeepGEMM's block size for that layout, a constant of the
+    # library (vLLM's DeepGEMM experts ask when they are built).
+    "deep_gemm::get_mk_alignment_for_contiguous_layout": (lambda: 128, "DeepGEMM's contiguous-layout alignment, 128"),
+    "deep_gemm::get_theoretical_mk_alignment_for_contiguous_layout": (
+        lambda: 128, "DeepGEMM's contiguous-layout alignment, 128"),
 }
 
 

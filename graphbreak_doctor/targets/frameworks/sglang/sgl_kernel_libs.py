@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import glob
 import sys
+from typing import Any
 from pathlib import Path
 
 import torch
@@ -197,6 +198,17 @@ def _fa3_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_new, v_new
     return out, lse, nothing, nothing.clone()
 
 
+def _fa3_scheduler_metadata(batch_size: int, max_seqlen_q: int, max_seqlen_k: int, num_heads: int,
+                            num_heads_k: int, headdim: int, headdim_v: int, qkv_dtype: Any,
+                            seqused_k: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+    """FlashAttention 3's scheduler metadata (``get_scheduler_metadata``: the
+    tile schedule SGLang plans before a decode batch and hands back to
+    ``fwd``), dry: an int32 buffer of one entry per batch row and one more,
+    on the batch's device. Its layout is the scheduler's own; only the
+    forward reads it, and the dry forward does not."""
+    return torch.empty((int(batch_size) + 1,), dtype=torch.int32, device=seqused_k.device)
+
+
 # sgl-kernel's other libraries whose ops get dry answers (see
 # _sgl_kernel_extensions): FlashMLA, which older releases' sparse attention
 # calls for its metadata and kernels; FlashAttention 3, SGLang's attention
@@ -204,6 +216,7 @@ def _fa3_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_new, v_new
 EXTENSION_DRY = {
     "flash_ops": {
         "fwd": _fa3_forward,
+        "get_scheduler_metadata": _fa3_scheduler_metadata,
     },
     "flashmla_ops": {
         "get_mla_decoding_metadata": _flashmla_metadata,
