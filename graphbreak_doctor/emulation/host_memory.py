@@ -22,10 +22,17 @@ whose every device argument has known values, each of at most 65,536
 elements -- is computed on host copies too, and its results (and what it
 wrote) are known in turn; an in-place fill (``uniform_``, ``fill_``,
 ``copy_``) and an ``out=`` argument need no known values in the tensor
-they overwrite. A random fill
+they overwrite. A device tensor made from shapes and scalars alone
+(``zeros``, ``ones``, ``full``, ``arange``) is known, and a ``*_like`` one
+needs no known values in the tensor it copies the shape of. A write of
+known values through a view (``indptr[1:] = cumsum(lens)``) is made on the
+host copy of every known contiguous tensor of the same memory too, so the
+buffer stays known; a copy of known device values to the host
+(``indptr.to("cpu")``, ``staged.copy_(indptr)``) holds them. A random fill
 draws from a host generator seeded from the emulated device generator: the
 values are not the GPU's, their distribution is. A tensor written by an
-operator with unknown values is no longer known. Data-dependent operators
+operator with unknown values is no longer known, nor is any other view of
+its memory. Data-dependent operators
 read known values as the GPU would: ``repeat_interleave`` with tensor
 repeats (its output size is their sum; an attention backend expands
 per-request offsets by the batch's new-token counts this way), ``unique``

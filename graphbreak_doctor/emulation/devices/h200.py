@@ -10,25 +10,20 @@ the eight; a serving framework's start-up snapshot on one of them sees
 139.21 of 139.81 GiB free (about 614 MiB held by the CUDA context).
 """
 
-from graphbreak_doctor.emulation.preset import DevicePreset
+import dataclasses
 
-PRESET = DevicePreset(
+from graphbreak_doctor.emulation.devices import h100
+
+# The H100's chip (capability, SMs, shared memory, threads), with the
+# H200's name, memory and L2.
+PRESET = dataclasses.replace(
+    h100.PRESET,
     name="h200",
-    emulated=True,
     gpu="H200",
     device_name="NVIDIA H200",
-    major=9,
-    minor=0,
-    sms=132,
-    smem_optin_kib=227,
-    smem_per_sm_kib=228,
-    threads_per_sm=2048,
     l2_mib=60,
     memory_gb=141,
     total_memory_mib=143156,
     smi_memory_mib=143771,
     context_mib=614,
-    node_gpus=8,
-    link="NV18",
-    cuda="12.9",
 )

@@ -1,7 +1,7 @@
 """GLM-5-NVFP4's dense and MoE blocks as SGLang itself builds and runs them.
 
 ``build_layer`` imports SGLang inside the device (stand-ins for the
-CUDA-only binaries first, the platform window around the import) and makes
+CUDA-only binaries first) and makes
 the target; its module is built by the target's ``prepare`` for the mode it
 is traced in (prepare.py), because SGLang's configuration for a compile
 state decides what its modules build (the fusions of a tc_piecewise

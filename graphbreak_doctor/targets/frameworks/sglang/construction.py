@@ -1,8 +1,8 @@
 """The modules traced, built as SGLang's server builds them, after its set-up
 for the launch (set_up.py): one layer's MLP block behind its post-attention
 norm (``load_block``), or the model with its decoder layers through SGLang's
-loader (``load_model``). Both build inside the platform window, on fake CUDA
-tensors whose checkpoint checks answer "consistent" (targets/frameworks/sglang/emulation.py)."""
+loader (``load_model``). Both build inside the device, on fake CUDA tensors
+whose checkpoint checks answer "consistent" (targets/frameworks/sglang/emulation.py)."""
 
 from __future__ import annotations
 

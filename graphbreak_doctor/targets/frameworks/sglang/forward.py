@@ -53,7 +53,7 @@ def settings(log: UndoLog) -> list[str]:
 def build_model(rt: runtime.Runtime, layers: int) -> torch.nn.Module:
     """The model SGLang's registry resolves, with ``layers`` decoder layers, through SGLang's
     dummy-weight loader (``--load-format dummy``: build, fill, post-load,
-    post-process each quantized module). Call inside the platform window."""
+    post-process each quantized module). Call inside the device."""
     _, loader_cls = runtime.require("sglang.srt.model_loader.loader:DummyModelLoader")
     _, load_config_cls = runtime.require("sglang.srt.configs.load_config:LoadConfig")
     _, device_config_cls = runtime.require("sglang.srt.configs.device_config:DeviceConfig")

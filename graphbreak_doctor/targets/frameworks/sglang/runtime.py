@@ -5,8 +5,8 @@ a release that has none of the known forms is refused in one line naming
 what is missing. The calls and their order: docs/design.md, "SGLang's
 set-up calls".
 
-Call inside the platform window (targets/frameworks/sglang/emulation.py): SGLang reads the
-device while it sets up.
+Call inside the device (emulated or real): SGLang reads the device while it
+sets up.
 """
 
 from __future__ import annotations
