@@ -352,9 +352,10 @@ class HostMemoryMode(FakeTensorMode):
         contiguous tensor whose values were known (``qo_indptr[1:] =
         cumsum(lens)`` into ``qo_indptr``) keeps that tensor known: the write
         is made on its host copy too, element for element, where the view
-        lies inside it with the same element size."""
+        lies inside it with the same dtype (a view of the memory as another
+        dtype reinterprets bits, which the host copy does not: forgotten)."""
         for whole, known in wholes:
-            if whole is view or whole.element_size() != view.element_size() or _storage(whole) != _storage(view):
+            if whole is view or whole.dtype != view.dtype or _storage(whole) != _storage(view):
                 continue
             start = view.storage_offset() - whole.storage_offset()
             last = start + sum((n - 1) * st for n, st in zip(view.shape, view.stride()) if n > 0)
@@ -433,7 +434,8 @@ class HostMemoryMode(FakeTensorMode):
                 return self._host(func, args, kwargs)
         if tracing:
             return super().__torch_dispatch__(func, types, args, kwargs)
-        if func.overloadpacket in _CONSTANT_FACTORIES and not cuda_graph.capturing():
+        if (func.overloadpacket in _CONSTANT_FACTORIES and not cuda_graph.capturing()
+                and any(argument.name == "device" for argument in func._schema.arguments)):
             return self._constant(func, types, args, kwargs)
         computed = self._compute_known(func, types, args, kwargs)
         if computed is not _UNKNOWN:
