@@ -195,3 +195,59 @@ def test_exit_restores_everything_after_the_moe_targets():
     after["mirrors"] = list(artifact_mirror.STATE.mirrors)
     after["scratch"] = {n: len(getattr(fi_utils, n, ())) for n in caches.SCRATCH}
     _assert_same(before, after)
+
+
+def _launcher_source() -> str:
+    from pathlib import Path
+
+    import flashinfer
+
+    return (Path(flashinfer.__file__).parent / "data" / "csrc" / "trtllm_fused_moe_kernel_launcher.cu").read_text()
+
+
+# FlashInfer 0.7 declares its launchers' return as Array<Optional<Tensor>>, one
+# layout for all; before, each launcher class laid out its own Array<Tensor>.
+DECLARES_LAYOUT = "Array<Optional<Tensor>> trtllm_fp4_block_scale_moe" in _launcher_source()
+
+
+@pytest.mark.skipif(not DECLARES_LAYOUT, reason="this FlashInfer's launchers return per-class Array<Tensor> layouts")
+def test_a_deferred_finalize_reads_back_the_launchers_own_tensors():
+    """SGLang defers the MoE's finalize at small batches (``do_finalize=False``):
+    FlashInfer then reads back, with ``torch.from_dlpack``, the tensors its
+    launcher allocated. On the emulated B200 they are fake device tensors of
+    the launcher's shapes, and torch's own ``from_dlpack`` is back after."""
+    from fixtures.flashinfer_targets import GLM5_HIDDEN, GLM5_TOP_K, TOKENS, trtllm_fp4_block_scale_moe_glm5
+
+    original = torch.from_dlpack
+    with EmulatedDevice("sm100") as dev:
+        fn, args = trtllm_fp4_block_scale_moe_glm5(do_finalize=False)
+        gemm2, weights, permuted = fn(*args)
+        assert all(type(t).__name__ == "FakeTensor" and t.device.type == "cuda" for t in (gemm2, weights, permuted))
+        # 16 tokens x top-8 = 128 routed rows, at most one per expert of 256:
+        # 128 CTAs of the launcher's default tile (8 rows) = 1024 padded rows.
+        assert (tuple(gemm2.shape), gemm2.dtype) == ((1024, GLM5_HIDDEN), torch.bfloat16)
+        assert tuple(weights.shape) == (TOKENS, GLM5_TOP_K)
+        assert (tuple(permuted.shape), permuted.dtype) == ((TOKENS * GLM5_TOP_K,), torch.int32)
+    assert torch.from_dlpack is original and torch.utils.dlpack.from_dlpack is original
+    assert {r.name for r in dev.jit_requests if r.action == "load"} == {"fused_moe_trtllm_sm100"}
+
+
+def test_the_launchers_answered_are_those_whose_signature_sizes_a_deferred_finalize():
+    """Read from the installed FlashInfer's launcher source: every fused-MoE
+    launcher that takes ``do_finalize`` answers, a routing-only entry point
+    does not, and the parameters are where the release declares them. A
+    release without the declared layout answers none (its capture stops at
+    the read, as before)."""
+    from graphbreak_doctor.emulation import host_build
+    from graphbreak_doctor.emulation.flashinfer import launcher_outputs
+
+    text = _launcher_source()
+    exports = host_build.export_names(text)
+    answered = launcher_outputs.answers_for(exports, text)
+    if not DECLARES_LAYOUT:
+        assert answered == {}
+        return
+    assert "trtllm_fp4_block_scale_moe" in answered
+    assert all("_moe" in name and "routing" not in name for name in answered), sorted(answered)
+    parameters = launcher_outputs.signatures(text)["trtllm_fp4_block_scale_moe"]
+    assert parameters.index("hidden_states") < parameters.index("num_experts") < parameters.index("do_finalize")

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, sglang_has_tc_piecewise
-from test_sglang_compile_map import default_map
+from test_sglang_compile_map import _run, default_map
 
 HAS_SGLANG = importlib.util.find_spec("sglang") is not None
 pytestmark = [pytest.mark.sglang, pytest.mark.skipif(not HAS_SGLANG, reason="SGLang is not installed")]
@@ -60,6 +60,22 @@ def test_the_default_launch_captures_decode_whole_and_prefill_in_segments(cli):
         assert "pcg_dsa_indexer_prefill_split" in functions, functions  # the DSA indexer, run eagerly
         assert sum(b.count for b in capture.breaks) % layers == 0
     assert found.hazards() == []
+
+
+@pytest.mark.slow
+def test_glm5s_decode_graph_on_b200_runs_flashinfers_deferred_moe_finalize_at_every_size(cli):
+    """On sm100 SGLang's GLM-5 MoE asks FlashInfer's trtllm-gen launcher not
+    to finalize (SGLang fuses the finalize with the shared expert) and reads
+    the launcher's own output tensors back: every decode capture finishes as
+    one whole graph, at the smallest, a middle and the largest size."""
+    code, findings, stderr = _run(cli, "--model", "--model-path", "glm5-nvfp4", "--device", "sm100", "--mode", "map")
+    assert code in (0, 1) and findings is not None, stderr[-3000:]
+    found = findings.cudagraphs
+    assert found is not None and found.error == ""
+    (decode,) = [p for p in found.phases if p.phase == "decode"]
+    assert decode.backend == "full" and len(decode.captures) == 3
+    assert all(c.error == "" and c.segments == 1 for c in decode.captures), [c.error for c in decode.captures]
+    assert found.assumed == []
 
 
 # Run in a fresh interpreter: SGLang's function changed in place (its code

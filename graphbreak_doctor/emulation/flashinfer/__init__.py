@@ -13,7 +13,9 @@ What is replaced, one module each:
   user's environment finds theirs (``toolkit_environment``);
 - the shared-library load (loader.py): a dry tvm-ffi module (kernels.py)
   whose exports are no-ops, except host queries FlashInfer's Python reads
-  (answers.py) and host planners built for this machine (host_code.py);
+  (answers.py), tensors a MoE launcher allocates and returns
+  (launcher_outputs.py) and host planners built for this machine
+  (host_code.py);
 - the JIT cache and target architectures, those of the emulated GPU
   (workspace.py); FlashInfer's caches and scratch buffers, kept apart
   (caches.py); NVIDIA's artifact repository, a dry local one
@@ -40,6 +42,7 @@ from graphbreak_doctor.emulation.flashinfer import (
     host_code,
     imports,
     kernels,
+    launcher_outputs,
     loader,
     recorder,
     toolkit,
@@ -117,6 +120,7 @@ def install(
     caches.clear_caches(log)
     jit_workspace, emulated = workspace.install(preset, log, scratch)
     loader.install(log)
+    launcher_outputs.install(log)
     artifact_mirror.install_artifact_mirror(scratch, log)
     caches.keep_scratch_buffers(log)
     recorder.add_sink(sink, log)

@@ -15,7 +15,7 @@ import re
 import threading
 from typing import Any, Callable, Optional
 
-from graphbreak_doctor.emulation.flashinfer import kernels
+from graphbreak_doctor.emulation.flashinfer import kernels, launcher_outputs
 
 # flashinfer/data/csrc/fused_moe/cutlass_backend/flashinfer_cutlass_fused_moe_binding.cu:
 # `init(...)` returns a `FusedMoeRunner` module (kind "fused_moe_runner") whose
@@ -80,7 +80,9 @@ ANSWERS: list[tuple[re.Pattern, str, str, Callable[..., Any]]] = [
 
 
 def answers_for(name: str, exports: tuple[str, ...], source_text: str = "") -> dict[str, Callable[..., Any]]:
-    out: dict[str, Callable[..., Any]] = {}
+    """The answers for library `name`'s `exports`: ANSWERS' first fit for
+    each, and the tensors a MoE launcher returns (launcher_outputs.py)."""
+    out: dict[str, Callable[..., Any]] = launcher_outputs.answers_for(exports, source_text)
     for pattern, export, says, answer in ANSWERS:
         if export in exports and export not in out and pattern.search(name) and says in source_text:
             out[export] = answer
