@@ -63,19 +63,25 @@ def test_the_default_launch_captures_decode_whole_and_prefill_in_segments(cli):
 
 
 @pytest.mark.slow
-def test_glm5s_decode_graph_on_b200_runs_flashinfers_deferred_moe_finalize_at_every_size(cli):
-    """On sm100 SGLang's GLM-5 MoE asks FlashInfer's trtllm-gen launcher not
-    to finalize (SGLang fuses the finalize with the shared expert) and reads
-    the launcher's own output tensors back: every decode capture finishes as
-    one whole graph, at the smallest, a middle and the largest size."""
-    code, findings, stderr = _run(cli, "--model", "--model-path", "glm5-nvfp4", "--device", "sm100", "--mode", "map")
+@pytest.mark.parametrize("device", ["sm100", "sm90"])
+def test_every_capture_of_glm5s_default_launch_finishes_on_b200_and_h100(cli, device):
+    """Two device paths a GPU server takes and the sm120 map does not: on
+    sm100 SGLang's GLM-5 MoE asks FlashInfer's trtllm-gen launcher not to
+    finalize at small batches and reads the launcher's own output tensors
+    back; on sm90 the DSA prefill calls FlashMLA (the sgl-flash-mla wheel) for
+    its sparse attention. Every capture finishes: decode as one whole graph,
+    prefill cut only where SGLang runs a call eagerly."""
+    code, findings, stderr = _run(cli, "--model", "--model-path", "glm5-nvfp4", "--device", device, "--mode", "map")
     assert code in (0, 1) and findings is not None, stderr[-3000:]
     found = findings.cudagraphs
-    assert found is not None and found.error == ""
-    (decode,) = [p for p in found.phases if p.phase == "decode"]
-    assert decode.backend == "full" and len(decode.captures) == 3
-    assert all(c.error == "" and c.segments == 1 for c in decode.captures), [c.error for c in decode.captures]
-    assert found.assumed == []
+    assert found is not None and found.error == "" and found.assumed == []
+    phases = {p.phase: p for p in found.phases}
+    assert set(phases) == {"decode", "prefill"} and all(len(p.captures) == 3 for p in phases.values())
+    for phase in phases.values():
+        assert all(c.error == "" for c in phase.captures), [c.error for c in phase.captures]
+    assert phases["decode"].backend == "full" and all(c.segments == 1 for c in phases["decode"].captures)
+    for capture in phases["prefill"].captures:
+        assert capture.segments == 1 + sum(b.count for b in capture.breaks) > 1
 
 
 # Run in a fresh interpreter: SGLang's function changed in place (its code

@@ -78,6 +78,20 @@ def empty_module(log: UndoLog, name: str, what: str) -> None:
     log.setitem(sys.modules, name, module)
 
 
+def no_load_of(log: UndoLog, paths: set[str]) -> None:
+    """``torch.ops.load_library`` of a stood-in library (a package that loads
+    its op library by path) does nothing until ``log`` is undone: its schemas
+    are declared by the stand-in. ``paths`` are resolved paths."""
+    real = torch.ops.load_library
+
+    def load_library(path: str) -> None:
+        if str(Path(path).resolve()) in paths:
+            return
+        real(path)
+
+    log.setattr(torch.ops, "load_library", load_library)
+
+
 def no_op(*args, **kwargs) -> None:
     return None
 

@@ -30,10 +30,13 @@ from graphbreak_doctor.targets.frameworks.environment import (
 # path (0.5.21 imports it at module level); its kernel library gets a
 # stand-in. From 0.5.22 the doctor runs without it: those releases take their
 # torch path for the indexer's MQA logits (forward.SETTINGS), and the stand-in
-# does not cover the kernel library of the DeepGEMM they pin.
+# does not cover the kernel library of the DeepGEMM they pin. FlashMLA: from
+# 0.5.22 the profile installs sgl-flash-mla, which SGLang's DSA attention
+# calls on Hopper (its op libraries get a stand-in, flash_mla_libs.py); a
+# release that pins another version gets its own.
 SGLANG_PROFILES = (
     ("0.5.9", "sglang-0.5.9.txt", "sglang-0.5.9-nodeps.txt", ("sgl-deep-gemm",)),
-    ("0.5.22", "sglang.txt", "sglang-nodeps.txt", ()),
+    ("0.5.22", "sglang.txt", "sglang-nodeps.txt", ("sgl-flash-mla",)),
 )
 # Packages whose version follows the SGLang release's own == pin when that is
 # newer than the profile's (installed with their dependencies): a release's

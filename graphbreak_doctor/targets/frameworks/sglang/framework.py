@@ -87,12 +87,15 @@ class Sglang(Framework):
                 + [f"SGLang's rule: {text}" for text in (rules if isinstance(rules, list) else ())])
 
     def install_stand_ins(self, log, out):
-        """sgl-kernel's libraries and DeepGEMM's (sgl_kernel_libs.py, deep_gemm_libs.py)."""
+        """sgl-kernel's libraries, DeepGEMM's and FlashMLA's (sgl_kernel_libs.py,
+        deep_gemm_libs.py, flash_mla_libs.py)."""
         from graphbreak_doctor.targets.frameworks.sglang.deep_gemm_libs import install_deep_gemm
+        from graphbreak_doctor.targets.frameworks.sglang.flash_mla_libs import install_flash_mla
         from graphbreak_doctor.targets.frameworks.sglang.sgl_kernel_libs import install_sgl_kernel
 
         install_sgl_kernel(log, out)
         install_deep_gemm(log, out)
+        install_flash_mla(log, out)
 
     def environment(self, release, flashinfer, torch, read):
         from graphbreak_doctor.targets.frameworks.sglang import environment

@@ -72,21 +72,22 @@ def declare_common_ops(log: UndoLog, out: StandIns, binaries: list[Path]) -> Non
     _unparsed_line(out, "common_ops", unparsed)
 
 
-def _define(log: UndoLog, out: StandIns, text: str) -> str:
-    """Define ``text`` in the stand-in's ``sgl_kernel`` library: '' when
+def _define(log: UndoLog, out: StandIns, text: str, namespace: str = "sgl_kernel") -> str:
+    """Define ``text`` in the stand-in's ``namespace`` library: '' when
     defined, else why this torch refuses it (its parser's first sentence)."""
     try:
-        out.library(log, "sgl_kernel").define(text)
+        out.library(log, namespace).define(text)
     except Exception as e:  # any schema this torch refuses is left out, and named
         line = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
         return line.split(". ", 1)[0].rstrip(":")
     return ""
 
 
-def _unparsed_line(out: StandIns, library: str, unparsed: list[tuple[str, str]]) -> None:
+def _unparsed_line(out: StandIns, library: str, unparsed: list[tuple[str, str]],
+                   namespace: str = "sgl_kernel") -> None:
     if unparsed:
         names = ", ".join(n for n, _ in unparsed)
-        out.lines.append(f"sgl_kernel::{{{names}}}: not declared, this torch cannot parse the schemas {library} "
+        out.lines.append(f"{namespace}::{{{names}}}: not declared, this torch cannot parse the schemas {library} "
                          f"declares for them ({unparsed[0][1]})")
 
 
@@ -110,7 +111,7 @@ def _sgl_kernel_extensions(log: UndoLog, out: StandIns, home: Path) -> None:
             continue
         empty_module(log, qualified, f"sgl_kernel's {name}")
         if name in EXTENSION_DRY:
-            declared_dry.append((name, _declare_dry(log, out, binary, EXTENSION_DRY[name])))
+            declared_dry.append((name, declare_dry(log, out, binary, EXTENSION_DRY[name])))
         else:
             empty.append((name, why))
     if empty:
@@ -123,25 +124,25 @@ def _sgl_kernel_extensions(log: UndoLog, out: StandIns, home: Path) -> None:
                          "arguments do nothing (the library does not load here)")
 
 
-def _declare_dry(log: UndoLog, out: StandIns, binary: Path, dry: dict) -> list[str]:
-    """Define the ``sgl_kernel`` ops ``binary`` declares that are not yet,
+def declare_dry(log: UndoLog, out: StandIns, binary: Path, dry: dict, namespace: str = "sgl_kernel") -> list[str]:
+    """Define in ``namespace`` the ops ``binary`` declares that are not yet,
     with ``dry``'s answers and no-ops for those returning nothing (a schema
     this torch cannot parse is left out, named in a line of ``out``)."""
     names, unparsed = [], []
     for text in schemas_in(binary):
         name = text.split("(", 1)[0]
-        if name in names or declared(f"sgl_kernel::{name}"):
+        if name in names or declared(f"{namespace}::{name}"):
             continue
-        why = _define(log, out, text)
+        why = _define(log, out, text, namespace)
         if why:
             unparsed.append((name, why))
             continue
         if name in dry:
-            out.library(log, "sgl_kernel").impl(name, dry[name], "CompositeExplicitAutograd")
+            out.library(log, namespace).impl(name, dry[name], "CompositeExplicitAutograd")
         elif text.endswith("-> ()"):
-            out.library(log, "sgl_kernel").impl(name, no_op, "CompositeExplicitAutograd")
+            out.library(log, namespace).impl(name, no_op, "CompositeExplicitAutograd")
         names.append(name)
-    _unparsed_line(out, binary.name.split(".", 1)[0], unparsed)
+    _unparsed_line(out, binary.name.split(".", 1)[0], unparsed, namespace)
     return names
 
 
@@ -151,7 +152,7 @@ _FLASHMLA_TILE_FIELDS = 8
 _FLASHMLA_BLOCK_M = 64
 
 
-def _flashmla_metadata(seqlens_k: torch.Tensor, q_per_head_k: int, heads_k: int, *args, **kwargs) -> list:
+def flashmla_metadata(seqlens_k: torch.Tensor, q_per_head_k: int, heads_k: int, *args, **kwargs) -> list:
     """FlashMLA's decoding metadata, dry: ``[tile scheduler (SM parts, 8),
     splits (batch + 1)]`` int32, shaped as its scheduler shapes them."""
     parts = max(sm_count() // heads_k // -(-q_per_head_k // _FLASHMLA_BLOCK_M), 1)
@@ -159,7 +160,7 @@ def _flashmla_metadata(seqlens_k: torch.Tensor, q_per_head_k: int, heads_k: int,
             torch.empty((seqlens_k.shape[0] + 1,), dtype=torch.int32, device=seqlens_k.device)]
 
 
-def _flashmla_decode(q: torch.Tensor, kv_cache: torch.Tensor, head_size_v: int, *args, **kwargs) -> list:
+def flashmla_decode(q: torch.Tensor, kv_cache: torch.Tensor, head_size_v: int, *args, **kwargs) -> list:
     """FlashMLA's paged decode, dry: ``[out (batch, q tokens, heads, dv),
     lse (batch, heads, q tokens) float32]``; an FP8 query gives a bf16 output."""
     batch, tokens, heads = q.shape[0], q.shape[1], q.shape[2]
@@ -168,7 +169,7 @@ def _flashmla_decode(q: torch.Tensor, kv_cache: torch.Tensor, head_size_v: int, 
             torch.empty((batch, heads, tokens), dtype=torch.float32, device=q.device)]
 
 
-def _flashmla_sparse_prefill(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor, sm_scale: float,
+def flashmla_sparse_prefill(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor, sm_scale: float,
                              d_v: int) -> list:
     """FlashMLA's sparse prefill, dry: ``[out (tokens, heads, d_v), max logits
     (tokens, heads) float32, lse (tokens, heads) float32]``."""
@@ -219,10 +220,10 @@ EXTENSION_DRY = {
         "get_scheduler_metadata": _fa3_scheduler_metadata,
     },
     "flashmla_ops": {
-        "get_mla_decoding_metadata": _flashmla_metadata,
-        "get_mla_decoding_metadata_dense_fp8": _flashmla_metadata,
-        "fwd_kvcache_mla": _flashmla_decode,
-        "fwd_kvcache_mla_fp8": _flashmla_decode,
-        "sparse_prefill_fwd": _flashmla_sparse_prefill,
+        "get_mla_decoding_metadata": flashmla_metadata,
+        "get_mla_decoding_metadata_dense_fp8": flashmla_metadata,
+        "fwd_kvcache_mla": flashmla_decode,
+        "fwd_kvcache_mla_fp8": flashmla_decode,
+        "sparse_prefill_fwd": flashmla_sparse_prefill,
     },
 }

@@ -23,7 +23,9 @@ from collections import Counter
 from pathlib import Path
 
 from graphbreak_doctor.emulation.standins import catalogue
-from graphbreak_doctor.emulation.standins.binaries import StandIns, declared, empty_module, loads, package_dir
+from graphbreak_doctor.emulation.standins.binaries import (
+    StandIns, declared, empty_module, loads, no_load_of, package_dir,
+)
 from graphbreak_doctor.emulation.standins.schemas import schemas_in
 from graphbreak_doctor.patching import UndoLog
 
@@ -45,7 +47,7 @@ def install_vllm(log: UndoLog, out: StandIns) -> None:
     if not unloaded:
         return
     references = _op_references(home)
-    _no_load_of(log, {str(so.resolve()) for so, _why in unloaded})
+    no_load_of(log, {str(so.resolve()) for so, _why in unloaded})
     for so, why in unloaded:
         module = ".".join((so.relative_to(home.parent).with_suffix("")).parts).split(".abi3", 1)[0]
         module = module.split(".cpython", 1)[0]
@@ -96,21 +98,6 @@ def _declare(log: UndoLog, out: StandIns, so: Path,
     if answered:
         out.lines.append(f"{so.name}: host queries answered from the doctor's catalogue: {', '.join(answered)}")
     return done, unparsed, namespaces
-
-
-def _no_load_of(log: UndoLog, paths: set[str]) -> None:
-    """``torch.ops.load_library`` of a stood-in library (vLLM loads some by
-    path) does nothing: its schemas are declared here."""
-    import torch
-
-    real = torch.ops.load_library
-
-    def load_library(path: str) -> None:
-        if str(Path(path).resolve()) in paths:
-            return
-        real(path)
-
-    log.setattr(torch.ops, "load_library", load_library)
 
 
 def _bare_namespaces(folder: Path) -> set[str]:
