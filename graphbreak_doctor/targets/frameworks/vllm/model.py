@@ -26,6 +26,7 @@ from typing import Any, Callable, Hashable, Iterator
 
 import torch
 
+from graphbreak_doctor.capture.unknown_values import unknown_read
 from graphbreak_doctor.patching import UndoLog
 from graphbreak_doctor.targets import TargetError
 from graphbreak_doctor.text import one_line
@@ -98,6 +99,10 @@ def build(vllm_config: Any, log: UndoLog) -> Built:
     except TargetError:
         raise
     except Exception as e:
+        unknown = unknown_read(e)
+        if unknown:  # where the emulated GPU's knowledge ends, not vLLM's error: say which read
+            raise TargetError(f"vLLM could not build the model here: it read a device value the emulated GPU does "
+                              f"not know ({unknown}); a GPU reads the value and goes on") from e
         raise TargetError(f"vLLM could not build the model: {type(e).__name__}: {one_line(str(e), 300)}") from e
     backbone = getattr(model, "model", model)
     layers, notes = reduced.get("depth") or _reduce(backbone, full)
