@@ -25,6 +25,7 @@ import torch
 from graphbreak_doctor.analysis.assemble import mapped, region_breaks, stopped
 from graphbreak_doctor.capture import trace as capture
 from graphbreak_doctor.capture.regions import CompileRecorder, Site
+from graphbreak_doctor.capture.unknown_values import unknown_read
 from graphbreak_doctor.diagnose import Build, environment, inside_device
 from graphbreak_doctor.model import (DEFAULT_DEVICE, REGION_BREAKS, REGION_CRASHED, REGION_FAILS, REGION_OK, Findings,
                                      Region, TargetInfo)
@@ -160,6 +161,10 @@ def record_phases(build: Build, log: UndoLog,
         except Exception as e:
             said = (one_line(str(e)) if isinstance(e, PhaseNotRun)
                     else f"{type(e).__name__}: {one_line(str(e))}{raised_at(e)}")
+            unknown = unknown_read(e)
+            if unknown:  # where the emulated GPU's knowledge ends, not the target's error: say which read
+                said += (f"; that is a read of a device value the emulated GPU does not know ({unknown}), which "
+                         "a GPU reads and goes on")
             error = f"the phases stopped: {said}"
             # The whole stack goes to the job's log (stderr), for whoever
             # needs to know which call of the target's code stopped.

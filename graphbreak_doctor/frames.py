@@ -266,3 +266,45 @@ def raised_at(error: BaseException) -> str:
         return ""
     last = stack[-1]
     return f" (raised at {short_path(last.filename)}:{last.lineno} in {last.name})"
+
+
+def _statement_at(filename: str, line: int) -> ast.stmt | None:
+    """The innermost statement of ``filename`` that spans ``line``; None
+    where the source cannot be read or parsed."""
+    try:
+        tree = ast.parse(Path(filename).read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return None
+    found: ast.stmt | None = None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.stmt) and node.lineno <= line <= (node.end_lineno or node.lineno):
+            if found is None or (node.end_lineno or node.lineno) - node.lineno <= \
+                    (found.end_lineno or found.lineno) - found.lineno:
+                found = node
+    return found
+
+
+def own_check(error: BaseException, package: str) -> Frame | None:
+    """The check of ``package``'s own code that raised ``error``, as a frame;
+    None for any other failure. A check: the innermost frame of ``error``'s
+    traceback is ``package``'s code, the statement there is an ``assert``, or
+    a ``raise`` of anything but NotImplementedError (an interface method left
+    to a subclass, not a refusal), and ``error`` was not raised while another
+    exception was handled (then the check reports a failure deeper down).
+    This is how a framework's refusal of a launch on a device (its backend's
+    capability assertion) is told from a failure inside it, by the statement
+    that raised, never by the exception's type alone."""
+    import traceback
+
+    if error.__cause__ is not None or (error.__context__ is not None and not error.__suppress_context__):
+        return None
+    stack = traceback.extract_tb(error.__traceback__)
+    if not stack or package_of(stack[-1].filename) != package:
+        return None
+    last = stack[-1]
+    statement = _statement_at(last.filename, last.lineno or 0)
+    if isinstance(statement, ast.Assert):
+        pass
+    elif not isinstance(statement, ast.Raise) or isinstance(error, NotImplementedError):
+        return None
+    return Frame(file=last.filename, line=last.lineno or 0, function=last.name, code=(last.line or "").strip())

@@ -7,6 +7,7 @@ listed), each traced with its own options. Runs in the SGLang environment
 from __future__ import annotations
 
 import importlib.util
+import re
 import tempfile
 from pathlib import Path
 
@@ -239,3 +240,15 @@ def test_a_tc_piecewise_launch_traces_the_prefill_forward_as_sglangs_runner_comp
             assert importlib.util.find_spec("torchada") is None
             assert not any(req.split()[0].lower().startswith("torchada")
                            for req in importlib.metadata.requires("sglang") or [])
+
+
+def test_a_backend_sglang_refuses_on_the_device_is_its_own_check_exit_2(cli):
+    """FlashAttention 3 on a B200: SGLang's backend asserts the device's
+    capability when it is created, as the server does at start-up."""
+    code, findings, stderr = _run(cli, "--model", "--model-path", "deepseek-v3", "--device", "sm100", "--mode", "map",
+                                  "--sglang-args", "--attention-backend fa3")
+    assert code == 2 and findings is None, stderr[-3000:]
+    (line,) = [ln for ln in stderr.splitlines() if ln.startswith("graphbreak-doctor: error:")]
+    assert re.search(r"error: SGLang [\w.]+ refuses this launch on the emulated NVIDIA B200: ", line), line
+    assert "FlashAttention v3 Backend requires SM>=80 and SM<=90" in line, line
+    assert re.search(r"\(its check at sglang/srt/layers/attention/\w+\.py:\d+ in \w+\)$", line), line

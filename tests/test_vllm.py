@@ -308,6 +308,20 @@ def test_launch_vllm_refuses_is_one_line(tmp_path, args, said):
     assert "Traceback" not in done.stderr and not out.exists()
 
 
+def test_a_backend_vllm_refuses_on_the_device_is_its_own_check_exit_2(tmp_path):
+    """FlashMLA's dense attention on an RTX PRO 6000: vLLM's backend selection
+    refuses it while the model is built, as the server does at start-up."""
+    out = tmp_path / "f.json"
+    done = run_cli("trace", "--vllm-args", "deepseek-v3 --attention-backend FLASHMLA", "--device", "sm120",
+                   "--mode", "map", "--json", str(out), "--no-html")
+    assert done.returncode == 2, done.stderr[-2000:]
+    (line,) = [ln for ln in done.stderr.splitlines() if ln.startswith("graphbreak-doctor: error:")]
+    assert "refuses this launch on the emulated NVIDIA RTX PRO 6000" in line, line
+    assert "FlashMLA Dense is only supported on Hopper devices" in line, line
+    assert re.search(r"\(its check at vllm/platforms/\w+\.py:\d+ in \w+\)$", line), line
+    assert "Traceback" not in done.stderr and not out.exists()
+
+
 def test_vllms_refusal_crosses_the_worker_as_its_own_message():
     """A worker's refused launch comes back with vLLM's own message beside
     the line (what a matrix cell shows), not read back from the line."""

@@ -75,10 +75,30 @@ class LaunchRefused(TargetError):
         self.said = said
 
 
+def refused_by_check(error: BaseException, package: str, who: str) -> LaunchRefused | None:
+    """A serving framework's refusal of the launch on the emulated device,
+    where one of its own checks raised ``error`` (frames.own_check: the
+    statement that raised, never the exception's type alone): its message
+    and the check's line, as the server refuses the launch at start-up.
+    ``package`` is the framework's top-level package, ``who`` how the line
+    names it ("SGLang 0.5.23"). None for any other failure."""
+    import torch
+
+    from graphbreak_doctor.frames import own_check, short_path
+    from graphbreak_doctor.text import one_line
+
+    check = own_check(error, package)
+    if check is None:
+        return None
+    said = one_line(str(error), 300) or type(error).__name__
+    return LaunchRefused(f"{who} refuses this launch on the emulated {torch.cuda.get_device_name()}: {said} "
+                         f"(its check at {short_path(check.file)}:{check.line} in {check.function})", said=said)
+
+
 class PhaseNotRun(Exception):
     """A target's phase cannot run here (its framework needs what the
     emulation does not answer): not bad input. The compile map stops there,
     crashed with this message, and keeps what the target recorded before."""
 
 
-__all__ = ["LaunchRefused", "PhaseNotRun", "Target", "TargetError", "TargetInfo"]
+__all__ = ["LaunchRefused", "PhaseNotRun", "Target", "TargetError", "TargetInfo", "refused_by_check"]

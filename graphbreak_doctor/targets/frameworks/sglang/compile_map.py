@@ -14,7 +14,7 @@ from typing import Any, Callable
 import torch
 
 from graphbreak_doctor.patching import UndoLog
-from graphbreak_doctor.targets import PhaseNotRun, Target, TargetError
+from graphbreak_doctor.targets import LaunchRefused, PhaseNotRun, Target, TargetError
 from graphbreak_doctor.targets.provider import pick_sizes
 from graphbreak_doctor.targets.frameworks.sglang import (PHASES, cudagraphs, decode_compile, depth, forward,
                                                           prefill_compile, runtime)
@@ -50,6 +50,8 @@ def discover_compile_regions(target: Target, log: UndoLog, phase_scope: Callable
     for phase in PHASES:
         try:
             state = forward_state(rt, layers, phase, tokens)
+        except LaunchRefused:  # SGLang's own refusal on this device: the server would not start
+            raise
         except TargetError as e:
             if phase == PHASES[0]:  # no phase runs: the map stops, with the launch SGLang resolved
                 raise PhaseNotRun(f"the {phase} phase cannot run here: {e}") from e
@@ -61,6 +63,8 @@ def discover_compile_regions(target: Target, log: UndoLog, phase_scope: Callable
         try:
             with state.context(), phase_scope(phase, state.context):
                 run_eagerly(model.model, (batch.input_ids, batch.positions, batch), phase, f"{phase} forward")
+        except LaunchRefused:
+            raise
         except TargetError as e:
             if phase == PHASES[0]:
                 raise PhaseNotRun(f"the {phase} phase cannot run here: {e}") from e

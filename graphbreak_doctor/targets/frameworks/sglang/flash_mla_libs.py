@@ -91,13 +91,13 @@ def install_flash_mla(log: UndoLog, out: StandIns) -> None:
         stem = binary.name.split(".", 1)[0]
         namespace = NAMESPACES.get(stem)
         if namespace is None:
-            out.lines.append(f"{PACKAGE}'s {binary.name}: not stood in, no op namespace is known for it (the "
+            out.lines.append(f"{PACKAGE}/{binary.name}: not stood in, no op namespace is known for it (the "
                              f"library does not load here: {why})")
             continue
         ops = declare_dry(log, out, binary, DRY, namespace)
         stood_in.add(str(binary.resolve()))
         answered = ", ".join(sorted(set(DRY) & set(ops)))
-        out.lines.append(f"{PACKAGE}'s {binary.name}: {namespace}::{{{len(ops)} ops}}, the schemas its binary "
+        out.lines.append(f"{PACKAGE}/{binary.name}: {namespace}::{{{len(ops)} ops}}, the schemas its binary "
                          f"declares, no kernel; {answered} return empty tensors of their outputs' shapes, the ops "
                          f"that only write their arguments do nothing (the library does not load here: {why})")
     if stood_in:

@@ -32,7 +32,7 @@ from graphbreak_doctor.emulation import standins
 from graphbreak_doctor.emulation.presets import emulated_names
 from graphbreak_doctor.model import TargetInfo
 from graphbreak_doctor.patching import UndoLog
-from graphbreak_doctor.targets import PhaseNotRun, Target, TargetError
+from graphbreak_doctor.targets import LaunchRefused, PhaseNotRun, Target, TargetError
 from graphbreak_doctor.targets.frameworks import registry
 from graphbreak_doctor.targets.frameworks.framework import Served
 from graphbreak_doctor.targets.frameworks.vllm import PHASES, cudagraphs, emulation, launch
@@ -115,6 +115,8 @@ def _discover(target: Target, config: Any, tokens: int, kept: dict[str, vllm_mod
               phase_scope: Any) -> None:
     try:
         built = kept["model"] = _build(target, config, log)
+    except LaunchRefused:  # vLLM's own refusal on this device: the server would not start
+        raise
     except TargetError as e:  # the launch is known (the map says it); the model does not build here
         raise PhaseNotRun(f"the {PHASES[0]} phase cannot run here: {e}") from e
     context = functools.partial(vllm_model.forward_context, config, tokens)
@@ -122,6 +124,9 @@ def _discover(target: Target, config: Any, tokens: int, kept: dict[str, vllm_mod
         try:
             vllm_model.run(built, config, tokens)
         except Exception as e:
+            refused = vllm_model.refusal(e)
+            if refused is not None:
+                raise refused from e
             raise PhaseNotRun(f"vLLM's profile run raises here: {type(e).__name__}: {one_line(str(e), 300)}") from e
 
 

@@ -26,9 +26,9 @@ from typing import Any, Callable, Hashable, Iterator
 
 import torch
 
-from graphbreak_doctor.capture.unknown_values import unknown_read
 from graphbreak_doctor.patching import UndoLog
-from graphbreak_doctor.targets import TargetError
+from graphbreak_doctor.targets import LaunchRefused, TargetError, refused_by_check
+from graphbreak_doctor.targets.frameworks.vllm.launch import version
 from graphbreak_doctor.text import one_line
 
 
@@ -66,6 +66,13 @@ def init_workspace(log: UndoLog) -> None:
     log.call_on_undo(lambda: setattr(workspace, "_manager", None))
 
 
+
+def refusal(error: BaseException) -> LaunchRefused | None:
+    """vLLM's refusal of the launch on the emulated device, where one of its own
+    checks raised ``error``; None for any other failure."""
+    return refused_by_check(error, "vllm", f"vLLM {version()}")
+
+
 def build(vllm_config: Any, log: UndoLog) -> Built:
     """The model, by vLLM's loader, with vLLM's current config set for as
     long as ``log`` lives.
@@ -99,10 +106,9 @@ def build(vllm_config: Any, log: UndoLog) -> Built:
     except TargetError:
         raise
     except Exception as e:
-        unknown = unknown_read(e)
-        if unknown:  # where the emulated GPU's knowledge ends, not vLLM's error: say which read
-            raise TargetError(f"vLLM could not build the model here: it read a device value the emulated GPU does "
-                              f"not know ({unknown}); a GPU reads the value and goes on") from e
+        refused = refusal(e)
+        if refused is not None:
+            raise refused from e
         raise TargetError(f"vLLM could not build the model: {type(e).__name__}: {one_line(str(e), 300)}") from e
     backbone = getattr(model, "model", model)
     layers, notes = reduced.get("depth") or _reduce(backbone, full)
