@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import re
 from typing import Any, Callable, Optional
 
@@ -125,24 +126,17 @@ def deferred_outputs(args: tuple, index: dict[str, int]) -> Optional[list]:
     num_experts = int(_value(args, index, "num_experts")) + int(shared)
     local = int(_value(args, index, *_LOCAL_EXPERTS) or num_experts) + int(shared)
     config = _value(args, index, "config_index")
-    tile = int(list(config)[0]) if config is not None and len(config) and int(list(config)[0]) > 0 else \
-        default_tile(num_tokens, top_k, local)
+    asked = int(list(config)[0]) if config is not None and len(config) else -1  # -1: the launcher chooses
+    tile = asked if asked > 0 else default_tile(num_tokens, top_k, local)
     device = torch.device("cuda", hidden.device.index or 0)
     weights = _value(args, index, *_WEIGHTS)
-    borrowed = weights is not None and hasattr(weights, "shape") and _numel(weights.shape) > 0
+    borrowed = weights is not None and hasattr(weights, "shape") and math.prod(int(d) for d in weights.shape) > 0
     rows = padded_rows(num_tokens, top_k, num_experts, tile, hidden_size)
     return [
         LauncherTensor(torch.empty((rows, hidden_size), dtype=torch.bfloat16, device=device)),
         None if borrowed else LauncherTensor(torch.empty((num_tokens, top_k), dtype=torch.bfloat16, device=device)),
         LauncherTensor(torch.empty((num_tokens * top_k,), dtype=torch.int32, device=device)),
     ]
-
-
-def _numel(shape: tuple) -> int:
-    n = 1
-    for dim in shape:
-        n *= int(dim)
-    return n
 
 
 @functools.cache
