@@ -90,7 +90,8 @@ def refused_by_check(error: BaseException, package: str, who: str) -> LaunchRefu
     check = own_check(error, package)
     if check is None:
         return None
-    said = one_line(str(error), 300) or type(error).__name__
+    # An assertion without a message says what it asserts.
+    said = one_line(str(error), 300) or f"{type(error).__name__}: {one_line(check.code, 300)}"
     return LaunchRefused(f"{who} refuses this launch on the emulated {torch.cuda.get_device_name()}: {said} "
                          f"(its check at {short_path(check.file)}:{check.line} in {check.function})", said=said)
 

@@ -14,7 +14,7 @@ import torch
 
 from graphbreak_doctor.targets.frameworks.sglang import emulation as sglang_emulation
 from graphbreak_doctor.patching import UndoLog
-from graphbreak_doctor.targets import TargetError
+from graphbreak_doctor.targets import TargetError, refused_by_check
 from graphbreak_doctor.targets.frameworks.sglang import forward, runtime
 from graphbreak_doctor.targets.frameworks.sglang.set_up import set_up_runtime
 from graphbreak_doctor.text import one_line
@@ -96,8 +96,19 @@ def load_model(config_dir: str, log: UndoLog, *, layers_for: Callable[[runtime.R
         layers = layers_for(rt)
         with sglang_emulation.consistent_fake_weights():
             model = forward.build_model(rt, layers)
-    except ValueError as e:  # SGLang's own refusal (a device or backend it does not support)
-        raise TargetError(f"SGLang {runtime.version()} refuses to build the model here: {one_line(str(e), 300)}") from e
+    except TargetError:
+        raise
+    except Exception as e:
+        # One of SGLang's own checks while it builds the model for this
+        # launch (a tensor-parallel size that does not divide the heads):
+        # the server refuses the launch at start-up, in its words.
+        refused = refused_by_check(e, "sglang", f"SGLang {runtime.version()}")
+        if refused is not None:
+            raise refused from e
+        if isinstance(e, ValueError):  # SGLang's own refusal (a device or backend it does not support)
+            raise TargetError(f"SGLang {runtime.version()} refuses to build the model here: "
+                              f"{one_line(str(e), 300)}") from e
+        raise
     return rt, model, layers, full
 
 

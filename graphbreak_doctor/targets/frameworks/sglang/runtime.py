@@ -1,5 +1,6 @@
 """SGLang's own set-up, as its server runs it before it builds a model, in one
-process of a world of one (gloo). Releases differ in these APIs; each step
+process: a world of one (gloo), or for a launch over N GPUs the traced rank
+of a world of N (emulation/world.py). Releases differ in these APIs; each step
 looks for what the installed release has (never at its version string), and
 a release that has none of the known forms is refused in one line naming
 what is missing. The calls and their order: docs/design.md, "SGLang's
@@ -20,6 +21,7 @@ from typing import Any, Callable
 
 import torch
 
+from graphbreak_doctor.emulation import world
 from graphbreak_doctor.patching import UndoLog
 from graphbreak_doctor.targets import TargetError
 from graphbreak_doctor.targets.frameworks.sglang import launch
@@ -91,28 +93,72 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _distributed(log: UndoLog) -> None:
+def world_size(server_args: Any) -> int:
+    """The ranks of the launch's world, as SGLang's own bootstrap counts them
+    (tensor-parallel x pipeline-parallel ranks)."""
+    return max(1, int(getattr(server_args, "tp_size", 1) or 1)) * max(1, int(getattr(server_args, "pp_size", 1) or 1))
+
+
+def _distributed(log: UndoLog, server_args: Any, rank: int) -> None:
+    """SGLang's world: a world of one (gloo) for a one-GPU launch; for a
+    launch over N GPUs, the traced rank of N ranks over torch's fake process
+    group (emulation/world.py), whose groups SGLang then builds with the
+    backend its server asks for."""
     from torch._dynamo import trace_rules
 
     _, init = require("sglang.srt.distributed.parallel_state:init_distributed_environment")
-    if not torch.distributed.is_initialized():
-        # torch.distributed's initialization clears Dynamo's trace-rule caches;
-        # the map the emulation built (torch.distributed imported) is kept:
-        # docs/design.md, "SGLang's set-up calls".
-        with UndoLog() as keep:
-            keep.setattr(trace_rules, "clear_lru_cache", lambda: None)
+    if torch.distributed.is_initialized():
+        return
+    size = world_size(server_args)
+    # torch.distributed's initialization clears Dynamo's trace-rule caches;
+    # the map the emulation built (torch.distributed imported) is kept:
+    # docs/design.md, "SGLang's set-up calls".
+    with UndoLog() as keep:
+        keep.setattr(trace_rules, "clear_lru_cache", lambda: None)
+        if size > 1:
+            world.join(log, size, rank)
+            _no_peer_processes(log)
+            init(world_size=size, rank=rank, local_rank=rank % max(1, torch.cuda.device_count()),
+                 backend="nccl", distributed_init_method="fake://")
+        else:
             init(world_size=1, rank=0, local_rank=0, backend="gloo",
                  distributed_init_method=f"tcp://127.0.0.1:{_free_port()}")
-        destroy = optional("sglang.srt.distributed.parallel_state:destroy_distributed_environment")
-        log.call_on_undo(destroy if destroy is not None else torch.distributed.destroy_process_group)
+    destroy = optional("sglang.srt.distributed.parallel_state:destroy_distributed_environment")
+    log.call_on_undo(destroy if destroy is not None else torch.distributed.destroy_process_group)
 
 
-def _model_parallel(log: UndoLog) -> None:
+def _no_peer_processes(log: UndoLog) -> None:
+    """In a world of one process, what SGLang shares with its peer processes
+    outside torch.distributed is not made: the shared-memory queue its
+    scheduler broadcasts requests through waits until every peer process
+    has attached (none will), and no forward uses it; without it SGLang
+    broadcasts over the group itself (fake)."""
+    queue = optional("sglang.srt.distributed.device_communicators.shm_broadcast:MessageQueue")
+    if queue is not None and hasattr(queue, "create_from_process_group"):
+        log.setattr(queue, "create_from_process_group", staticmethod(lambda *args, **kwargs: None))
+
+
+def _layout(server_args: Any) -> dict[str, int]:
+    """The launch's parallel layout and the traced rank: tensor-, pipeline-
+    and expert-parallel sizes as SGLang resolved them, the world, the rank."""
+    here = world.joined() or world.World(1, 0)
+    sizes = {name: int(getattr(server_args, f"{name}_size", 1) or 1) for name in ("tp", "pp", "ep", "dp")}
+    return {**sizes, **here.as_dict()}
+
+
+def _model_parallel(log: UndoLog, server_args: Any) -> None:
+    """SGLang's model-parallel groups at the launch's widths (older releases
+    take them as arguments; newer ones read the published launch)."""
     parallel = importlib.import_module("sglang.srt.distributed.parallel_state")
     if parallel.model_parallel_is_initialized():
         return
     unset = [name for name, value in vars(parallel).items() if name.startswith("_") and name.isupper() and value is None]
-    call(parallel.initialize_model_parallel, tensor_model_parallel_size=1, backend="gloo")
+    many = world.joined() is not None
+    call(parallel.initialize_model_parallel,
+         tensor_model_parallel_size=int(getattr(server_args, "tp_size", 1) or 1),
+         pipeline_model_parallel_size=int(getattr(server_args, "pp_size", 1) or 1),
+         expert_model_parallel_size=int(getattr(server_args, "ep_size", 1) or 1),
+         backend="nccl" if many else "gloo")
     # After SGLang's teardown (which runs first): the groups it leaves set
     # (0.5.9 forgets the attention group) are unset again, so the process can
     # build once more.
@@ -164,7 +210,9 @@ def _publish(server_args: Any) -> None:
             stamp = getattr(context.get_parallel(), "_stamp", None) or {}
             kept = {name: group for name, group in stamp.items() if name.endswith("_group")}
         context.reset_context()
-        publish(server_args, role="scheduler", ranks=context.SpawnRanks(world_rank=0, gpu_id=0))
+        world_rank = (world.joined() or world.World(1, 0)).rank
+        publish(server_args, role="scheduler",
+                ranks=context.SpawnRanks(world_rank=world_rank, gpu_id=world_rank % max(1, torch.cuda.device_count())))
         if getattr(parallel, "_WORLD", None) is not None:
             kept["world_group"] = parallel._WORLD
         if kept:
@@ -237,18 +285,18 @@ def moe_backend() -> Any:
 
 
 def set_up(config_dir: str, log: UndoLog, *, launch_args: tuple[str, ...] = (), piecewise: bool = False,
-           moe_runner_backend: str | None = None) -> Runtime:
+           moe_runner_backend: str | None = None, rank: int = 0) -> Runtime:
     """SGLang's set-up for the model in ``config_dir`` (config.json, and
     hf_quant_config.json where the checkpoint has one) and the user's launch arguments, parsed and resolved
     by SGLang itself (launch.py); ``piecewise``: the launch asks for the
     tc_piecewise prefill runner, and a release that lacks it or turns it off
     says so (TargetError). Undone with ``log`` where SGLang offers a teardown."""
-    _distributed(log)
     extra = ("--moe-runner-backend", moe_runner_backend) if moe_runner_backend else ()
     _, server_args_cls = require("sglang.srt.server_args:ServerArgs")
     with launch.sglang_log() as said, launch.rules(server_args_cls) as rules:
         server_args, argv, parser = launch.parse(server_args_cls, version(), config_dir, list(launch_args),
                                                  piecewise=piecewise, extra=extra)
+        _distributed(log, server_args, rank)
         try:
             _publish(server_args)
         except (ValueError, AssertionError) as e:  # the release's own checks of the resolved launch
@@ -259,7 +307,7 @@ def set_up(config_dir: str, log: UndoLog, *, launch_args: tuple[str, ...] = (), 
         why = "; ".join(said + rules) or "its resolved arguments leave tc_piecewise off"
         raise TargetError(f"SGLang {version()} does not compile the prefill with tc_piecewise for this launch: "
                           f"{why}" + (f" ({force} keeps it on)" if force else ""))
-    _model_parallel(log)
+    _model_parallel(log, server_args)
     _backend_configs(server_args)
     _, model_config_cls = require("sglang.srt.configs.model_config:ModelConfig")
     _, load_config_cls = require("sglang.srt.configs.load_config:LoadConfig")
@@ -277,7 +325,8 @@ def set_up(config_dir: str, log: UndoLog, *, launch_args: tuple[str, ...] = (), 
     runtime = Runtime(server_args, model_config, quant_config, model_cls=model_cls, architecture=architecture, launch={
         # The facts every framework's launch has (framework, release, resolved), then SGLang's own.
         "framework": "sglang", "release": version(), "arguments": list(launch_args), "command_line": argv,
-        "resolved": fields, "phases": launch.phases(fields), "sglang_said": said, "sglang_rules": rules})
+        "resolved": fields, "phases": launch.phases(fields), "layout": _layout(server_args),
+        "sglang_said": said, "sglang_rules": rules})
     _shared_experts(runtime)
     return runtime
 

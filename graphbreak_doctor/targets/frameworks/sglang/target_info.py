@@ -11,6 +11,7 @@ import torch
 
 from graphbreak_doctor.targets.frameworks.sglang import emulation as sglang_emulation
 from graphbreak_doctor.model import TargetInfo
+from graphbreak_doctor.targets import shards
 from graphbreak_doctor.targets.frameworks.sglang import depth, runtime
 from graphbreak_doctor.targets.frameworks.sglang.construction import MlpBlock
 
@@ -53,7 +54,8 @@ def fill_target_info(info: TargetInfo, module: torch.nn.Module, rt: runtime.Runt
     """``module``: what is traced; ``mlp``: its MLP block, if it is one layer's."""
     config = rt.model_config.hf_config
     info.function = module.forward.__qualname__
-    info.shapes.update(tokens=tokens, tp=1)
+    layout = rt.launch.get("layout") or {}
+    info.shapes.update(tokens=tokens, tp=int(layout.get("tp", 1)))
     kind = info.facts["layer_kind"]
     info.shapes.setdefault("hidden_size", config.hidden_size)
     if kind in ("dense", "model") and getattr(config, "intermediate_size", None):
@@ -96,8 +98,24 @@ def fill_target_info(info: TargetInfo, module: torch.nn.Module, rt: runtime.Runt
         emulation=_emulation_changes(),
         kernels_run_dry=launched,
     )
+    layers = getattr(module, "layers", None)
+    if isinstance(layers, torch.nn.ModuleList):
+        info.facts["shards"] = _shards(layers)
     info.split_ops = runtime.split_ops()
     info.opaque_ops = {op: text for op, text in OPAQUE_OPS.items() if _registered(op)}
+
+
+def _shards(layers: torch.nn.ModuleList) -> dict[str, Any]:
+    """This rank's shard of one decoder layer of each kind, as SGLang's loader
+    sized it, with the attention heads the layer holds on this rank."""
+    found = shards.by_kind(layers)
+    for entry in found.values():
+        attention = getattr(layers[entry["layer"]], "self_attn", None)
+        for name in ("num_local_heads", "num_heads"):
+            if isinstance(getattr(attention, name, None), int):
+                entry["attention_heads"] = getattr(attention, name)
+                break
+    return found
 
 
 def _unquantized(rt: runtime.Runtime) -> str:

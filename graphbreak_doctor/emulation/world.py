@@ -1,0 +1,97 @@
+"""A world of N ranks in one process: the traced rank joins torch's own fake
+process group, so a framework's parallel set-up runs with the launch's world
+size and this rank's index, and its collectives are real
+``torch.distributed`` (and functional-collective) calls that Dynamo traces
+as it does on a server.
+
+What the fake world is: every collective returns at once, with its input's
+shape and this rank's own values (nothing is sent, nothing is reduced), so
+shapes, code paths and graph structure are this rank's; every group any code
+asks for afterwards (``nccl``, ``gloo``, a vendor's backend) is a fake group
+over the same ranks, and an object collective leaves this rank's objects as
+they are (the value the traced rank itself holds). What it is not: no
+bandwidth, no NCCL kernel behaviour, no numerics across ranks, and nothing
+ever waits on a peer. docs/emulation.md, "The emulated world".
+
+All of it goes through the caller's undo log: leaving the log destroys the
+world and puts torch.distributed back as it was.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch.distributed as dist
+from torch.distributed import distributed_c10d
+
+from graphbreak_doctor.patching import UndoLog
+
+FAKE = "fake"
+
+
+@dataclass(frozen=True)
+class World:
+    """The world the traced rank belongs to."""
+
+    size: int
+    rank: int
+
+    def as_dict(self) -> dict[str, int]:
+        return {"world_size": self.size, "rank": self.rank}
+
+
+def joined() -> World | None:
+    """The fake world this process is a rank of, or None (no world, or a real one)."""
+    if not dist.is_available() or not dist.is_initialized() or dist.get_backend() != FAKE:
+        return None
+    return World(dist.get_world_size(), dist.get_rank())
+
+
+def join(log: UndoLog, size: int, rank: int = 0) -> World:
+    """Make this process rank ``rank`` of a fake world of ``size`` ranks
+    (undone with ``log``). ValueError for a rank outside the world, or a
+    process that is already a rank of another world."""
+    if size < 1 or not 0 <= rank < size:
+        raise ValueError(f"rank {rank} is not in a world of {size}")
+    if dist.is_initialized():
+        raise ValueError("this process already belongs to a torch.distributed world")
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    dist.init_process_group(FAKE, rank=rank, world_size=size, store=FakeStore())
+    log.call_on_undo(_leave)
+    real_new_group = distributed_c10d.new_group
+
+    def new_group(ranks: Any = None, timeout: Any = None, backend: Any = None, pg_options: Any = None,
+                  *args: Any, **kwargs: Any) -> Any:
+        # Whatever backend the caller names, the group is a fake one.
+        return real_new_group(ranks, timeout, FAKE, None, *args, **kwargs)
+
+    real_broadcast_objects = distributed_c10d.broadcast_object_list
+
+    def broadcast_object_list(object_list: list, *args: Any, **kwargs: Any) -> None:
+        # A fake broadcast moves no bytes: the objects this rank holds stay.
+        group = kwargs.get("group", args[1] if len(args) > 1 else None)
+        if _fake(group):
+            return None
+        return real_broadcast_objects(object_list, *args, **kwargs)
+
+    for owner in (dist, distributed_c10d):
+        log.setattr(owner, "new_group", new_group)
+        log.setattr(owner, "broadcast_object_list", broadcast_object_list)
+    return World(size, rank)
+
+
+def _fake(group: Any) -> bool:
+    try:
+        return dist.get_backend(group) == FAKE
+    except (ValueError, RuntimeError):  # a group this rank is not in: nothing to receive
+        return True
+
+
+def _leave() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+__all__ = ["FAKE", "World", "join", "joined"]

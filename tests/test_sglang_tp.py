@@ -1,0 +1,69 @@
+"""A tensor-parallel SGLang launch traced as one rank of the real world
+(`--sglang-args "--tp 8"`): SGLang's own set-up runs with a world of 8 over
+torch's fake process group (emulation/world.py), its loader sizes each
+tensor for rank 0, and the findings say the layout and the rank's shards.
+The shard sizes expected here are worked out from GLM-5's config.json, not
+read back from a run. Runs in the SGLang environment (`make test-sglang`)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from graphbreak_doctor.targets.models.glm5.served import default_folder
+
+HAS_SGLANG = importlib.util.find_spec("sglang") is not None
+pytestmark = [pytest.mark.sglang, pytest.mark.skipif(not HAS_SGLANG, reason="SGLang is not installed")]
+
+TP = 8
+
+
+def _run(cli, *args: str):
+    out = Path(tempfile.mkdtemp()) / "findings.json"
+    result = cli("trace", "--model", "--model-path", "glm5-nvfp4", "--device", "sm120", "--mode", "map", *args,
+                 "--json", str(out), "--no-html", "--in-process")
+    return result, (json.loads(out.read_text()) if out.exists() else None), out
+
+
+@pytest.mark.slow
+def test_glm5_at_tp8_maps_as_rank_0_of_8_with_its_own_shards(cli):
+    result, findings, _ = _run(cli, "--sglang-args", f"--tp {TP}")
+    assert result.returncode in (0, 1) and findings is not None, result.stderr[-3000:]
+    facts = findings["target"]["facts"]
+    assert facts["launch"]["layout"] == {"tp": TP, "pp": 1, "ep": 1, "dp": 1, "world_size": TP, "rank": 0}
+    assert findings["target"]["shapes"]["tp"] == TP
+    config = json.loads((Path(default_folder()) / "config.json").read_text())
+    hidden, heads = config["hidden_size"], config["num_attention_heads"]
+    head_dim = config["qk_nope_head_dim"] + config["qk_rope_head_dim"]
+    dense, moe = facts["shards"]["dense"], facts["shards"]["moe"]
+    # Attention: 8 of the 64 heads on each rank.
+    for layer in (dense, moe):
+        assert layer["attention_heads"] == heads // TP == 8
+        assert layer["tensors"]["self_attn.q_b_proj.weight"]["shape"][0] == heads // TP * head_dim
+    # The dense MLP, NVFP4 (two values a byte): gate and up column-split, down row-split.
+    t = dense["tensors"]
+    assert t["mlp.gate_up_proj.weight"]["shape"] == [2 * config["intermediate_size"] // TP, hidden // 2]
+    assert t["mlp.down_proj.weight"]["shape"] == [hidden, config["intermediate_size"] // TP // 2]
+    assert t["mlp.gate_up_proj.weight"]["dtype"] == "uint8"
+    # The MoE: every expert on every rank (no expert parallelism), each sliced by TP.
+    t = moe["tensors"]
+    experts, w13_rows, w13_cols = t["mlp.experts.w13_weight"]["shape"]
+    assert experts >= config["n_routed_experts"]
+    assert [w13_rows, w13_cols] == [2 * config["moe_intermediate_size"] // TP, hidden // 2]
+    assert t["mlp.experts.w2_weight"]["shape"][1:] == [hidden, config["moe_intermediate_size"] // TP // 2]
+    found = findings["cudagraphs"]
+    assert found["error"] == "" and {p["phase"] for p in found["phases"]} == {"decode", "prefill"}
+    for phase in found["phases"]:
+        assert phase["captures"] and all(c["error"] == "" for c in phase["captures"]), phase["captures"]
+
+
+def test_tp7_is_sglangs_own_refusal_in_one_line(cli):
+    result, findings, out = _run(cli, "--sglang-args", "--tp 7")
+    assert result.returncode == 2 and findings is None and not out.exists()
+    said = [line for line in result.stderr.splitlines() if line.startswith("graphbreak-doctor:")]
+    assert len(said) == 1, result.stderr[-2000:]
+    assert "assert num_heads % attn_tp_size == 0" in said[0] and "deepseek_v2.py:" in said[0], said
