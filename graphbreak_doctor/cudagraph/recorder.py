@@ -52,11 +52,14 @@ from graphbreak_doctor.cudagraph.detectors.reads import READ
 from graphbreak_doctor.cudagraph.detectors.detector import FUNCTION, OPERATOR, RUNTIME, UNKNOWN_SIZE, Operation
 from graphbreak_doctor.emulation import cuda_graph, cuda_runtime
 from graphbreak_doctor.frames import actionable_frame, make_frame
-from graphbreak_doctor.model.cudagraph import CudaGraphCapture, CudaGraphHazard, EagerCall
+from graphbreak_doctor.model.cudagraph import Collective, CudaGraphCapture, CudaGraphHazard, EagerCall
 from graphbreak_doctor.model.frame import Frame
 from graphbreak_doctor.patching import UndoLog
 
 _TORCH_NAMESPACES = ("aten", "prim", "prims")
+# torch.distributed's own operators: every collective a framework's
+# communicator runs through torch ends in one of them.
+_COLLECTIVE_NAMESPACES = ("c10d", "_c10d_functional")
 _DOCTOR = os.path.dirname(os.path.abspath(graphbreak_doctor.__file__)) + os.sep
 
 
@@ -160,6 +163,7 @@ class Recorder:
         self.capture = CudaGraphCapture(size=size)
         self._breaks: dict[tuple, EagerCall] = {}
         self._hazards: dict[tuple, CudaGraphHazard] = {}
+        self._collectives: dict[tuple, Collective] = {}
         self._ended: tuple[str, Frame | None] | None = None
         # Between a segment whose graph block closed and the next one: the
         # framework operators (not torch's own) that ran, and where the first ran.
@@ -210,8 +214,23 @@ class Recorder:
         """``op`` ran: each hazard the detectors find in it, if a segment is open."""
         if not cuda_graph.capturing():
             return
+        if op.kind == OPERATOR and op.func.namespace in _COLLECTIVE_NAMESPACES:
+            self.collective(op.func, "")
         for category, what in detectors.detect(op):
             self.hazard(category, what)
+
+    def collective(self, func: Any, via: str) -> None:
+        """torch.distributed's operator ``func`` ran inside a segment, called
+        by the framework's operator ``via`` ("" when called directly)."""
+        if not cuda_graph.capturing():
+            return
+        site = actionable_frame(_user_stack(sys._getframe(2)))
+        name = func.name().replace(".default", "")
+        key = (name, via, site.file if site else "", site.line if site else 0)
+        if key in self._collectives:
+            self._collectives[key].count += 1
+        else:
+            self._collectives[key] = Collective(op=name, via=via, site=site, segment=self.capture.segments)
 
     def hazard(self, category: str, what: str) -> None:
         if not cuda_graph.capturing():
@@ -234,6 +253,7 @@ class Recorder:
     def done(self, error: str = "") -> CudaGraphCapture:
         self.capture.breaks = list(self._breaks.values())
         self.capture.hazards = list(self._hazards.values())
+        self.capture.collectives = list(self._collectives.values())
         self.capture.error = error
         return self.capture
 
@@ -252,6 +272,12 @@ class _Operators(TorchDispatchMode):
         else:
             self.recorder.ran_between(func)
         try:
+            if cuda_graph.capturing() and func.namespace not in _TORCH_NAMESPACES + _COLLECTIVE_NAMESPACES:
+                # A framework's own operator (its communicator's all-reduce):
+                # the operators it runs are below this mode; the collectives
+                # among them are seen by one of their own.
+                with _Collectives(self.recorder, func.name().replace(".default", "")):
+                    return func(*args, **kwargs)
             return func(*args, **kwargs)
         except DynamicOutputShapeException:
             # Its output size needs the device's values (nonzero, a boolean
@@ -265,6 +291,19 @@ class _Operators(TorchDispatchMode):
             value = True if dtype == torch.bool else 1.0 if dtype.is_floating_point else 1
             self.recorder.assume(f"a device value read on the host ({dtype}): {value!r}")
             return value
+
+
+class _Collectives(TorchDispatchMode):
+    """Inside a framework's operator: the collectives it runs."""
+
+    def __init__(self, recorder: Recorder, via: str) -> None:
+        super().__init__()
+        self.recorder, self.via = recorder, via
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.namespace in _COLLECTIVE_NAMESPACES:
+            self.recorder.collective(func, self.via)
+        return func(*args, **(kwargs or {}))
 
 
 class _Functions(TorchFunctionMode):

@@ -24,6 +24,18 @@ class EagerCall:
 
 
 @dataclass
+class Collective:
+    """A collective operation captured inside a segment (torch.distributed's
+    own operator, whatever communicator of the framework's called it)."""
+
+    op: str  # torch's operator: "c10d::allreduce_", "_c10d_functional::all_reduce"
+    via: str = ""  # the framework's operator that ran it ("sglang::inplace_all_reduce"), if any
+    site: Frame | None = None  # the framework's frame that called it (its communicator)
+    segment: int = 0  # 1-based, within the capture where it was first seen
+    count: int = 1  # how many times the capture ran it there
+
+
+@dataclass
 class CudaGraphHazard:
     """Something inside a captured segment that a real capture refuses, or
     that replay gets wrong."""
@@ -47,6 +59,7 @@ class CudaGraphCapture:
     breaks: list[EagerCall] = field(default_factory=list)
     hazards: list[CudaGraphHazard] = field(default_factory=list)
     error: str = ""  # the capture did not finish: one line
+    collectives: list[Collective] = field(default_factory=list)  # captured inside its segments
 
 
 @dataclass

@@ -45,7 +45,22 @@ def capture_line(capture: CudaGraphCapture) -> str:
     hazards = counted(len(capture.hazards), "hazard") if capture.hazards else "no hazard"
     error = f"; did not finish: {capture.error}" if capture.error else ""
     return (f"size {capture.size}: {counted(capture.segments, 'segment')}, "
-            f"{counted(breaks, 'eager break')}{named}, {hazards}{error}")
+            f"{counted(breaks, 'eager break')}{named}, {hazards}{collectives_text(capture)}{error}")
+
+
+def collectives_text(capture: CudaGraphCapture) -> str:
+    """'; collectives: c10d::allreduce_ x8 (sglang::inplace_all_reduce, in GroupCoordinator._all_reduce_in_place)', or ''."""
+    if not capture.collectives:
+        return ""
+    by: dict[tuple[str, ...], int] = {}
+    for c in capture.collectives:
+        key = (c.op, c.via, c.site.function if c.site else "")
+        by[key] = by.get(key, 0) + c.count
+    named = []
+    for (op, via, where), n in by.items():
+        how = ", ".join(filter(None, (via, f"in {where}" if where else "")))
+        named.append(f"{op} x{n}" + (f" ({how})" if how else ""))
+    return "; collectives: " + ", ".join(named)
 
 
 def hazard_line(hazard: CudaGraphHazard) -> str:

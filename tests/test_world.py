@@ -1,0 +1,85 @@
+"""The emulated world (emulation/world.py): the traced rank of N ranks over
+torch's fake process group. Every group any code asks for is fake, object
+collectives leave this rank's objects, nothing waits on a peer, leaving the
+undo log puts torch.distributed back; and a CUDA-graph capture inside such a
+world lists the collectives its segments ran (fixtures/tensor_parallel.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch.distributed as dist
+
+from conftest import ROOT
+from graphbreak_doctor.emulation import world
+from graphbreak_doctor.patching import UndoLog
+
+# In a fresh interpreter, under a timeout: a collective or a group that
+# waited on a peer process would hang here, and the test fails.
+_PEERLESS = r"""
+import torch, torch.distributed as dist
+from graphbreak_doctor.emulation import world
+from graphbreak_doctor.patching import UndoLog
+with UndoLog() as log:
+    here = world.join(log, 8, 3)
+    gloo = dist.new_group(list(range(8)), backend="gloo")
+    nccl = dist.new_group([0, 1, 2, 3], backend="nccl")
+    t = torch.arange(4.0)
+    dist.all_reduce(t, group=nccl)
+    dist.barrier(group=gloo)
+    objects = [{"rank": 3}]
+    dist.broadcast_object_list(objects, src=0, group=gloo)
+    gathered = [None] * 8
+    dist.all_gather_object(gathered, "mine")
+    print(here, dist.get_backend(gloo), dist.get_backend(nccl), dist.get_rank(nccl), t.tolist(), objects, gathered[0])
+print("after", dist.is_initialized())
+"""
+
+
+def test_a_rank_of_eight_never_waits_and_every_group_is_fake():
+    done = subprocess.run([sys.executable, "-c", _PEERLESS], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert lines[0] == "World(size=8, rank=3) fake fake 3 [0.0, 1.0, 2.0, 3.0] [{'rank': 3}] mine", lines
+    assert lines[-1] == "after False"
+
+
+def test_leaving_the_log_puts_torch_distributed_back():
+    real = dist.new_group, dist.broadcast_object_list
+    with UndoLog() as log:
+        assert world.join(log, 4, 1) == world.World(4, 1) and world.joined() == world.World(4, 1)
+        with pytest.raises(ValueError, match="already belongs"):
+            world.join(log, 2, 0)
+    assert not dist.is_initialized() and world.joined() is None
+    assert (dist.new_group, dist.broadcast_object_list) == real
+    with UndoLog() as log, pytest.raises(ValueError, match="rank 8 is not in a world of 8"):
+        world.join(log, 8, 8)
+
+
+@pytest.mark.parametrize("name, ops", [
+    ("in_place", ["c10d::allreduce_"]),
+    # A functional collective is waited on by an operator of its own.
+    ("functional", ["_c10d_functional::all_reduce", "_c10d_functional::wait_tensor"])])
+def test_a_capture_inside_the_world_lists_its_collectives(name, ops):
+    from graphbreak_doctor.diagnose import target_builder, trace_cudagraphs
+    from graphbreak_doctor.render.cudagraph import capture_line
+
+    with UndoLog() as log:
+        world.join(log, 8, 0)
+        findings = trace_cudagraphs(target_builder(f"fixtures.tensor_parallel:{name}"), device="sm120")
+    (phase,) = findings.cudagraphs.phases
+    (capture,) = phase.captures
+    assert capture.error == "" and capture.hazards == []
+    assert [(c.op, c.count, c.segment) for c in capture.collectives] == [(op, 1, 1) for op in ops]
+    assert f"collectives: {ops[0]} x1" in capture_line(capture)
+
+
+def test_without_a_world_a_capture_lists_none():
+    from graphbreak_doctor.diagnose import target_builder, trace_cudagraphs
+
+    findings = trace_cudagraphs(target_builder("fixtures.tensor_parallel:functional"), device="sm120")
+    # No world: the functional collective has no group to run in.
+    (capture,) = findings.cudagraphs.phases[0].captures
+    assert capture.collectives == []
