@@ -57,8 +57,16 @@ def test_glm5_at_tp8_maps_as_rank_0_of_8_with_its_own_shards(cli):
     assert t["mlp.experts.w2_weight"]["shape"][1:] == [hidden, config["moe_intermediate_size"] // TP // 2]
     found = findings["cudagraphs"]
     assert found["error"] == "" and {p["phase"] for p in found["phases"]} == {"decode", "prefill"}
+    layers = facts["layers_built"]
     for phase in found["phases"]:
         assert phase["captures"] and all(c["error"] == "" for c in phase["captures"]), phase["captures"]
+        for capture in phase["captures"]:
+            # SGLang's all-reduce, as its group coordinator runs it: after the
+            # vocab-parallel embedding, then after the attention and after
+            # the MLP (or MoE) of each decoder layer.
+            reduced = [c for c in capture["collectives"] if c["op"] == "sglang::inplace_all_reduce"]
+            assert sum(c["count"] for c in reduced) == 1 + 2 * layers, capture["collectives"]
+            assert {c["site"]["function"] for c in reduced} == {"all_reduce"}
 
 
 def test_tp7_is_sglangs_own_refusal_in_one_line(cli):

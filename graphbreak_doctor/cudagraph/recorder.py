@@ -50,16 +50,13 @@ import graphbreak_doctor
 from graphbreak_doctor.cudagraph import detectors
 from graphbreak_doctor.cudagraph.detectors.reads import READ
 from graphbreak_doctor.cudagraph.detectors.detector import FUNCTION, OPERATOR, RUNTIME, UNKNOWN_SIZE, Operation
-from graphbreak_doctor.emulation import cuda_graph, cuda_runtime
+from graphbreak_doctor.emulation import cuda_graph, cuda_runtime, world
 from graphbreak_doctor.frames import actionable_frame, make_frame
 from graphbreak_doctor.model.cudagraph import Collective, CudaGraphCapture, CudaGraphHazard, EagerCall
 from graphbreak_doctor.model.frame import Frame
 from graphbreak_doctor.patching import UndoLog
 
 _TORCH_NAMESPACES = ("aten", "prim", "prims")
-# torch.distributed's own operators: every collective a framework's
-# communicator runs through torch ends in one of them.
-_COLLECTIVE_NAMESPACES = ("c10d", "_c10d_functional")
 _DOCTOR = os.path.dirname(os.path.abspath(graphbreak_doctor.__file__)) + os.sep
 
 
@@ -214,17 +211,23 @@ class Recorder:
         """``op`` ran: each hazard the detectors find in it, if a segment is open."""
         if not cuda_graph.capturing():
             return
-        if op.kind == OPERATOR and op.func.namespace in _COLLECTIVE_NAMESPACES:
+        if op.kind == OPERATOR and world.is_collective(op.func):
             self.collective(op.func, "")
         for category, what in detectors.detect(op):
             self.hazard(category, what)
 
     def collective(self, func: Any, via: str) -> None:
-        """torch.distributed's operator ``func`` ran inside a segment, called
-        by the framework's operator ``via`` ("" when called directly)."""
+        """torch.distributed's operator ``func`` (or one a framework declared)
+        ran inside a segment, called by the framework's operator ``via`` ("" when
+        called directly). Its site: the innermost frame of the file that
+        defines a declared one (the framework's communicator that called
+        it), else the frame to change."""
         if not cuda_graph.capturing():
             return
-        site = actionable_frame(_user_stack(sys._getframe(2)))
+        stack = _user_stack(sys._getframe(2))
+        home = os.path.abspath(world.defined_in(func)) if world.defined_in(func) else ""
+        site = next((f for f in reversed(stack) if home and os.path.abspath(f.file) == home), None)
+        site = site or actionable_frame(stack)
         name = func.name().replace(".default", "")
         key = (name, via, site.file if site else "", site.line if site else 0)
         if key in self._collectives:
@@ -272,7 +275,8 @@ class _Operators(TorchDispatchMode):
         else:
             self.recorder.ran_between(func)
         try:
-            if cuda_graph.capturing() and func.namespace not in _TORCH_NAMESPACES + _COLLECTIVE_NAMESPACES:
+            if (cuda_graph.capturing() and func.namespace not in _TORCH_NAMESPACES
+                    and not world.is_collective(func)):
                 # A framework's own operator (its communicator's all-reduce):
                 # the operators it runs are below this mode; the collectives
                 # among them are seen by one of their own.
@@ -301,7 +305,7 @@ class _Collectives(TorchDispatchMode):
         self.recorder, self.via = recorder, via
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func.namespace in _COLLECTIVE_NAMESPACES:
+        if world.is_collective(func):
             self.recorder.collective(func, self.via)
         return func(*args, **(kwargs or {}))
 

@@ -19,6 +19,7 @@ world and puts torch.distributed back as it was.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +29,13 @@ from torch.distributed import distributed_c10d
 from graphbreak_doctor.patching import UndoLog
 
 FAKE = "fake"
+# torch.distributed's own operators: every collective a framework runs
+# through torch ends in one of them.
+TORCH_COLLECTIVE_NAMESPACES = ("c10d", "_c10d_functional")
+# The operators a framework registers as its own collectives, each with the
+# file of the module that defines them (declared by the framework while its
+# world is set up: declare_collectives).
+_declared: dict[str, str] = {}
 
 
 @dataclass(frozen=True)
@@ -82,6 +90,25 @@ def join(log: UndoLog, size: int, rank: int = 0) -> World:
     return World(size, rank)
 
 
+def declare_collectives(log: UndoLog, ops: dict[str, str]) -> None:
+    """Operators ("ns::name") a framework registered as its own collectives,
+    each with the file that defines it: where its fake runs instead of its
+    body (a fake tensor), the torch collective inside is never seen, so the
+    operator itself counts, called from its file's code (the communicator)."""
+    log.setattr(sys.modules[__name__], "_declared", {**_declared, **ops})
+
+
+def defined_in(op: Any) -> str:
+    """The file that defines a collective a framework declared ('' for torch's own)."""
+    return _declared.get(op.name().replace(".default", ""), "")
+
+
+def is_collective(op: Any) -> bool:
+    """Whether the operator ``op`` (an OpOverload) is a collective: torch's
+    own, or one a framework declared."""
+    return op.namespace in TORCH_COLLECTIVE_NAMESPACES or op.name().replace(".default", "") in _declared
+
+
 def _fake(group: Any) -> bool:
     try:
         return dist.get_backend(group) == FAKE
@@ -94,4 +121,4 @@ def _leave() -> None:
         dist.destroy_process_group()
 
 
-__all__ = ["FAKE", "World", "join", "joined"]
+__all__ = ["FAKE", "TORCH_COLLECTIVE_NAMESPACES", "World", "declare_collectives", "defined_in", "is_collective", "join", "joined"]

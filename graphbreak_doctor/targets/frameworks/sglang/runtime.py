@@ -125,6 +125,21 @@ def _distributed(log: UndoLog, server_args: Any, rank: int) -> None:
                  distributed_init_method=f"tcp://127.0.0.1:{_free_port()}")
     destroy = optional("sglang.srt.distributed.parallel_state:destroy_distributed_environment")
     log.call_on_undo(destroy if destroy is not None else torch.distributed.destroy_process_group)
+    world.declare_collectives(log, _collective_ops())
+
+
+def _collective_ops() -> dict[str, str]:
+    """SGLang's own collective operators, read from its code: the functions of
+    the module that holds its process groups that it registered as operators
+    of its own (``torch.ops.sglang.<name>``: its all-reduce, its all-gather)."""
+    parallel = importlib.import_module("sglang.srt.distributed.parallel_state")
+    ops = getattr(torch.ops, "sglang", None)
+    found = {}
+    for name, value in vars(parallel).items():
+        if (callable(value) and getattr(value, "__module__", None) == parallel.__name__
+                and hasattr(value, "__wrapped__") and ops is not None and hasattr(ops, name)):
+            found[f"sglang::{name}"] = parallel.__file__
+    return found
 
 
 def _no_peer_processes(log: UndoLog) -> None:
