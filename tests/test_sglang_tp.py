@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import ROOT
+
 from graphbreak_doctor.targets.models.glm5.served import default_folder
 
 HAS_SGLANG = importlib.util.find_spec("sglang") is not None
@@ -22,9 +24,9 @@ pytestmark = [pytest.mark.sglang, pytest.mark.skipif(not HAS_SGLANG, reason="SGL
 TP = 8
 
 
-def _run(cli, *args: str):
+def _run(cli, *args: str, model: str = "glm5-nvfp4", device: str = "sm120"):
     out = Path(tempfile.mkdtemp()) / "findings.json"
-    result = cli("trace", "--model", "--model-path", "glm5-nvfp4", "--device", "sm120", "--mode", "map", *args,
+    result = cli("trace", "--model", "--model-path", model, "--device", device, "--mode", "map", *args,
                  "--json", str(out), "--no-html", "--in-process")
     return result, (json.loads(out.read_text()) if out.exists() else None), out
 
@@ -66,7 +68,38 @@ def test_glm5_at_tp8_maps_as_rank_0_of_8_with_its_own_shards(cli):
             # the MLP (or MoE) of each decoder layer.
             reduced = [c for c in capture["collectives"] if c["op"] == "sglang::inplace_all_reduce"]
             assert sum(c["count"] for c in reduced) == 1 + 2 * layers, capture["collectives"]
-            assert {c["site"]["function"] for c in reduced} == {"all_reduce"}
+            assert {c["site"]["qualname"] for c in reduced} == {"GroupCoordinator.all_reduce"}
+
+
+def _reductions(capture: dict) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for c in capture["collectives"]:
+        if "all_reduce" in c["op"] or "allreduce" in c["op"]:
+            out[c["op"]] = out.get(c["op"], 0) + c["count"]
+    return out
+
+
+@pytest.mark.slow
+def test_deepseek_v3_at_tp8_on_h200_fuses_the_all_reduce_with_the_norm_where_sglang_does(cli):
+    """On Hopper SGLang hands the all-reduce and the next RMSNorm to
+    FlashInfer's fused kernel up to its token limit, and to the plain
+    all-reduce above it: the map names each, as many times as the layers
+    need one (after the embedding, after each attention, after each MLP)."""
+    result, findings, _ = _run(cli, "--sglang-args", f"--tp {TP}", model="deepseek-v3", device="h200")
+    assert result.returncode in (0, 1) and findings is not None, result.stderr[-3000:]
+    facts = findings["target"]["facts"]
+    config = json.loads((ROOT / "graphbreak_doctor/targets/models/deepseek_v3/configs/config.json").read_text())
+    assert facts["launch"]["layout"]["world_size"] == TP
+    assert facts["shards"]["dense"]["attention_heads"] == config["num_attention_heads"] // TP
+    layers = facts["layers_built"]
+    found = findings["cudagraphs"]
+    for phase in found["phases"]:
+        assert phase["captures"] and all(c["error"] == "" for c in phase["captures"]), phase["captures"]
+        for capture in phase["captures"]:
+            reductions = _reductions(capture)
+            assert sum(reductions.values()) == 1 + 2 * layers, capture["collectives"]
+    smallest = found["phases"][0]["captures"][0]
+    assert _reductions(smallest).get("sglang::flashinfer_allreduce_residual_rmsnorm", 0) > 0, smallest
 
 
 def test_tp7_is_sglangs_own_refusal_in_one_line(cli):

@@ -219,14 +219,17 @@ class Recorder:
     def collective(self, func: Any, via: str) -> None:
         """torch.distributed's operator ``func`` (or one a framework declared)
         ran inside a segment, called by the framework's operator ``via`` ("" when
-        called directly). Its site: the innermost frame of the file that
-        defines a declared one (the framework's communicator that called
-        it), else the frame to change."""
+        called directly). Its site: for one a framework declared, the innermost
+        frame of the file that defines it (its communicator), else the frame
+        that called it (outside the wrapper it is called through); for
+        torch's own, the frame to change."""
         if not cuda_graph.capturing():
             return
         stack = _user_stack(sys._getframe(2))
-        home = os.path.abspath(world.defined_in(func)) if world.defined_in(func) else ""
+        home, wrapper = (os.path.abspath(f) if f else "" for f in world.files_of(func))
         site = next((f for f in reversed(stack) if home and os.path.abspath(f.file) == home), None)
+        if site is None and wrapper:
+            stack = [f for f in stack if os.path.abspath(f.file) != wrapper]
         site = site or actionable_frame(stack)
         name = func.name().replace(".default", "")
         key = (name, via, site.file if site else "", site.line if site else 0)

@@ -33,9 +33,9 @@ FAKE = "fake"
 # through torch ends in one of them.
 TORCH_COLLECTIVE_NAMESPACES = ("c10d", "_c10d_functional")
 # The operators a framework registers as its own collectives, each with the
-# file of the module that defines them (declared by the framework while its
-# world is set up: declare_collectives).
-_declared: dict[str, str] = {}
+# files of its code: the module that defines it, and the wrapper the
+# framework calls it through (declared by the framework: declare_collectives).
+_declared: dict[str, tuple[str, str]] = {}
 
 
 @dataclass(frozen=True)
@@ -90,17 +90,17 @@ def join(log: UndoLog, size: int, rank: int = 0) -> World:
     return World(size, rank)
 
 
-def declare_collectives(log: UndoLog, ops: dict[str, str]) -> None:
+def declare_collectives(log: UndoLog, ops: dict[str, tuple[str, str]]) -> None:
     """Operators ("ns::name") a framework registered as its own collectives,
-    each with the file that defines it: where its fake runs instead of its
-    body (a fake tensor), the torch collective inside is never seen, so the
-    operator itself counts, called from its file's code (the communicator)."""
+    each with (the file that defines it, the file of the wrapper it is called
+    through): where its fake runs instead of its body (a fake tensor), the
+    torch collective inside is never seen, so the operator itself counts."""
     log.setattr(sys.modules[__name__], "_declared", {**_declared, **ops})
 
 
-def defined_in(op: Any) -> str:
-    """The file that defines a collective a framework declared ('' for torch's own)."""
-    return _declared.get(op.name().replace(".default", ""), "")
+def files_of(op: Any) -> tuple[str, str]:
+    """(defining file, wrapper file) of a collective a framework declared; ('', '') for torch's own."""
+    return _declared.get(op.name().replace(".default", ""), ("", ""))
 
 
 def is_collective(op: Any) -> bool:
@@ -121,4 +121,4 @@ def _leave() -> None:
         dist.destroy_process_group()
 
 
-__all__ = ["FAKE", "TORCH_COLLECTIVE_NAMESPACES", "World", "declare_collectives", "defined_in", "is_collective", "join", "joined"]
+__all__ = ["FAKE", "TORCH_COLLECTIVE_NAMESPACES", "World", "declare_collectives", "files_of", "is_collective", "join", "joined"]

@@ -49,12 +49,12 @@ def capture_line(capture: CudaGraphCapture) -> str:
 
 
 def collectives_text(capture: CudaGraphCapture) -> str:
-    """'; collectives: c10d::allreduce_ x8 (sglang::inplace_all_reduce, in GroupCoordinator._all_reduce_in_place)', or ''."""
+    """'; collectives: sglang::inplace_all_reduce x9 (in GroupCoordinator.all_reduce)', or ''."""
     if not capture.collectives:
         return ""
     by: dict[tuple[str, ...], int] = {}
     for c in capture.collectives:
-        key = (c.op, c.via, c.site.function if c.site else "")
+        key = (c.op, c.via, (c.site.qualname or c.site.function) if c.site else "")
         by[key] = by.get(key, 0) + c.count
     named = []
     for (op, via, where), n in by.items():

@@ -77,6 +77,8 @@ def capture_phases(rt: runtime.Runtime, model: torch.nn.Module, layers: int, log
     if config is None:
         return [CudaGraphPhase(phase=phase, backend="?", note=f"SGLang {runtime.version()} keeps no per-phase "
                                "CUDA-graph config: its capture is not mapped here") for phase in BATCH_PHASE]
+    # Every SGLang module the captures run is loaded by now.
+    runtime.declare_collectives(log)
     out = []
     for phase in BATCH_PHASE:
         settings = config.get(phase) if isinstance(config.get(phase), dict) else {}

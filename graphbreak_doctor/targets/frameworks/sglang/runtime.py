@@ -16,6 +16,8 @@ import importlib
 import importlib.metadata
 import inspect
 import socket
+import sys
+import types
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -125,21 +127,41 @@ def _distributed(log: UndoLog, server_args: Any, rank: int) -> None:
                  distributed_init_method=f"tcp://127.0.0.1:{_free_port()}")
     destroy = optional("sglang.srt.distributed.parallel_state:destroy_distributed_environment")
     log.call_on_undo(destroy if destroy is not None else torch.distributed.destroy_process_group)
-    world.declare_collectives(log, _collective_ops())
 
 
-def _collective_ops() -> dict[str, str]:
-    """SGLang's own collective operators, read from its code: the functions of
-    the module that holds its process groups that it registered as operators
-    of its own (``torch.ops.sglang.<name>``: its all-reduce, its all-gather)."""
-    parallel = importlib.import_module("sglang.srt.distributed.parallel_state")
+def declare_collectives(log: UndoLog) -> None:
+    """SGLang's own collective operators, read from its code, declared to the
+    emulated world (with ``log``): each function of SGLang's loaded modules
+    that it registered as an operator of its own (``torch.ops.sglang.<name>``)
+    and that is defined in the module holding its process groups (its
+    all-reduce, its all-gather) or calls FlashInfer's communication package
+    (its fused all-reduce + RMSNorm). Under the emulation such an operator
+    runs its fake, not its body: the operator itself is the collective."""
     ops = getattr(torch.ops, "sglang", None)
+    parallel = importlib.import_module("sglang.srt.distributed.parallel_state")
     found = {}
-    for name, value in vars(parallel).items():
-        if (callable(value) and getattr(value, "__module__", None) == parallel.__name__
-                and hasattr(value, "__wrapped__") and ops is not None and hasattr(ops, name)):
-            found[f"sglang::{name}"] = parallel.__file__
-    return found
+    for module in [m for name, m in list(sys.modules.items()) if name.startswith("sglang.") and m is not None]:
+        for name, value in list(vars(module).items()):
+            wrapped = getattr(value, "__wrapped__", None)
+            if (not callable(wrapped) or getattr(value, "__module__", None) != module.__name__
+                    or ops is None or not hasattr(ops, name)):
+                continue
+            if module is parallel or _calls_communication(wrapped):
+                wrapper = getattr(getattr(value, "__code__", None), "co_filename", "")
+                found[f"sglang::{name}"] = (getattr(module, "__file__", "") or "", wrapper)
+    world.declare_collectives(log, found)
+
+
+def _calls_communication(function: Any) -> bool:
+    """Whether ``function`` reads a module of FlashInfer's communication package."""
+    code = getattr(function, "__code__", None)
+    if code is None:
+        return False
+    for name in code.co_names:
+        value = getattr(function, "__globals__", {}).get(name)
+        if isinstance(value, types.ModuleType) and value.__name__.split(".")[:2] == ["flashinfer", "comm"]:
+            return True
+    return False
 
 
 def _no_peer_processes(log: UndoLog) -> None:
