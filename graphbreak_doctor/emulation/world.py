@@ -109,6 +109,16 @@ def is_collective(op: Any) -> bool:
     return op.namespace in TORCH_COLLECTIVE_NAMESPACES or op.name().replace(".default", "") in _declared
 
 
+def no_peer_queue(log: UndoLog, queue_cls: Any, factory: str = "create_from_process_group") -> None:
+    """A framework's shared-memory queue to its peer processes (what its
+    scheduler broadcasts requests through) is not made: it waits until every
+    peer process has attached, and in a world of one process none will. No
+    forward uses it; without it the framework broadcasts over the (fake)
+    group itself."""
+    if queue_cls is not None and hasattr(queue_cls, factory):
+        log.setattr(queue_cls, factory, staticmethod(lambda *args, **kwargs: None))
+
+
 def _fake(group: Any) -> bool:
     try:
         return dist.get_backend(group) == FAKE
@@ -121,4 +131,4 @@ def _leave() -> None:
         dist.destroy_process_group()
 
 
-__all__ = ["FAKE", "TORCH_COLLECTIVE_NAMESPACES", "World", "declare_collectives", "files_of", "is_collective", "join", "joined"]
+__all__ = ["FAKE", "TORCH_COLLECTIVE_NAMESPACES", "World", "declare_collectives", "files_of", "is_collective", "join", "joined", "no_peer_queue"]

@@ -38,7 +38,21 @@ def by_kind(layers: Iterable[torch.nn.Module], kind_of: Any = None) -> dict[str,
         tensors = layer_tensors(layer)
         found[kind] = {"layer": index, "mlp": type(mlp).__name__ if mlp is not None else "",
                        "bytes": sum(t["bytes"] for t in tensors.values()), "tensors": tensors}
+        heads = attention_heads(layer)
+        if heads is not None:
+            found[kind]["attention_heads"] = heads
     return found
 
 
-__all__ = ["by_kind", "layer_tensors"]
+def attention_heads(layer: torch.nn.Module) -> int | None:
+    """The attention heads ``layer`` holds on this rank: its attention
+    module's count of local heads (the name a framework gives it), or None."""
+    attention = getattr(layer, "self_attn", None)
+    for name in ("num_local_heads", "num_heads"):
+        value = getattr(attention, name, None)
+        if isinstance(value, int):
+            return value
+    return None
+
+
+__all__ = ["attention_heads", "by_kind", "layer_tensors"]

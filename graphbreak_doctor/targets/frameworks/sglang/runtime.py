@@ -119,7 +119,7 @@ def _distributed(log: UndoLog, server_args: Any, rank: int) -> None:
         keep.setattr(trace_rules, "clear_lru_cache", lambda: None)
         if size > 1:
             world.join(log, size, rank)
-            _no_peer_processes(log)
+            world.no_peer_queue(log, optional("sglang.srt.distributed.device_communicators.shm_broadcast:MessageQueue"))
             init(world_size=size, rank=rank, local_rank=rank % max(1, torch.cuda.device_count()),
                  backend="nccl", distributed_init_method="fake://")
         else:
@@ -162,17 +162,6 @@ def _calls_communication(function: Any) -> bool:
         if isinstance(value, types.ModuleType) and value.__name__.split(".")[:2] == ["flashinfer", "comm"]:
             return True
     return False
-
-
-def _no_peer_processes(log: UndoLog) -> None:
-    """In a world of one process, what SGLang shares with its peer processes
-    outside torch.distributed is not made: the shared-memory queue its
-    scheduler broadcasts requests through waits until every peer process
-    has attached (none will), and no forward uses it; without it SGLang
-    broadcasts over the group itself (fake)."""
-    queue = optional("sglang.srt.distributed.device_communicators.shm_broadcast:MessageQueue")
-    if queue is not None and hasattr(queue, "create_from_process_group"):
-        log.setattr(queue, "create_from_process_group", staticmethod(lambda *args, **kwargs: None))
 
 
 def _layout(server_args: Any) -> dict[str, int]:

@@ -100,22 +100,10 @@ def fill_target_info(info: TargetInfo, module: torch.nn.Module, rt: runtime.Runt
     )
     layers = getattr(module, "layers", None)
     if isinstance(layers, torch.nn.ModuleList):
-        info.facts["shards"] = _shards(layers)
+        # This rank's shard of one decoder layer of each kind, as SGLang's loader sized it.
+        info.facts["shards"] = shards.by_kind(layers)
     info.split_ops = runtime.split_ops()
     info.opaque_ops = {op: text for op, text in OPAQUE_OPS.items() if _registered(op)}
-
-
-def _shards(layers: torch.nn.ModuleList) -> dict[str, Any]:
-    """This rank's shard of one decoder layer of each kind, as SGLang's loader
-    sized it, with the attention heads the layer holds on this rank."""
-    found = shards.by_kind(layers)
-    for entry in found.values():
-        attention = getattr(layers[entry["layer"]], "self_attn", None)
-        for name in ("num_local_heads", "num_heads"):
-            if isinstance(getattr(attention, name, None), int):
-                entry["attention_heads"] = getattr(attention, name)
-                break
-    return found
 
 
 def _unquantized(rt: runtime.Runtime) -> str:

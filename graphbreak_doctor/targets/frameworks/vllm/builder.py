@@ -28,11 +28,11 @@ from typing import Any
 
 import torch
 
-from graphbreak_doctor.emulation import standins
+from graphbreak_doctor.emulation import standins, world
 from graphbreak_doctor.emulation.presets import emulated_names
 from graphbreak_doctor.model import TargetInfo
 from graphbreak_doctor.patching import UndoLog
-from graphbreak_doctor.targets import LaunchRefused, PhaseNotRun, Target, TargetError
+from graphbreak_doctor.targets import LaunchRefused, PhaseNotRun, Target, TargetError, shards
 from graphbreak_doctor.targets.frameworks import registry
 from graphbreak_doctor.targets.frameworks.framework import Served
 from graphbreak_doctor.targets.frameworks.vllm import PHASES, cudagraphs, emulation, launch
@@ -98,6 +98,17 @@ def _build(target: Target, config: Any, log: UndoLog) -> vllm_model.Built:
                              model_class=type(built.model).__qualname__,
                              compiled_module=type(built.backbone).__qualname__)
     target.info.notes.extend(built.notes)
+    parallel = config.parallel_config
+    here = world.joined() or world.World(1, 0)
+    target.info.facts["launch"]["layout"] = {
+        "tp": int(parallel.tensor_parallel_size), "pp": int(parallel.pipeline_parallel_size),
+        "ep": int(parallel.tensor_parallel_size * parallel.data_parallel_size)
+        if getattr(parallel, "enable_expert_parallel", False) else 1,
+        "dp": int(parallel.data_parallel_size), **here.as_dict()}
+    layers = getattr(built.backbone, "layers", None)
+    if layers is not None:
+        # This rank's shard of one decoder layer of each kind, as vLLM's loader sized it.
+        target.info.facts["shards"] = shards.by_kind(list(layers)[:built.layers])
     resolved = target.info.facts["launch"]["resolved"]
     if resolved["mode"] == "STOCK_TORCH_COMPILE":
         # vLLM's model runner compiles the whole model in place, with

@@ -26,6 +26,7 @@ from typing import Any, Callable, Hashable, Iterator
 
 import torch
 
+from graphbreak_doctor.emulation import world
 from graphbreak_doctor.patching import UndoLog
 from graphbreak_doctor.targets import LaunchRefused, TargetError, refused_by_check
 from graphbreak_doctor.targets.frameworks.vllm.launch import version
@@ -41,19 +42,47 @@ class Built:
     notes: list[str] = field(default_factory=list)
 
 
-def init_distributed(log: UndoLog, folder: Path) -> None:
-    """vLLM's process groups for a single rank (gloo on the host: no NCCL)."""
+def init_distributed(vllm_config: Any, log: UndoLog, folder: Path, rank: int = 0) -> None:
+    """vLLM's process groups at the launch's layout: for one GPU, a world of
+    one (gloo on the host: no NCCL); for several, the traced rank of a world
+    of that many over torch's fake process group (emulation/world.py),
+    whose groups vLLM builds with the backend its worker asks for."""
     from vllm.distributed import parallel_state
 
-    parallel_state.init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
-                                                distributed_init_method=f"file://{folder / 'dist-init'}")
-    parallel_state.ensure_model_parallel_initialized(1, 1)
+    config = vllm_config.parallel_config
+    tp, pp = int(config.tensor_parallel_size), int(config.pipeline_parallel_size)
+    size = int(getattr(config, "world_size", tp * pp) or tp * pp)
+    if size > 1:
+        from vllm.distributed.device_communicators import shm_broadcast
+
+        world.join(log, size, rank)
+        world.no_peer_queue(log, getattr(shm_broadcast, "MessageQueue", None))
+        parallel_state.init_distributed_environment(world_size=size, rank=rank, local_rank=rank, backend="nccl",
+                                                    distributed_init_method="fake://")
+    else:
+        parallel_state.init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
+                                                    distributed_init_method=f"file://{folder / 'dist-init'}")
+    parallel_state.ensure_model_parallel_initialized(tp, pp)
+    world.declare_collectives(log, collective_ops(parallel_state))
 
     def destroy() -> None:
         parallel_state.destroy_model_parallel()
         parallel_state.destroy_distributed_environment()
 
     log.call_on_undo(destroy)
+
+
+def collective_ops(parallel_state: Any) -> dict[str, tuple[str, str]]:
+    """vLLM's own collective operators, read from its code: the functions of
+    the module that holds its process groups that it registered as operators
+    of its own under their names (``torch.ops.vllm.all_reduce``)."""
+    ops = getattr(torch.ops, "vllm", None)
+    found = {}
+    for name, value in vars(parallel_state).items():
+        if (ops is not None and callable(value) and getattr(value, "__module__", None) == parallel_state.__name__
+                and not name.startswith("_") and hasattr(ops, name)):
+            found[f"vllm::{name}"] = (parallel_state.__file__, "")
+    return found
 
 
 def init_workspace(log: UndoLog) -> None:
@@ -84,7 +113,7 @@ def build(vllm_config: Any, log: UndoLog) -> Built:
     from vllm.model_executor.model_loader.base_loader import BaseModelLoader
 
     log.enter(set_current_vllm_config(vllm_config))
-    init_distributed(log, Path(tempfile.mkdtemp(prefix="graphbreak-doctor-vllm-dist-")))
+    init_distributed(vllm_config, log, Path(tempfile.mkdtemp(prefix="graphbreak-doctor-vllm-dist-")))
     full = int(getattr(vllm_config.model_config.hf_config, "num_hidden_layers", 0) or 0)
     reduced: dict[str, Any] = {}
     # Where the loader makes the model: its create_model, or in an older
