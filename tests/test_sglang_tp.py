@@ -22,6 +22,7 @@ HAS_SGLANG = importlib.util.find_spec("sglang") is not None
 pytestmark = [pytest.mark.sglang, pytest.mark.skipif(not HAS_SGLANG, reason="SGLang is not installed")]
 
 TP = 8
+_tp8_weights: list[int] = []
 
 
 def _run(cli, *args: str, model: str = "glm5-nvfp4", device: str = "sm120"):
@@ -59,6 +60,16 @@ def test_glm5_at_tp8_maps_as_rank_0_of_8_with_its_own_shards(cli):
     assert t["mlp.experts.w2_weight"]["shape"][1:] == [hidden, config["moe_intermediate_size"] // TP // 2]
     found = findings["cudagraphs"]
     assert found["error"] == "" and {p["phase"] for p in found["phases"]} == {"decode", "prefill"}
+    # Does it fit: this rank's weights for all 78 layers on a 96 GB RTX PRO 6000,
+    # with what SGLang's static fraction leaves for the KV cache.
+    memory = facts["memory"]
+    assert memory["layers"] == {"dense": config["first_k_dense_replace"],
+                                "moe": config["num_hidden_layers"] - config["first_k_dense_replace"]}
+    assert memory["weights_bytes"] == memory["outside_layers_bytes"] + sum(
+        memory["layer_bytes"][kind] * n for kind, n in memory["layers"].items())
+    assert memory["fits"] and 0 < memory["kv_cache_bytes"] < memory["device_memory_bytes"] - memory["weights_bytes"]
+    assert any(note.startswith("memory (rank 0 of 8): fits: ") for note in findings["target"]["notes"])
+    _tp8_weights.append(memory["weights_bytes"])
     layers = facts["layers_built"]
     for phase in found["phases"]:
         assert phase["captures"] and all(c["error"] == "" for c in phase["captures"]), phase["captures"]
@@ -69,6 +80,18 @@ def test_glm5_at_tp8_maps_as_rank_0_of_8_with_its_own_shards(cli):
             reduced = [c for c in capture["collectives"] if c["op"] == "sglang::inplace_all_reduce"]
             assert sum(c["count"] for c in reduced) == 1 + 2 * layers, capture["collectives"]
             assert {c["site"]["qualname"] for c in reduced} == {"GroupCoordinator.all_reduce"}
+
+
+@pytest.mark.slow
+def test_glm5_at_tp4_does_not_fit_on_96_gb_gpus(cli):
+    """GLM-5-NVFP4's weights over four RTX PRO 6000s: more than one GPU holds."""
+    result, findings, _ = _run(cli, "--sglang-args", "--tp 4")
+    assert result.returncode in (0, 1) and findings is not None, result.stderr[-3000:]
+    memory = findings["target"]["facts"]["memory"]
+    assert not memory["fits"] and memory["weights_bytes"] > memory["device_memory_bytes"]
+    assert memory["text"].startswith("does not fit: ")
+    if _tp8_weights:  # half the ranks: nearly twice the bytes each (what every rank holds whole aside)
+        assert 1.8 * _tp8_weights[0] < memory["weights_bytes"] < 2 * _tp8_weights[0]
 
 
 def _reductions(capture: dict) -> dict[str, int]:

@@ -46,6 +46,11 @@ def test_qwen3_moe_at_tp4_maps_on_h100_as_rank_0_of_4(cli):
     experts = {name.rsplit(".", 1)[1]: entry["shape"] for name, entry in t.items() if ".experts." in name}
     assert experts["w13_weight"] == [config["num_experts"], 2 * config["moe_intermediate_size"] // TP, hidden]
     assert experts["w2_weight"] == [config["num_experts"], hidden, config["moe_intermediate_size"] // TP]
+    memory = facts["memory"]
+    assert memory["layers"] == {"moe": config["num_hidden_layers"]}
+    assert memory["weights_bytes"] == memory["outside_layers_bytes"] + memory["layer_bytes"]["moe"] * config[
+        "num_hidden_layers"]
+    assert memory["fits"] and memory["fraction_option"] == "--gpu-memory-utilization"
     layers = facts["layers_built"]
     found = findings["cudagraphs"]
     assert found["error"] == "" and found["phases"]

@@ -32,7 +32,7 @@ def by_kind(layers: Iterable[torch.nn.Module], kind_of: Any = None) -> dict[str,
     found: dict[str, dict[str, Any]] = {}
     for index, layer in enumerate(layers):
         mlp = getattr(layer, "mlp", None)
-        kind = kind_of(layer) if kind_of is not None else ("moe" if hasattr(mlp, "experts") else "dense")
+        kind = kind_of(layer) if kind_of is not None else layer_kind(layer)
         if kind in found:
             continue
         tensors = layer_tensors(layer)
@@ -42,6 +42,11 @@ def by_kind(layers: Iterable[torch.nn.Module], kind_of: Any = None) -> dict[str,
         if heads is not None:
             found[kind]["attention_heads"] = heads
     return found
+
+
+def layer_kind(layer: torch.nn.Module) -> str:
+    """"moe" when the layer's MLP holds experts, else "dense"."""
+    return "moe" if hasattr(getattr(layer, "mlp", None), "experts") else "dense"
 
 
 def attention_heads(layer: torch.nn.Module) -> int | None:
@@ -55,4 +60,4 @@ def attention_heads(layer: torch.nn.Module) -> int | None:
     return None
 
 
-__all__ = ["attention_heads", "by_kind", "layer_tensors"]
+__all__ = ["attention_heads", "by_kind", "layer_kind", "layer_tensors"]

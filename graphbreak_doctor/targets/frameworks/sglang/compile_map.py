@@ -21,7 +21,7 @@ from graphbreak_doctor.targets.frameworks.sglang import (PHASES, cudagraphs, dec
 from graphbreak_doctor.targets.frameworks.sglang import launch as sglang_launch
 from graphbreak_doctor.targets.frameworks.sglang.construction import load_model
 from graphbreak_doctor.targets.frameworks.sglang.eager import forward_state, run_eagerly
-from graphbreak_doctor.targets.frameworks.sglang.target_info import fill_target_info, model_note
+from graphbreak_doctor.targets.frameworks.sglang.target_info import fill_target_info, memory_fit, model_note
 from graphbreak_doctor.text import one_line
 
 
@@ -89,6 +89,9 @@ def discover_compile_regions(target: Target, log: UndoLog, phase_scope: Callable
         phases = launch["phases"] = dict(launch.get("phases") or {})
         phases["decode"] = f"{phases.get('decode', '')}; {compiled.describe()}".lstrip("; ")
     info.notes.insert(0, model_note(info, rt, model, layers, full))
+    memory = info.facts["memory"] = memory_fit(rt, model, full)
+    where = info.facts["launch"].get("layout") or {}
+    info.notes.append(f"memory (rank {where.get('rank', 0)} of {where.get('world_size', 1)}): {memory['text']}")
     # The CUDA-graph map captures the model this build made (cudagraphs.py).
     target.cudagraphs = functools.partial(cudagraphs.capture_phases, rt, model, layers)
 

@@ -306,6 +306,15 @@ def _shared_experts(runtime: Runtime) -> None:
     holder.determine_num_fused_shared_experts()
 
 
+def mem_fraction_static(rt: Runtime) -> float | None:
+    """The static memory fraction the launch resolved (newer releases keep the
+    resolved value in the published schedule; older ones in the arguments)."""
+    schedule = optional("sglang.srt.runtime_context:get_schedule")
+    value = getattr(schedule(), "mem_fraction_static", None) if schedule is not None else None
+    value = value if value is not None else getattr(rt.server_args, "mem_fraction_static", None)
+    return float(value) if value else None
+
+
 def moe_backend() -> Any:
     return require("sglang.srt.layers.moe.utils:get_moe_runner_backend")[1]()
 

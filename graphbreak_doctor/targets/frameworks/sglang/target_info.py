@@ -11,7 +11,7 @@ import torch
 
 from graphbreak_doctor.targets.frameworks.sglang import emulation as sglang_emulation
 from graphbreak_doctor.model import TargetInfo
-from graphbreak_doctor.targets import shards
+from graphbreak_doctor.targets import fit, shards
 from graphbreak_doctor.targets.frameworks.sglang import depth, runtime
 from graphbreak_doctor.targets.frameworks.sglang.construction import MlpBlock
 
@@ -104,6 +104,17 @@ def fill_target_info(info: TargetInfo, module: torch.nn.Module, rt: runtime.Runt
         info.facts["shards"] = shards.by_kind(layers)
     info.split_ops = runtime.split_ops()
     info.opaque_ops = {op: text for op, text in OPAQUE_OPS.items() if _registered(op)}
+
+
+def memory_fit(rt: runtime.Runtime, model: torch.nn.Module, full: int) -> dict[str, Any]:
+    """Does the launch fit on the device (targets/fit.py): this rank's weights
+    for the whole model of ``full`` decoder layers, at the static memory
+    fraction SGLang resolved."""
+    built = list(model.model.layers)
+    kinds = ["moe" if depth.is_moe(kind) else "dense" for kind in depth.layer_kinds(rt, full)]
+    found = fit.weights(model, built, kinds)
+    return fit.verdict(found, torch.cuda.get_device_properties(0).total_memory, runtime.mem_fraction_static(rt),
+                       "--mem-fraction-static", torch.cuda.get_device_name())
 
 
 def _unquantized(rt: runtime.Runtime) -> str:

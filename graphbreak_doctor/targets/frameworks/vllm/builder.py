@@ -32,7 +32,7 @@ from graphbreak_doctor.emulation import standins, world
 from graphbreak_doctor.emulation.presets import emulated_names
 from graphbreak_doctor.model import TargetInfo
 from graphbreak_doctor.patching import UndoLog
-from graphbreak_doctor.targets import LaunchRefused, PhaseNotRun, Target, TargetError, shards
+from graphbreak_doctor.targets import LaunchRefused, PhaseNotRun, Target, TargetError, fit, shards
 from graphbreak_doctor.targets.frameworks import registry
 from graphbreak_doctor.targets.frameworks.framework import Served
 from graphbreak_doctor.targets.frameworks.vllm import PHASES, cudagraphs, emulation, launch
@@ -109,6 +109,13 @@ def _build(target: Target, config: Any, log: UndoLog) -> vllm_model.Built:
     if layers is not None:
         # This rank's shard of one decoder layer of each kind, as vLLM's loader sized it.
         target.info.facts["shards"] = shards.by_kind(list(layers)[:built.layers])
+        if built.kinds:
+            found = fit.weights(built.model, list(layers)[:built.layers], built.kinds)
+            memory = target.info.facts["memory"] = fit.verdict(
+                found, torch.cuda.get_device_properties(0).total_memory,
+                float(config.cache_config.gpu_memory_utilization), "--gpu-memory-utilization",
+                torch.cuda.get_device_name())
+            target.info.notes.append(f"memory (rank {here.rank} of {here.size}): {memory['text']}")
     resolved = target.info.facts["launch"]["resolved"]
     if resolved["mode"] == "STOCK_TORCH_COMPILE":
         # vLLM's model runner compiles the whole model in place, with

@@ -28,7 +28,7 @@ import torch
 
 from graphbreak_doctor.emulation import world
 from graphbreak_doctor.patching import UndoLog
-from graphbreak_doctor.targets import LaunchRefused, TargetError, refused_by_check
+from graphbreak_doctor.targets import LaunchRefused, TargetError, refused_by_check, shards
 from graphbreak_doctor.targets.frameworks.vllm.launch import version
 from graphbreak_doctor.text import one_line
 
@@ -40,6 +40,7 @@ class Built:
     layers: int  # decoder layers run
     full: int  # decoder layers in the config
     notes: list[str] = field(default_factory=list)
+    kinds: list[str] = field(default_factory=list)  # each decoder layer's kind, as built (shards.layer_kind)
 
 
 def init_distributed(vllm_config: Any, log: UndoLog, folder: Path, rank: int = 0) -> None:
@@ -124,7 +125,9 @@ def build(vllm_config: Any, log: UndoLog) -> Built:
 
     def reducing(*args: Any, **kwargs: Any) -> torch.nn.Module:
         model = create(*args, **kwargs)
-        reduced["depth"] = _reduce(getattr(model, "model", model), full)
+        backbone = getattr(model, "model", model)
+        reduced["kinds"] = [shards.layer_kind(layer) for layer in getattr(backbone, "layers", None) or ()]
+        reduced["depth"] = _reduce(backbone, full)
         return model
 
     try:
@@ -140,8 +143,9 @@ def build(vllm_config: Any, log: UndoLog) -> Built:
             raise refused from e
         raise TargetError(f"vLLM could not build the model: {type(e).__name__}: {one_line(str(e), 300)}") from e
     backbone = getattr(model, "model", model)
+    kinds = reduced.get("kinds") or [shards.layer_kind(layer) for layer in getattr(backbone, "layers", None) or ()]
     layers, notes = reduced.get("depth") or _reduce(backbone, full)
-    return Built(model=model, backbone=backbone, layers=layers, full=full, notes=notes)
+    return Built(model=model, backbone=backbone, layers=layers, full=full, notes=notes, kinds=kinds)
 
 
 def _structure(layer: torch.nn.Module) -> Hashable:
