@@ -110,12 +110,16 @@ def _build(target: Target, config: Any, log: UndoLog) -> vllm_model.Built:
         # This rank's shard of one decoder layer of each kind, as vLLM's loader sized it.
         target.info.facts["shards"] = shards.by_kind(list(layers)[:built.layers])
         if built.kinds:
-            found = fit.weights(built.model, list(layers)[:built.layers], built.kinds)
-            memory = target.info.facts["memory"] = fit.verdict(
-                found, torch.cuda.get_device_properties(0).total_memory,
-                float(config.cache_config.gpu_memory_utilization), "--gpu-memory-utilization",
-                torch.cuda.get_device_name())
-            target.info.notes.append(f"memory (rank {here.rank} of {here.size}): {memory['text']}")
+            try:
+                found = fit.weights(built.model, list(layers)[:built.layers], built.kinds)
+                memory = target.info.facts["memory"] = fit.verdict(
+                    found, torch.cuda.get_device_properties(0).total_memory,
+                    float(config.cache_config.gpu_memory_utilization), "--gpu-memory-utilization",
+                    torch.cuda.get_device_name())
+                said = memory["text"]
+            except ValueError as e:  # a kind of layer the reduced model does not hold: said, not guessed
+                said = f"not worked out: {e}"
+            target.info.notes.append(f"memory (rank {here.rank} of {here.size}): {said}")
     resolved = target.info.facts["launch"]["resolved"]
     if resolved["mode"] == "STOCK_TORCH_COMPILE":
         # vLLM's model runner compiles the whole model in place, with
