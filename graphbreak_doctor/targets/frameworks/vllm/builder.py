@@ -112,10 +112,11 @@ def _build(target: Target, config: Any, log: UndoLog) -> vllm_model.Built:
         if built.kinds:
             try:
                 found = fit.weights(built.model, list(layers)[:built.layers], built.kinds)
+                # A release may leave it unset (None) where the launch sizes the KV cache otherwise.
+                fraction = getattr(config.cache_config, "gpu_memory_utilization", None)
                 memory = target.info.facts["memory"] = fit.verdict(
                     found, torch.cuda.get_device_properties(0).total_memory,
-                    float(config.cache_config.gpu_memory_utilization), "--gpu-memory-utilization",
-                    torch.cuda.get_device_name())
+                    float(fraction) if fraction else None, "--gpu-memory-utilization", torch.cuda.get_device_name())
                 said = memory["text"]
             except ValueError as e:  # a kind of layer the reduced model does not hold: said, not guessed
                 said = f"not worked out: {e}"
