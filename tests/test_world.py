@@ -76,10 +76,12 @@ def test_a_capture_inside_the_world_lists_its_collectives(name, ops):
     assert f"collectives: {ops[0]} x1" in capture_line(capture)
 
 
-def test_without_a_world_a_capture_lists_none():
-    from graphbreak_doctor.diagnose import target_builder, trace_cudagraphs
+def test_a_declared_collective_counts_until_the_log_is_left():
+    import torch
 
-    findings = trace_cudagraphs(target_builder("fixtures.tensor_parallel:functional"), device="sm120")
-    # No world: the functional collective has no group to run in.
-    (capture,) = findings.cudagraphs.phases[0].captures
-    assert capture.collectives == []
+    op = torch.ops.aten.add.Tensor
+    with UndoLog() as log:
+        world.declare_collectives(log, {"aten::add.Tensor": ("here.py", "")})
+        assert world.is_collective(op) and world.files_of(op) == ("here.py", "")
+    assert not world.is_collective(op) and world.files_of(op) == ("", "")
+    assert world.is_collective(torch.ops.c10d.allreduce_.default)

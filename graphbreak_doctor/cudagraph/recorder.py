@@ -231,7 +231,7 @@ class Recorder:
         if site is None and wrapper:
             stack = [f for f in stack if os.path.abspath(f.file) != wrapper]
         site = site or actionable_frame(stack)
-        name = func.name().replace(".default", "")
+        name = world.op_name(func)
         key = (name, via, site.file if site else "", site.line if site else 0)
         if key in self._collectives:
             self._collectives[key].count += 1
@@ -283,7 +283,7 @@ class _Operators(TorchDispatchMode):
                 # A framework's own operator (its communicator's all-reduce):
                 # the operators it runs are below this mode; the collectives
                 # among them are seen by one of their own.
-                with _Collectives(self.recorder, func.name().replace(".default", "")):
+                with _Collectives(self.recorder, world.op_name(func)):
                     return func(*args, **kwargs)
             return func(*args, **kwargs)
         except DynamicOutputShapeException:

@@ -98,15 +98,20 @@ def declare_collectives(log: UndoLog, ops: dict[str, tuple[str, str]]) -> None:
     log.setattr(sys.modules[__name__], "_declared", {**_declared, **ops})
 
 
+def op_name(op: Any) -> str:
+    """An operator's name as frameworks declare it: "ns::name", or "ns::name.overload" for another overload."""
+    return op.name().replace(".default", "")
+
+
 def files_of(op: Any) -> tuple[str, str]:
     """(defining file, wrapper file) of a collective a framework declared; ('', '') for torch's own."""
-    return _declared.get(op.name().replace(".default", ""), ("", ""))
+    return _declared.get(op_name(op), ("", ""))
 
 
 def is_collective(op: Any) -> bool:
     """Whether the operator ``op`` (an OpOverload) is a collective: torch's
     own, or one a framework declared."""
-    return op.namespace in TORCH_COLLECTIVE_NAMESPACES or op.name().replace(".default", "") in _declared
+    return op.namespace in TORCH_COLLECTIVE_NAMESPACES or op_name(op) in _declared
 
 
 def no_peer_queue(log: UndoLog, queue_cls: Any, factory: str = "create_from_process_group") -> None:
@@ -131,4 +136,4 @@ def _leave() -> None:
         dist.destroy_process_group()
 
 
-__all__ = ["FAKE", "TORCH_COLLECTIVE_NAMESPACES", "World", "declare_collectives", "files_of", "is_collective", "join", "joined", "no_peer_queue"]
+__all__ = ["FAKE", "TORCH_COLLECTIVE_NAMESPACES", "World", "declare_collectives", "files_of", "is_collective", "join", "joined", "no_peer_queue", "op_name"]

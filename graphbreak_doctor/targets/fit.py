@@ -14,6 +14,8 @@ from typing import Any, Iterable
 
 import torch
 
+from graphbreak_doctor.emulation import world
+
 GB = 1000 ** 3
 
 
@@ -71,4 +73,19 @@ def verdict(found: dict[str, Any], memory_bytes: int, fraction: float | None, op
     return out
 
 
-__all__ = ["GB", "verdict", "weights"]
+def assess(model: torch.nn.Module, layers: list[torch.nn.Module], kinds: list[str], fraction: float | None,
+           option: str) -> tuple[dict[str, Any] | None, str]:
+    """weights() and verdict() on the current (emulated) GPU: the record (None
+    where it cannot be worked out) and the findings' note, "memory (rank 0
+    of 8): ..."."""
+    here = world.joined() or world.World(1, 0)
+    try:
+        record = verdict(weights(model, layers, kinds), torch.cuda.get_device_properties(0).total_memory,
+                         fraction, option, torch.cuda.get_device_name())
+        said = record["text"]
+    except ValueError as e:  # a kind of layer the reduced model does not hold: said, not guessed
+        record, said = None, f"not worked out: {e}"
+    return record, f"memory (rank {here.rank} of {here.size}): {said}"
+
+
+__all__ = ["GB", "assess", "verdict", "weights"]

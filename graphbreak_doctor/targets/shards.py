@@ -25,14 +25,13 @@ def layer_tensors(layer: torch.nn.Module) -> dict[str, dict[str, Any]]:
     return out
 
 
-def by_kind(layers: Iterable[torch.nn.Module], kind_of: Any = None) -> dict[str, dict[str, Any]]:
-    """The first layer of each kind among ``layers`` ("dense", "moe": by
-    whether its MLP holds experts, unless ``kind_of(layer)`` says): its index,
+def by_kind(layers: Iterable[torch.nn.Module]) -> dict[str, dict[str, Any]]:
+    """The first layer of each kind among ``layers`` (layer_kind): its index,
     its MLP's class, its tensors and their bytes in all."""
     found: dict[str, dict[str, Any]] = {}
     for index, layer in enumerate(layers):
         mlp = getattr(layer, "mlp", None)
-        kind = kind_of(layer) if kind_of is not None else layer_kind(layer)
+        kind = layer_kind(layer)
         if kind in found:
             continue
         tensors = layer_tensors(layer)

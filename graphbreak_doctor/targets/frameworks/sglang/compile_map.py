@@ -89,13 +89,10 @@ def discover_compile_regions(target: Target, log: UndoLog, phase_scope: Callable
         phases = launch["phases"] = dict(launch.get("phases") or {})
         phases["decode"] = f"{phases.get('decode', '')}; {compiled.describe()}".lstrip("; ")
     info.notes.insert(0, model_note(info, rt, model, layers, full))
-    where = info.facts["launch"].get("layout") or {}
-    try:
-        memory = info.facts["memory"] = memory_fit(rt, model, full)
-        said = memory["text"]
-    except ValueError as e:  # a kind of layer the reduced model does not hold: said, not guessed
-        said = f"not worked out: {e}"
-    info.notes.append(f"memory (rank {where.get('rank', 0)} of {where.get('world_size', 1)}): {said}")
+    memory, note = memory_fit(rt, model, full)
+    if memory is not None:
+        info.facts["memory"] = memory
+    info.notes.append(note)
     # The CUDA-graph map captures the model this build made (cudagraphs.py).
     target.cudagraphs = functools.partial(cudagraphs.capture_phases, rt, model, layers)
 

@@ -106,15 +106,13 @@ def fill_target_info(info: TargetInfo, module: torch.nn.Module, rt: runtime.Runt
     info.opaque_ops = {op: text for op, text in OPAQUE_OPS.items() if _registered(op)}
 
 
-def memory_fit(rt: runtime.Runtime, model: torch.nn.Module, full: int) -> dict[str, Any]:
-    """Does the launch fit on the device (targets/fit.py): this rank's weights
-    for the whole model of ``full`` decoder layers, at the static memory
-    fraction SGLang resolved."""
-    built = list(model.model.layers)
+def memory_fit(rt: runtime.Runtime, model: torch.nn.Module, full: int) -> tuple[dict[str, Any] | None, str]:
+    """Does the launch fit on the device (fit.assess): this rank's weights for
+    the whole model of ``full`` decoder layers, at the static memory fraction
+    SGLang resolved."""
     kinds = ["moe" if depth.is_moe(kind) else "dense" for kind in depth.layer_kinds(rt, full)]
-    found = fit.weights(model, built, kinds)
-    return fit.verdict(found, torch.cuda.get_device_properties(0).total_memory, runtime.mem_fraction_static(rt),
-                       "--mem-fraction-static", torch.cuda.get_device_name())
+    return fit.assess(model, list(model.model.layers), kinds, runtime.mem_fraction_static(rt),
+                      "--mem-fraction-static")
 
 
 def _unquantized(rt: runtime.Runtime) -> str:

@@ -110,17 +110,13 @@ def _build(target: Target, config: Any, log: UndoLog) -> vllm_model.Built:
         # This rank's shard of one decoder layer of each kind, as vLLM's loader sized it.
         target.info.facts["shards"] = shards.by_kind(list(layers)[:built.layers])
         if built.kinds:
-            try:
-                found = fit.weights(built.model, list(layers)[:built.layers], built.kinds)
-                # A release may leave it unset (None) where the launch sizes the KV cache otherwise.
-                fraction = getattr(config.cache_config, "gpu_memory_utilization", None)
-                memory = target.info.facts["memory"] = fit.verdict(
-                    found, torch.cuda.get_device_properties(0).total_memory,
-                    float(fraction) if fraction else None, "--gpu-memory-utilization", torch.cuda.get_device_name())
-                said = memory["text"]
-            except ValueError as e:  # a kind of layer the reduced model does not hold: said, not guessed
-                said = f"not worked out: {e}"
-            target.info.notes.append(f"memory (rank {here.rank} of {here.size}): {said}")
+            # A release may leave it unset (None) where the launch sizes the KV cache otherwise.
+            fraction = getattr(config.cache_config, "gpu_memory_utilization", None)
+            memory, note = fit.assess(built.model, list(layers)[:built.layers], built.kinds,
+                                      float(fraction) if fraction else None, "--gpu-memory-utilization")
+            if memory is not None:
+                target.info.facts["memory"] = memory
+            target.info.notes.append(note)
     resolved = target.info.facts["launch"]["resolved"]
     if resolved["mode"] == "STOCK_TORCH_COMPILE":
         # vLLM's model runner compiles the whole model in place, with
