@@ -70,6 +70,15 @@ def test_glm5_at_tp8_maps_as_rank_0_of_8_with_its_own_shards(cli):
     assert memory["fits"] and 0 < memory["kv_cache_bytes"] < memory["device_memory_bytes"] - memory["weights_bytes"]
     assert any(note.startswith("memory (rank 0 of 8): fits: ") for note in findings["target"]["notes"])
     _tp8_weights.append(memory["weights_bytes"])
+    # The communicators SGLang chose for the node's topology: eight PCIe GPUs,
+    # no NVLink (NVML's answers), so SGLang declines its custom all-reduce
+    # in its own words.
+    talk = facts["launch"]["communicators"]
+    (tp,) = [g for g in talk["groups"] if g["group"].startswith("tp")]
+    assert tp["ranks"] == TP and "CustomAllreduce" in tp["disabled"] and "CustomAllreduce" not in tp["enabled"]
+    assert any("not supported on more than two PCIe-only GPUs" in line for line in talk["said"]), talk
+    assert any(note.startswith(f"communicators (rank 0 of 8): {tp['group']} (8 ranks): ")
+               for note in findings["target"]["notes"])
     layers = facts["layers_built"]
     for phase in found["phases"]:
         assert phase["captures"] and all(c["error"] == "" for c in phase["captures"]), phase["captures"]
@@ -114,6 +123,10 @@ def test_deepseek_v3_at_tp8_on_h200_fuses_the_all_reduce_with_the_norm_where_sgl
     config = json.loads((ROOT / "graphbreak_doctor/targets/models/deepseek_v3/configs/config.json").read_text())
     assert facts["launch"]["layout"]["world_size"] == TP
     assert facts["shards"]["dense"]["attention_heads"] == config["num_attention_heads"] // TP
+    # An HGX H200 board: NVLink between every pair, so nothing is declined
+    # for the topology.
+    talk = facts["launch"]["communicators"]
+    assert talk["groups"] and not any("PCIe-only" in line for line in talk["said"]), talk
     layers = facts["layers_built"]
     found = findings["cudagraphs"]
     for phase in found["phases"]:

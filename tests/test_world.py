@@ -1,7 +1,8 @@
 """The emulated world (emulation/world.py): the traced rank of N ranks over
 torch's fake process group. Every group any code asks for is fake, object
 collectives leave this rank's objects, nothing waits on a peer, leaving the
-undo log puts torch.distributed back; and a CUDA-graph capture inside such a
+undo log puts torch.distributed back, a node check answers from the node
+size (not from a sum over peers); and a CUDA-graph capture inside such a
 world lists the collectives its segments ran (fixtures/tensor_parallel.py)."""
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ with UndoLog() as log:
     dist.broadcast_object_list(objects, src=0, group=gloo)
     gathered = [None] * 8
     dist.all_gather_object(gathered, "mine")
-    print(here, dist.get_backend(gloo), dist.get_backend(nccl), dist.get_rank(nccl), t.tolist(), objects, gathered[0])
+    print(here, dist.get_backend(gloo), dist.get_backend(nccl), dist.get_rank(nccl), t.tolist(), objects, gathered.count("mine"))
 print("after", dist.is_initialized())
 """
 
@@ -42,7 +43,7 @@ def test_a_rank_of_eight_never_waits_and_every_group_is_fake():
     done = subprocess.run([sys.executable, "-c", _PEERLESS], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     lines = done.stdout.splitlines()
-    assert lines[0] == "World(size=8, rank=3) fake fake 3 [0.0, 1.0, 2.0, 3.0] [{'rank': 3}] mine", lines
+    assert lines[0] == "World(size=8, rank=3) fake fake 3 [0.0, 1.0, 2.0, 3.0] [{'rank': 3}] 8", lines
     assert lines[-1] == "after False"
 
 
@@ -85,3 +86,28 @@ def test_a_declared_collective_counts_until_the_log_is_left():
         assert world.is_collective(op) and world.files_of(op) == ("here.py", "")
     assert not world.is_collective(op) and world.files_of(op) == ("", "")
     assert world.is_collective(torch.ops.c10d.allreduce_.default)
+
+
+def test_a_node_check_answers_from_the_nodes_size():
+    # A framework asks which ranks share a node by summing one-hot flags over
+    # the group; a fake all-reduce sums nothing, so the world answers it.
+    import types
+
+    def in_the_same_node_as(group, source_rank=0):
+        raise AssertionError("the framework's own check ran")
+
+    holder = types.ModuleType("a_framework_parallel_state")
+    holder.in_the_same_node_as = in_the_same_node_as
+    sys.modules[holder.__name__] = holder
+    try:
+        with UndoLog() as log:
+            world.join(log, 16, 0, node_gpus=8)
+            world.answer_node_check(log, in_the_same_node_as)
+            assert holder.in_the_same_node_as(dist.group.WORLD) == [True] * 8 + [False] * 8
+            second = dist.new_group(list(range(8, 16)))
+            assert world.same_node(second) == [True] * 8
+            across = dist.new_group([6, 7, 8, 9])
+            assert world.same_node(across, source_rank=0) == [True, True, False, False]
+        assert holder.in_the_same_node_as is in_the_same_node_as
+    finally:
+        del sys.modules[holder.__name__]

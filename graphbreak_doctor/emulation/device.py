@@ -12,7 +12,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 from graphbreak_doctor.emulation.host_memory import HostMemoryMode
 
-from graphbreak_doctor.emulation import cuda_driver, cuda_runtime, dsl_dry, torch_surface
+from graphbreak_doctor.emulation import cuda_driver, cuda_runtime, dsl_dry, nvml, torch_surface
 from graphbreak_doctor.emulation import flashinfer as flashinfer_emulation
 from graphbreak_doctor.emulation.flashinfer import JitRecord
 from graphbreak_doctor.emulation.preset import DevicePreset
@@ -119,6 +119,7 @@ class EmulatedDevice:
                 cuda_runtime.install(log, self.gpus, self._exercised)
                 dsl_dry.install(log, self.dry_launch)
                 cuda_driver.install(log, self.preset, self.gpus, self._exercised)
+                nvml.install(log, self.preset, self.gpus, self._exercised)
                 self._facts = flashinfer_emulation.install(self.preset, log, self._record, scratch, self.gpus)
                 if read_at_import:
                     self._facts["flashinfer_imported_under_emulation"] = (

@@ -9,7 +9,8 @@ shape and this rank's own values (nothing is sent, nothing is reduced), so
 shapes, code paths and graph structure are this rank's; every group any code
 asks for afterwards (``nccl``, ``gloo``, a vendor's backend) is a fake group
 over the same ranks, and an object collective leaves this rank's objects as
-they are (the value the traced rank itself holds). What it is not: no
+they are (a broadcast) or gives every rank this rank's object (an
+all-gather): the value the traced rank itself holds. What it is not: no
 bandwidth, no NCCL kernel behaviour, no numerics across ranks, and nothing
 ever waits on a peer. docs/emulation.md, "The emulated world".
 
@@ -26,7 +27,7 @@ from typing import Any
 import torch.distributed as dist
 from torch.distributed import distributed_c10d
 
-from graphbreak_doctor.patching import UndoLog
+from graphbreak_doctor.patching import UndoLog, references
 
 FAKE = "fake"
 # torch.distributed's own operators: every collective a framework runs
@@ -36,6 +37,8 @@ TORCH_COLLECTIVE_NAMESPACES = ("c10d", "_c10d_functional")
 # files of its code: the module that defines it, and the wrapper the
 # framework calls it through (declared by the framework: declare_collectives).
 _declared: dict[str, tuple[str, str]] = {}
+# The GPUs of one node of the world (join's node_gpus).
+_node_gpus = 1
 
 
 @dataclass(frozen=True)
@@ -56,12 +59,14 @@ def joined() -> World | None:
     return World(dist.get_world_size(), dist.get_rank())
 
 
-def join(log: UndoLog, size: int, rank: int = 0) -> World:
+def join(log: UndoLog, size: int, rank: int = 0, node_gpus: int = 1) -> World:
     """Make this process rank ``rank`` of a fake world of ``size`` ranks
-    (undone with ``log``). ValueError for a rank outside the world, or a
-    process that is already a rank of another world."""
+    (undone with ``log``), whose ranks fill nodes of ``node_gpus`` GPUs in
+    order (ranks 0..node_gpus-1 on the first node). ValueError for a rank
+    outside the world, or a process that is already a rank of another world."""
     if size < 1 or not 0 <= rank < size:
         raise ValueError(f"rank {rank} is not in a world of {size}")
+    log.setattr(sys.modules[__name__], "_node_gpus", max(1, node_gpus))
     if dist.is_initialized():
         raise ValueError("this process already belongs to a torch.distributed world")
     from torch.testing._internal.distributed.fake_pg import FakeStore
@@ -84,10 +89,44 @@ def join(log: UndoLog, size: int, rank: int = 0) -> World:
             return None
         return real_broadcast_objects(object_list, *args, **kwargs)
 
+    real_gather_objects = distributed_c10d.all_gather_object
+
+    def all_gather_object(object_list: list, obj: Any, group: Any = None) -> None:
+        # Every rank of a fake world holds what this rank holds.
+        if _fake(group):
+            object_list[:] = [obj] * len(object_list)
+            return None
+        return real_gather_objects(object_list, obj, group)
+
     for owner in (dist, distributed_c10d):
         log.setattr(owner, "new_group", new_group)
         log.setattr(owner, "broadcast_object_list", broadcast_object_list)
+        log.setattr(owner, "all_gather_object", all_gather_object)
     return World(size, rank)
+
+
+def same_node(group: Any, source_rank: int = 0) -> list[bool]:
+    """For each rank of ``group`` (a process group of the fake world), whether
+    it is on the node of the group's rank ``source_rank``: the answer a
+    framework's node check gets on the real server, where it sums one-hot
+    flags over the group (a fake all-reduce sums nothing)."""
+    ranks = dist.get_process_group_ranks(group)
+    node = ranks[source_rank] // _node_gpus
+    return [r // _node_gpus == node for r in ranks]
+
+
+def answer_node_check(log: UndoLog, check: Any) -> None:
+    """A framework's check of which ranks of a group share a node
+    (``check(group, source_rank=0) -> list[bool]``) answered by
+    ``same_node`` wherever a module holds it (with ``log``)."""
+    if check is None:
+        return
+
+    def in_the_same_node_as(group: Any, source_rank: int = 0) -> list[bool]:
+        return same_node(group, source_rank)
+
+    for module, name in references(check):
+        log.setattr(module, name, in_the_same_node_as)
 
 
 def declare_collectives(log: UndoLog, ops: dict[str, tuple[str, str]]) -> None:
@@ -136,4 +175,4 @@ def _leave() -> None:
         dist.destroy_process_group()
 
 
-__all__ = ["FAKE", "TORCH_COLLECTIVE_NAMESPACES", "World", "declare_collectives", "files_of", "is_collective", "join", "joined", "no_peer_queue", "op_name"]
+__all__ = ["FAKE", "TORCH_COLLECTIVE_NAMESPACES", "World", "answer_node_check", "declare_collectives", "files_of", "is_collective", "join", "joined", "no_peer_queue", "op_name", "same_node"]

@@ -65,6 +65,10 @@ _COMPILE_FIELDS = re.compile(r"cuda_graph|piecewise|torch_compile|compile_bs|cap
                              r"moe_runner_backend|gemm_backend|moe_a2a_backend|kv_cache_dtype|^page_size$")
 # What SGLang logs while it resolves that is about compiling or capturing.
 _COMPILE_WORDS = re.compile(r"piecewise|torch[ ._-]?compile|cuda[ _-]?graph", re.IGNORECASE)
+# What SGLang logs while it builds its process groups that is about the
+# communicators it sets up or declines.
+COMMUNICATION_WORDS = re.compile(r"all[ _-]?reduce|nccl|communicator|symmetric|symm|p2p|nvlink|ipc|fabric|clique",
+                                 re.IGNORECASE)
 # Terminal colours SGLang puts around some of its warnings.
 _COLOURS = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -137,15 +141,16 @@ def parse(server_args_cls: Any, release: str, config_dir: str, user_args: list[s
 
 
 @contextlib.contextmanager
-def sglang_log() -> Iterator[list[str]]:
-    """What SGLang's loggers say (warning and above) meanwhile, about compiling
-    or capturing; nothing else is kept, and nothing is printed."""
+def sglang_log(about: re.Pattern = _COMPILE_WORDS) -> Iterator[list[str]]:
+    """What SGLang's loggers say (warning and above) meanwhile, ``about``
+    compiling or capturing by default; nothing else is kept, and nothing is
+    printed."""
     said: list[str] = []
 
     class Keep(logging.Handler):
         def emit(self, record: logging.LogRecord) -> None:
             text = one_line(_COLOURS.sub("", record.getMessage()), 400)
-            if _COMPILE_WORDS.search(text) and text not in said:
+            if about.search(text) and text not in said:
                 said.append(text)
 
     logger = logging.getLogger("sglang")

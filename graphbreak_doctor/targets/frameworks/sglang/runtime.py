@@ -118,8 +118,14 @@ def _distributed(log: UndoLog, server_args: Any, rank: int) -> None:
     with UndoLog() as keep:
         keep.setattr(trace_rules, "clear_lru_cache", lambda: None)
         if size > 1:
-            world.join(log, size, rank)
+            world.join(log, size, rank, node_gpus=torch.cuda.device_count())
             world.no_peer_queue(log, optional("sglang.srt.distributed.device_communicators.shm_broadcast:MessageQueue"))
+            world.answer_node_check(log, optional("sglang.srt.distributed.parallel_state:in_the_same_node_as"))
+            # SGLang tests peer-to-peer access between the node's GPUs by
+            # copying between them in a subprocess (no GPU there); its own
+            # switch trusts the driver's report instead, which the emulated
+            # node answers (every pair of one node reaches the other).
+            log.setenv("SGLANG_SKIP_P2P_CHECK", "1")
             init(world_size=size, rank=rank, local_rank=rank % max(1, torch.cuda.device_count()),
                  backend="nccl", distributed_init_method="fake://")
         else:
@@ -172,19 +178,21 @@ def _layout(server_args: Any) -> dict[str, int]:
     return {**sizes, **here.as_dict()}
 
 
-def _model_parallel(log: UndoLog, server_args: Any) -> None:
+def _model_parallel(log: UndoLog, server_args: Any) -> list[str]:
     """SGLang's model-parallel groups at the launch's widths (older releases
-    take them as arguments; newer ones read the published launch)."""
+    take them as arguments; newer ones read the published launch). Returns
+    what SGLang logged meanwhile about the communicators it set up or declined."""
     parallel = importlib.import_module("sglang.srt.distributed.parallel_state")
     if parallel.model_parallel_is_initialized():
-        return
+        return []
     unset = [name for name, value in vars(parallel).items() if name.startswith("_") and name.isupper() and value is None]
     many = world.joined() is not None
-    call(parallel.initialize_model_parallel,
-         tensor_model_parallel_size=int(getattr(server_args, "tp_size", 1) or 1),
-         pipeline_model_parallel_size=int(getattr(server_args, "pp_size", 1) or 1),
-         expert_model_parallel_size=int(getattr(server_args, "ep_size", 1) or 1),
-         backend="nccl" if many else "gloo")
+    with launch.sglang_log(launch.COMMUNICATION_WORDS) as said:
+        call(parallel.initialize_model_parallel,
+             tensor_model_parallel_size=int(getattr(server_args, "tp_size", 1) or 1),
+             pipeline_model_parallel_size=int(getattr(server_args, "pp_size", 1) or 1),
+             expert_model_parallel_size=int(getattr(server_args, "ep_size", 1) or 1),
+             backend="nccl" if many else "gloo")
     # After SGLang's teardown (which runs first): the groups it leaves set
     # (0.5.9 forgets the attention group) are unset again, so the process can
     # build once more.
@@ -197,6 +205,42 @@ def _model_parallel(log: UndoLog, server_args: Any) -> None:
     destroy = getattr(parallel, "destroy_model_parallel", None)
     if destroy is not None:
         log.call_on_undo(destroy)
+    return said
+
+
+def communicators(said: list[str]) -> dict[str, Any]:
+    """The device communicators SGLang set up for each of this rank's process
+    groups of more than one rank, as its group coordinator holds them (each
+    ``*_comm`` / ``*_communicator`` it made: its class, and whether it is
+    enabled), with what SGLang said while it chose them (a communicator it
+    declined for the device's topology, or one that could not be built
+    here)."""
+    parallel = importlib.import_module("sglang.srt.distributed.parallel_state")
+    out = []
+    for name, ref in sorted(getattr(parallel, "_groups", {}).items()):
+        group = ref() if callable(ref) else ref
+        if group is None or int(getattr(group, "world_size", 1) or 1) <= 1:
+            continue
+        made = {type(value).__name__: not getattr(value, "disabled", False)
+                for attr, value in vars(group).items()
+                if value is not None and attr.endswith(("_comm", "_communicator")) and not isinstance(value, bool)}
+        out.append({"group": name, "ranks": int(group.world_size),
+                    "enabled": sorted(k for k, on in made.items() if on),
+                    "disabled": sorted(k for k, on in made.items() if not on)})
+    return {"groups": out, "said": list(said)}
+
+
+def communicator_note(record: dict[str, Any]) -> str:
+    """One line of ``communicators``' record for the findings' notes ("" for
+    a world of one): each group's enabled communicators, then what SGLang said."""
+    groups = record.get("groups") or []
+    if not groups:
+        return ""
+    here = world.joined() or world.World(1, 0)
+    parts = [f"{g['group']} ({g['ranks']} ranks): {', '.join(g['enabled']) or 'none enabled'}" for g in groups]
+    said = "; ".join(one_line(text, 160) for text in record.get("said") or ())
+    return (f"communicators (rank {here.rank} of {here.size}): " + "; ".join(parts)
+            + (f" -- SGLang said: {said}" if said else ""))
 
 
 def _dp_attention(server_args: Any, model_config: Any, log: UndoLog) -> None:
@@ -342,7 +386,7 @@ def set_up(config_dir: str, log: UndoLog, *, launch_args: tuple[str, ...] = (), 
         why = "; ".join(said + rules) or "its resolved arguments leave tc_piecewise off"
         raise TargetError(f"SGLang {version()} does not compile the prefill with tc_piecewise for this launch: "
                           f"{why}" + (f" ({force} keeps it on)" if force else ""))
-    _model_parallel(log, server_args)
+    talked = _model_parallel(log, server_args)
     _backend_configs(server_args)
     _, model_config_cls = require("sglang.srt.configs.model_config:ModelConfig")
     _, load_config_cls = require("sglang.srt.configs.load_config:LoadConfig")
@@ -361,7 +405,7 @@ def set_up(config_dir: str, log: UndoLog, *, launch_args: tuple[str, ...] = (), 
         # The facts every framework's launch has (framework, release, resolved), then SGLang's own.
         "framework": "sglang", "release": version(), "arguments": list(launch_args), "command_line": argv,
         "resolved": fields, "phases": launch.phases(fields), "layout": _layout(server_args),
-        "sglang_said": said, "sglang_rules": rules})
+        "communicators": communicators(talked), "sglang_said": said, "sglang_rules": rules})
     _shared_experts(runtime)
     return runtime
 

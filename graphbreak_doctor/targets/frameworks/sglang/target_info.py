@@ -79,6 +79,9 @@ def fill_target_info(info: TargetInfo, module: torch.nn.Module, rt: runtime.Runt
     info.notes.append(f"compile state: {state}; eager warm-up: "
                       + ("skipped (--cold)" if cold else "ran first, as SGLang warms up before it compiles"))
     info.notes.extend(rt.notes)
+    talk = runtime.communicator_note(rt.launch.get("communicators") or {})
+    if talk:
+        info.notes.append(talk)
     if rt.model_cls is not None:
         info.notes.append(f"model: SGLang's registry serves {rt.architecture} with "
                           f"{rt.model_cls.__module__}.{rt.model_cls.__qualname__}; quantization: "
