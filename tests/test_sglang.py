@@ -449,10 +449,10 @@ def test_default_impl_is_sglang_where_it_is_installed():
 def test_a_release_without_a_known_setup_api_is_one_line_and_exit_2():
     code = (
         "import sys\n"
-        "from graphbreak_doctor.targets.frameworks.sglang import runtime\n"
-        "real = runtime._lookup\n"
+        "from graphbreak_doctor.targets.frameworks.sglang import release\n"
+        "real = release._lookup\n"
         "gone = ('sglang.srt.runtime_context:publish', 'sglang.srt.server_args:set_global_server_args_for_scheduler')\n"
-        "runtime._lookup = lambda path: None if path in gone else real(path)\n"
+        "release._lookup = lambda path: None if path in gone else real(path)\n"
         "from graphbreak_doctor.cli import main\n"
         "sys.exit(main(['trace', '--layer', 'dense', '--impl', 'sglang', '--mode', 'fullgraph', '--in-process', "
         "'--no-html']))\n"

@@ -25,10 +25,10 @@ TP = 8
 _tp8_weights: list[int] = []
 
 
-def _run(cli, *args: str, model: str = "glm5-nvfp4", device: str = "sm120"):
+def _run(cli, *args: str, model: str = "glm5-nvfp4", device: str = "sm120", env: dict | None = None):
     out = Path(tempfile.mkdtemp()) / "findings.json"
     result = cli("trace", "--model", "--model-path", model, "--device", device, "--mode", "map", *args,
-                 "--json", str(out), "--no-html", "--in-process")
+                 "--json", str(out), "--no-html", "--in-process", env=env)
     return result, (json.loads(out.read_text()) if out.exists() else None), out
 
 
@@ -89,6 +89,10 @@ def test_glm5_at_tp8_maps_as_rank_0_of_8_with_its_own_shards(cli):
             reduced = [c for c in capture["collectives"] if c["op"] == "sglang::inplace_all_reduce"]
             assert sum(c["count"] for c in reduced) == 1 + 2 * layers, capture["collectives"]
             assert {c["site"]["qualname"] for c in reduced} == {"GroupCoordinator.all_reduce"}
+            # Run by the communicator SGLang readies for graphs here (no custom
+            # all-reduce over PCIe): PyNccl, over the emulated NCCL library.
+            assert _communicator_calls(capture, "sglang::inplace_all_reduce") == {
+                "nccl::ncclAllReduce": 1 + 2 * layers}, capture["collectives"]
 
 
 @pytest.mark.slow
@@ -104,11 +108,26 @@ def test_glm5_at_tp4_does_not_fit_on_96_gb_gpus(cli):
 
 
 def _reductions(capture: dict) -> dict[str, int]:
+    """SGLang's own all-reduce operators (not what they run inside: "via")."""
     out: dict[str, int] = {}
     for c in capture["collectives"]:
-        if "all_reduce" in c["op"] or "allreduce" in c["op"]:
+        if not c["via"] and ("all_reduce" in c["op"] or "allreduce" in c["op"]):
             out[c["op"]] = out.get(c["op"], 0) + c["count"]
     return out
+
+
+def _communicator_calls(capture: dict, via: str) -> dict[str, int]:
+    """What SGLang's operator ``via`` ran: its communicator's collectives."""
+    out: dict[str, int] = {}
+    for c in capture["collectives"]:
+        if c["via"] == via:
+            out[c["op"]] = out.get(c["op"], 0) + c["count"]
+    return out
+
+
+# SGLang's own switch to its IPC custom all-reduce (the one its releases
+# before the symmetric-memory communicator use): the doctor stands that one in.
+_CUSTOM_AR = {"SGLANG_OPT_USE_CUSTOM_ALL_REDUCE_V2": "0"}
 
 
 @pytest.mark.slow
@@ -117,7 +136,7 @@ def test_deepseek_v3_at_tp8_on_h200_fuses_the_all_reduce_with_the_norm_where_sgl
     FlashInfer's fused kernel up to its token limit, and to the plain
     all-reduce above it: the map names each, as many times as the layers
     need one (after the embedding, after each attention, after each MLP)."""
-    result, findings, _ = _run(cli, "--sglang-args", f"--tp {TP}", model="deepseek-v3", device="h200")
+    result, findings, _ = _run(cli, "--sglang-args", f"--tp {TP}", model="deepseek-v3", device="h200", env=_CUSTOM_AR)
     assert result.returncode in (0, 1) and findings is not None, result.stderr[-3000:]
     facts = findings["target"]["facts"]
     config = json.loads((ROOT / "graphbreak_doctor/targets/models/deepseek_v3/configs/config.json").read_text())
@@ -136,6 +155,35 @@ def test_deepseek_v3_at_tp8_on_h200_fuses_the_all_reduce_with_the_norm_where_sgl
             assert sum(reductions.values()) == 1 + 2 * layers, capture["collectives"]
     smallest = found["phases"][0]["captures"][0]
     assert _reductions(smallest).get("sglang::flashinfer_allreduce_residual_rmsnorm", 0) > 0, smallest
+    # The plain all-reduce runs SGLang's custom all-reduce (NVLink between
+    # every pair: its choice), inside the process groups' capture context,
+    # which registers the buffers its graphs read: no hazard.
+    assert _communicator_calls(smallest, "sglang::outplace_all_reduce") == {
+        "sgl_kernel::all_reduce": _reductions(smallest)["sglang::outplace_all_reduce"]}, smallest["collectives"]
+    assert not [h for p in found["phases"] for c in p["captures"] for h in c["hazards"]
+                if h["category"] == "cudagraph-unregistered-buffer"]
+
+
+@pytest.mark.slow
+def test_a_custom_all_reduce_captured_outside_the_capture_context_is_a_hazard(cli):
+    """A runner that captures without the process groups' capture context
+    (fixtures/without_capture_context): the custom all-reduce's graph
+    buffers are never registered with the peers, so each capture holding one
+    reports it, at the all-reduce, with the fix."""
+    env = {**_CUSTOM_AR, "PYTHONPATH": str(ROOT / "fixtures" / "without_capture_context")}
+    result, findings, _ = _run(cli, "--sglang-args", f"--tp {TP}", model="deepseek-v3", device="h200", env=env)
+    assert result.returncode in (0, 1) and findings is not None, result.stderr[-3000:]
+    captures = [c for p in findings["cudagraphs"]["phases"] for c in p["captures"]]
+    assert captures and all(c["error"] == "" for c in captures), captures
+    for capture in captures:
+        custom = _communicator_calls(capture, "sglang::outplace_all_reduce").get("sgl_kernel::all_reduce", 0)
+        unregistered = [h for h in capture["hazards"] if h["category"] == "cudagraph-unregistered-buffer"]
+        # Each capture that ran the custom all-reduce owes one registration per call.
+        assert sum(h["count"] for h in unregistered) == custom, (capture["size"], capture["collectives"])
+        for hazard in unregistered:
+            assert "register_graph_buffers" in hazard["what"] and hazard["fix"] == "capture-in-communicator-context"
+            assert any("custom_all_reduce" in f["file"] for f in hazard["stack"]), hazard["stack"]
+    assert any(_communicator_calls(c, "sglang::outplace_all_reduce") for c in captures)
 
 
 def test_tp7_is_sglangs_own_refusal_in_one_line(cli):

@@ -69,6 +69,7 @@ def cudagraph_map(target: Target, log: UndoLog) -> CudaGraphMap:
     try:
         with contextlib.redirect_stdout(sys.stderr):
             phases = target.cudagraphs(log, session) if target.cudagraphs is not None else [plain(target, session)]
+        session.settle()
     except Exception as e:  # the framework's capture path could not be set up here: the map says why
         return CudaGraphMap(assumed=list(session.assumed),
                             error=f"the CUDA-graph capture could not run: {one_line(f'{type(e).__name__}: {e}', 300)}"

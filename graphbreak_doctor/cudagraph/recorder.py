@@ -39,7 +39,7 @@ import linecache
 import os
 import sys
 import types
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
@@ -57,6 +57,9 @@ from graphbreak_doctor.model.frame import Frame
 from graphbreak_doctor.patching import UndoLog
 
 _TORCH_NAMESPACES = ("aten", "prim", "prims")
+# The category of a captured kernel whose memory was never registered with
+# the peer ranks before the capture phase ended (analysis/categories/).
+UNREGISTERED = "cudagraph-unregistered-buffer"
 _DOCTOR = os.path.dirname(os.path.abspath(graphbreak_doctor.__file__)) + os.sep
 
 
@@ -161,6 +164,9 @@ class Recorder:
         self._breaks: dict[tuple, EagerCall] = {}
         self._hazards: dict[tuple, CudaGraphHazard] = {}
         self._collectives: dict[tuple, Collective] = {}
+        # Kernels captured here that read memory still to be registered with
+        # the peer ranks: hazards unless the library registers it (settle).
+        self.owed: dict[int, CudaGraphHazard] = {}
         self._ended: tuple[str, Frame | None] | None = None
         # Between a segment whose graph block closed and the next one: the
         # framework operators (not torch's own) that ran, and where the first ran.
@@ -168,6 +174,7 @@ class Recorder:
         self._gap_site: Frame | None = None
         self._block: types.FrameType | None = None  # the frame whose graph block closed
         self.assumed: list[str] = []
+        self.via = ""  # the framework operator whose collectives are being watched (_Collectives)
 
     # -- the emulated capture's listener
     def begin(self, graph: Any) -> None:
@@ -225,13 +232,21 @@ class Recorder:
         torch's own, the frame to change."""
         if not cuda_graph.capturing():
             return
-        stack = _user_stack(sys._getframe(2))
-        home, wrapper = (os.path.abspath(f) if f else "" for f in world.files_of(func))
+        self._collective(world.op_name(func), via, world.files_of(func), sys._getframe(2))
+
+    def library_collective(self, name: str) -> None:
+        """A stood-in library ran the collective ``name`` (a C call through
+        the framework's wrapper), inside the framework operator under way."""
+        if cuda_graph.capturing():
+            self._collective(name, self.via, ("", ""), sys._getframe(1))
+
+    def _collective(self, name: str, via: str, files: tuple[str, str], frame: types.FrameType | None) -> None:
+        stack = _user_stack(frame)
+        home, wrapper = (os.path.abspath(f) if f else "" for f in files)
         site = next((f for f in reversed(stack) if home and os.path.abspath(f.file) == home), None)
         if site is None and wrapper:
             stack = [f for f in stack if os.path.abspath(f.file) != wrapper]
         site = site or actionable_frame(stack)
-        name = world.op_name(func)
         key = (name, via, site.file if site else "", site.line if site else 0)
         if key in self._collectives:
             self._collectives[key].count += 1
@@ -251,6 +266,33 @@ class Recorder:
             return
         self._hazards[key] = CudaGraphHazard(category=category, what=what, site=site, stack=stack,
                                              segment=self.capture.segments)
+
+    def unregistered(self, what: str) -> Callable[[], None]:
+        """A kernel captured now reads memory (``what``) to be registered with
+        the peer ranks before replay: owed, with the frame that ran it, until
+        the call returned is made."""
+        stack = _user_stack(sys._getframe(1))
+        site = actionable_frame(stack)
+        if site is not None:
+            stack = stack[:len(stack) - stack[::-1].index(site)]
+        key = len(self.owed) + 1
+        while key in self.owed:
+            key += 1
+        self.owed[key] = CudaGraphHazard(category=UNREGISTERED, what=what, site=site, stack=stack,
+                                         segment=self.capture.segments)
+        return lambda: self.owed.pop(key, None) and None
+
+    def unsettled(self) -> None:
+        """What is still owed when the capture phase is over becomes this
+        capture's hazards (one per site and what, counted)."""
+        for owed in self.owed.values():
+            key = (owed.category, owed.site.file if owed.site else "", owed.site.line if owed.site else 0, owed.what)
+            if key in self._hazards:
+                self._hazards[key].count += 1
+                continue
+            self._hazards[key] = owed
+            self.capture.hazards.append(owed)
+        self.owed.clear()
 
     def assume(self, what: str) -> None:
         if what not in self.assumed:
@@ -278,11 +320,18 @@ class _Operators(TorchDispatchMode):
         else:
             self.recorder.ran_between(func)
         try:
+            # A collective the framework declared with its body runs that
+            # body (warm-ups too), as on a GPU: the communicator it reaches is
+            # what a segment captures.
+            body = world.body_of(func) if world.is_collective(func) else None
+            if body is not None:
+                with _Collectives(self.recorder, world.op_name(func)) if cuda_graph.capturing() else contextlib.nullcontext():
+                    return self._body(func, body, args, kwargs)
             if (cuda_graph.capturing() and func.namespace not in _TORCH_NAMESPACES
                     and not world.is_collective(func)):
-                # A framework's own operator (its communicator's all-reduce):
-                # the operators it runs are below this mode; the collectives
-                # among them are seen by one of their own.
+                # A framework's own operator: the operators it runs are below
+                # this mode; the collectives among them are seen by one of
+                # their own.
                 with _Collectives(self.recorder, world.op_name(func)):
                     return func(*args, **kwargs)
             return func(*args, **kwargs)
@@ -300,12 +349,30 @@ class _Operators(TorchDispatchMode):
             return value
 
 
+    def _body(self, func: Any, body: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+        try:
+            return body(*args, **kwargs)
+        except Exception as e:  # the emulated GPU cannot run it: its fake stands in, and the findings say so
+            self.recorder.assume(f"{world.op_name(func)}'s own code could not run on the emulated GPU "
+                                 f"({type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}); "
+                                 "its fake ran in its place")
+            return func(*args, **kwargs)
+
+
 class _Collectives(TorchDispatchMode):
     """Inside a framework's operator: the collectives it runs."""
 
     def __init__(self, recorder: Recorder, via: str) -> None:
         super().__init__()
         self.recorder, self.via = recorder, via
+
+    def __enter__(self):
+        self.outer, self.recorder.via = self.recorder.via, self.via
+        return super().__enter__()
+
+    def __exit__(self, *exc_info):
+        self.recorder.via = self.outer
+        return super().__exit__(*exc_info)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if world.is_collective(func):
@@ -343,6 +410,13 @@ class _Listener:
         if self.recorder is not None:
             self.recorder.end(graph)
 
+    def unregistered(self, what: str) -> Callable[[], None]:
+        return self.recorder.unregistered(what) if self.recorder is not None else _nothing
+
+
+def _nothing() -> None:
+    return None
+
 
 class Session:
     """The emulated GPU able to capture CUDA graphs, with a recorder per
@@ -351,6 +425,7 @@ class Session:
     def __init__(self, log: UndoLog) -> None:
         self._listener = _Listener()
         self.assumed: list[str] = []
+        self._recorders: list[Recorder] = []
         cuda_graph.install(log, self._listener)
         noted = cuda_runtime._note
 
@@ -360,6 +435,8 @@ class Session:
                 self._listener.recorder.ran(Operation(RUNTIME, name=name))
 
         log.setattr(cuda_runtime, "_note", note)
+        world.listen(log, lambda name: self._listener.recorder.library_collective(name)
+                     if self._listener.recorder is not None else None)
         # A torch.compile region inside the captured code runs as its own
         # Python here: its operators are what the recorder checks.
         log.set_option(torch._dynamo.config, "disable", True)
@@ -368,6 +445,7 @@ class Session:
     def recording(self, size: int) -> Iterator[Recorder]:
         """Record what runs inside (warm-ups and the capture) for ``size``."""
         recorder = Recorder(size)
+        self._recorders.append(recorder)
         self._listener.recorder = recorder
         try:
             with _Operators(recorder), _Functions(recorder):
@@ -375,6 +453,12 @@ class Session:
         finally:
             self._listener.recorder = None
             self.assumed.extend(a for a in recorder.assumed if a not in self.assumed)
+
+    def settle(self) -> None:
+        """The capture phases are over: what each capture still owes (memory
+        never registered with the peers) is a hazard of that capture."""
+        for recorder in self._recorders:
+            recorder.unsettled()
 
 
 __all__ = ["Recorder", "Session"]

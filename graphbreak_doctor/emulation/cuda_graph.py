@@ -18,14 +18,16 @@ CPU build lacks. ``install`` gives the emulated GPU a capture:
 
 What happens inside a capture is the listener's business (the CUDA-graph
 map's recorder, graphbreak_doctor/cudagraph/recorder.py): ``install`` takes
-it, and calls ``begin(graph)`` and ``end(graph)``.
+it, and calls ``begin(graph)`` and ``end(graph)``, and ``unregistered(what)``
+where a stood-in library captures a kernel that reads memory still to be
+registered with its peers before replay (``unregistered``).
 """
 
 from __future__ import annotations
 
 import itertools
 import sys
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 import torch
 
@@ -37,6 +39,8 @@ class Listener(Protocol):
 
     def end(self, graph: EmulatedGraph) -> None: ...
 
+    def unregistered(self, what: str) -> Callable[[], None]: ...
+
 
 class _Nobody:
     def begin(self, graph: EmulatedGraph) -> None:
@@ -44,6 +48,9 @@ class _Nobody:
 
     def end(self, graph: EmulatedGraph) -> None:
         return None
+
+    def unregistered(self, what: str) -> Callable[[], None]:
+        return _settled
 
 
 _listener: Listener = _Nobody()
@@ -60,6 +67,19 @@ def capturing() -> bool:
 def open_graph() -> EmulatedGraph | None:
     """The graph whose capture is open, if one is."""
     return _open
+
+
+def unregistered(what: str) -> Callable[[], None]:
+    """A kernel captured now reads memory (``what``, in words) whose address
+    its library must register with the peer ranks before the graph replays
+    (a communicator's graph buffers): told to the listener, with a call that
+    says it is registered. Replayed unregistered, the kernel reads addresses
+    no peer filled in. Outside a capture nothing is owed."""
+    return _listener.unregistered(what) if capturing() else _settled
+
+
+def _settled() -> None:
+    return None
 
 
 class EmulatedGraph:
@@ -160,4 +180,4 @@ def _close() -> None:
     _open = None
 
 
-__all__ = ["EmulatedGraph", "Listener", "capturing", "install", "open_graph"]
+__all__ = ["EmulatedGraph", "Listener", "capturing", "install", "open_graph", "unregistered"]

@@ -320,6 +320,8 @@ class HostMemoryMode(FakeTensorMode):
             if values.numel() == 0 or values.is_complex():
                 return None
             with unset_fake_temporarily():
+                if values.dtype.is_floating_point and values.element_size() == 1:
+                    values = values.float()  # torch has no min/max of 8-bit floats on the host
                 low, high = float(values.min()), float(values.max())
             return (low, high) if math.isfinite(low) and math.isfinite(high) else None
         entry = self._ranges.get(id(tensor))

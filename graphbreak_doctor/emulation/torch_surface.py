@@ -388,6 +388,7 @@ def _c_surface(note: Callable[[str], None]) -> dict[str, Callable[..., Any]]:
         # build), the emulated GPU is device 0, its allocator never
         # initialized (nothing to empty), a device wait returns.
         "_accelerator_getAccelerator": lambda: torch.device("cuda"),
+        "_get_accelerator": lambda check=False: torch.device("cuda"),
         "_accelerator_getDeviceIndex": lambda: 0,
         "_accelerator_getStream": lambda device_index=0: cuda_runtime.current_stream(_checked(int(device_index))),
         "_accelerator_setDeviceIndex": lambda device: None if _checked(int(device)) is not None else None,

@@ -8,9 +8,11 @@ What the fake world is: every collective returns at once, with its input's
 shape and this rank's own values (nothing is sent, nothing is reduced), so
 shapes, code paths and graph structure are this rank's; every group any code
 asks for afterwards (``nccl``, ``gloo``, a vendor's backend) is a fake group
-over the same ranks, and an object collective leaves this rank's objects as
-they are (a broadcast) or gives every rank this rank's object (an
-all-gather): the value the traced rank itself holds. What it is not: no
+over the same ranks, and an object collective returns the value the traced
+rank itself holds: the world is symmetric (every peer runs this rank's code
+with its values), so an all-gather gives every rank this rank's object and a
+broadcast from a peer delivers what this rank sent in the same call to the
+group (before it has sent any, its own objects stay). What it is not: no
 bandwidth, no NCCL kernel behaviour, no numerics across ranks, and nothing
 ever waits on a peer. docs/emulation.md, "The emulated world".
 
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import torch.distributed as dist
 from torch.distributed import distributed_c10d
@@ -37,6 +39,11 @@ TORCH_COLLECTIVE_NAMESPACES = ("c10d", "_c10d_functional")
 # files of its code: the module that defines it, and the wrapper the
 # framework calls it through (declared by the framework: declare_collectives).
 _declared: dict[str, tuple[str, str]] = {}
+_bodies: dict[str, Callable[..., Any]] = {}
+# Who hears of a collective a stood-in library ran through a framework's own
+# wrapper (a C call, not an operator): the CUDA-graph recorder, while it
+# records (listen).
+_heard: Callable[[str], None] = lambda name: None
 # The GPUs of one node of the world (join's node_gpus).
 _node_gpus = 1
 
@@ -82,12 +89,24 @@ def join(log: UndoLog, size: int, rank: int = 0, node_gpus: int = 1) -> World:
 
     real_broadcast_objects = distributed_c10d.broadcast_object_list
 
+    sent: dict[tuple, list] = {}
+
     def broadcast_object_list(object_list: list, *args: Any, **kwargs: Any) -> None:
-        # A fake broadcast moves no bytes: the objects this rank holds stay.
+        # A fake broadcast moves no bytes. From this rank: what it sends is
+        # kept. From a peer: the world is symmetric (every rank runs this
+        # rank's code with its values), so the peer sends what this rank sent
+        # in the same call to the group -- or, before it has, the objects
+        # this rank holds stay.
         group = kwargs.get("group", args[1] if len(args) > 1 else None)
-        if _fake(group):
-            return None
-        return real_broadcast_objects(object_list, *args, **kwargs)
+        src = kwargs.get("src", args[0] if args else None)
+        if not _fake(group):
+            return real_broadcast_objects(object_list, *args, **kwargs)
+        key = (id(group), len(object_list))
+        if src == rank:
+            sent[key] = list(object_list)
+        elif key in sent:
+            object_list[:] = list(sent[key])
+        return None
 
     real_gather_objects = distributed_c10d.all_gather_object
 
@@ -129,12 +148,32 @@ def answer_node_check(log: UndoLog, check: Any) -> None:
         log.setattr(module, name, in_the_same_node_as)
 
 
-def declare_collectives(log: UndoLog, ops: dict[str, tuple[str, str]]) -> None:
+def declare_collectives(log: UndoLog, ops: dict[str, tuple[str, str]],
+                        bodies: dict[str, Callable[..., Any]] | None = None) -> None:
     """Operators ("ns::name") a framework registered as its own collectives,
     each with (the file that defines it, the file of the wrapper it is called
     through): where its fake runs instead of its body (a fake tensor), the
-    torch collective inside is never seen, so the operator itself counts."""
+    torch collective inside is never seen, so the operator itself counts.
+    ``bodies``: the Python function each operator runs on a GPU (its
+    registered implementation), which a CUDA-graph capture runs in its place
+    so that the communicator the framework chose is what is captured."""
     log.setattr(sys.modules[__name__], "_declared", {**_declared, **ops})
+    log.setattr(sys.modules[__name__], "_bodies", {**_bodies, **(bodies or {})})
+
+
+def body_of(op: Any) -> Callable[..., Any] | None:
+    """The Python function a declared collective runs on a GPU, if the framework gave it."""
+    return _bodies.get(op_name(op))
+
+
+def listen(log: UndoLog, hear: Callable[[str], None]) -> None:
+    """``hear(name)`` is told of each collective a stood-in library runs (with ``log``)."""
+    log.setattr(sys.modules[__name__], "_heard", hear)
+
+
+def ran_in_library(name: str) -> None:
+    """A stood-in library ran the collective ``name`` ("nccl::ncclAllReduce")."""
+    _heard(name)
 
 
 def op_name(op: Any) -> str:
@@ -175,4 +214,4 @@ def _leave() -> None:
         dist.destroy_process_group()
 
 
-__all__ = ["FAKE", "TORCH_COLLECTIVE_NAMESPACES", "World", "answer_node_check", "declare_collectives", "files_of", "is_collective", "join", "joined", "no_peer_queue", "op_name", "same_node"]
+__all__ = ["FAKE", "TORCH_COLLECTIVE_NAMESPACES", "World", "answer_node_check", "body_of", "declare_collectives", "files_of", "is_collective", "join", "joined", "listen", "no_peer_queue", "op_name", "ran_in_library", "same_node"]

@@ -51,4 +51,22 @@ RECIPES = (
             unnamed_call="the random draw",
         ),
     ),
+    Recipe(
+        "capture-in-communicator-context",
+        Advice(
+            "Capture the collective {function} runs inside the framework's graph-capture context, which "
+            "registers its buffers with the peers",
+            "A custom all-reduce reads its peers' buffers through addresses it exchanges with them only when the "
+            "framework's graph-capture context closes (the communicator's capture(): it registers every buffer "
+            "the graphs captured). Captured outside it, the addresses are never registered and each replay reads "
+            "peer pointers nobody filled in. Capture inside the context the framework's own runner uses, or "
+            "register the graph buffers yourself after the capture and before the first replay.",
+            "# the runner's capture loop\n"
+            "with graph_capture(stream=stream) as context:  # the process groups' capture context\n"
+            "    for size in sizes:\n"
+            "        capture_one(size)\n"
+            "# on leaving it, each communicator registers the buffers its graphs read",
+            unnamed_call="the collective",
+        ),
+    ),
 )

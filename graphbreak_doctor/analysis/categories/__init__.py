@@ -17,6 +17,7 @@ from graphbreak_doctor.analysis.categories import (
     cudagraph_frozen_value,
     cudagraph_rng,
     cudagraph_sync,
+    cudagraph_unregistered_buffer,
     data_dependent,
     filesystem,
     logging,
@@ -38,6 +39,7 @@ _BUILT_IN: tuple[Category, ...] = (
     cudagraph_sync.CATEGORY,
     cudagraph_frozen_value.CATEGORY,
     cudagraph_rng.CATEGORY,
+    cudagraph_unregistered_buffer.CATEGORY,
 )
 # The category a break gets when no rule matches.
 FALLBACK = other.CATEGORY.name

@@ -38,7 +38,7 @@ from graphbreak_doctor.frames import raised_at
 from graphbreak_doctor.model.cudagraph import CudaGraphCapture, CudaGraphPhase
 from graphbreak_doctor.patching import UndoLog
 from graphbreak_doctor.targets import TargetError
-from graphbreak_doctor.targets.frameworks.sglang import runtime
+from graphbreak_doctor.targets.frameworks.sglang import distributed, runtime
 from graphbreak_doctor.targets.frameworks.sglang.eager import forward_state
 from graphbreak_doctor.targets.provider import pick_sizes
 from graphbreak_doctor.text import one_line
@@ -56,6 +56,7 @@ HOW = {
 }
 SHAPE_KEY = f"{_EXECUTOR}.runner.shape_key:ShapeKey"
 CAPTURE_MODE = f"{_EXECUTOR}.runner_utils.capture_mode:model_capture_mode"
+GRAPH_CAPTURE = "sglang.srt.distributed.parallel_state:graph_capture"
 CAPTURE_HIDDEN = f"{_EXECUTOR}.forward_batch_info:CaptureHiddenMode"
 # The doctor's batch kind for each of SGLang's capture phases.
 BATCH_PHASE = {"decode": "decode", "prefill": "extend"}
@@ -78,7 +79,7 @@ def capture_phases(rt: runtime.Runtime, model: torch.nn.Module, layers: int, log
         return [CudaGraphPhase(phase=phase, backend="?", note=f"SGLang {runtime.version()} keeps no per-phase "
                                "CUDA-graph config: its capture is not mapped here") for phase in BATCH_PHASE]
     # Every SGLang module the captures run is loaded by now.
-    runtime.declare_collectives(log)
+    distributed.declare_collectives(log)
     out = []
     for phase in BATCH_PHASE:
         settings = config.get(phase) if isinstance(config.get(phase), dict) else {}
@@ -105,6 +106,11 @@ def _capture(resolve: Callable[[Any], Any], phase: str, sizes: list[int], rt: ru
     (as SGLang's runners capture them)."""
     _, shape_key = runtime.require(SHAPE_KEY)
     capture_mode = runtime.optional(CAPTURE_MODE) or contextlib.nullcontext
+    # The process groups' capture context, which SGLang's runners hold around
+    # every capture of a session: it moves the capture to its stream and
+    # readies each communicator for graphs (PyNccl enabled; a custom
+    # all-reduce registers, on leaving, the buffers the graphs read).
+    graph_capture = runtime.optional(GRAPH_CAPTURE)
     done: list[CudaGraphCapture] = []
     backend = None
     stream = torch.cuda.Stream()
@@ -119,6 +125,8 @@ def _capture(resolve: Callable[[Any], Any], phase: str, sizes: list[int], rt: ru
                     if backend is None:
                         backend = resolve(_runner_view(state.runner))
                         session_scope.enter_context(capture_mode())
+                        if graph_capture is not None:
+                            stream = session_scope.enter_context(runtime.call(graph_capture, stream=stream)).stream
                         session_scope.enter_context(backend.capture_session(stream))
                     backend.capture_one(shape_key(size=size), _forward(phase, model, state))
                 except TargetError as e:

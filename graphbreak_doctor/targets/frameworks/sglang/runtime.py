@@ -1,10 +1,9 @@
 """SGLang's own set-up, as its server runs it before it builds a model, in one
-process: a world of one (gloo), or for a launch over N GPUs the traced rank
-of a world of N (emulation/world.py). Releases differ in these APIs; each step
-looks for what the installed release has (never at its version string), and
-a release that has none of the known forms is refused in one line naming
-what is missing. The calls and their order: docs/design.md, "SGLang's
-set-up calls".
+process: its world and process groups (distributed.py: a world of one, or the
+traced rank of a world of N), the published launch, the model's configs.
+Releases differ in these APIs; each step looks for what the installed
+release has (release.py). The calls and their order: docs/design.md,
+"SGLang's set-up calls".
 
 Call inside the device (emulated or real): SGLang reads the device while it
 sets up.
@@ -13,11 +12,7 @@ sets up.
 from __future__ import annotations
 
 import importlib
-import importlib.metadata
 import inspect
-import socket
-import sys
-import types
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -26,47 +21,9 @@ import torch
 from graphbreak_doctor.emulation import world
 from graphbreak_doctor.patching import UndoLog
 from graphbreak_doctor.targets import TargetError
-from graphbreak_doctor.targets.frameworks.sglang import launch
+from graphbreak_doctor.targets.frameworks.sglang import distributed, launch
+from graphbreak_doctor.targets.frameworks.sglang.release import call, optional, require, version
 from graphbreak_doctor.text import one_line
-
-
-def version() -> str:
-    return importlib.metadata.version("sglang")
-
-
-def _lookup(path: str) -> Any:
-    """'pkg.module:attr' -> the object, or None if the release lacks it."""
-    module_name, _, attr = path.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as e:
-        if e.name and module_name.startswith(e.name):
-            return None
-        raise
-    return getattr(module, attr, None) if attr else module
-
-
-def require(*paths: str) -> tuple[int, Any]:
-    """The first of ``paths`` ('module:attr') the installed SGLang has, and
-    its index; TargetError naming them all when it has none."""
-    for i, path in enumerate(paths):
-        found = _lookup(path)
-        if found is not None:
-            return i, found
-    raise TargetError(f"SGLang {version()} cannot be built by graphbreak-doctor: it has no "
-                      + " and no ".join(f"{p.replace(':', '.')}" for p in paths))
-
-
-def optional(path: str) -> Any:
-    return _lookup(path)
-
-
-def call(fn: Callable, *args: Any, **kwargs: Any) -> Any:
-    """Call with the keyword arguments ``fn`` accepts (releases add and drop some)."""
-    params = inspect.signature(fn).parameters
-    if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
-        kwargs = {k: v for k, v in kwargs.items() if k in params}
-    return fn(*args, **kwargs)
 
 
 @dataclass
@@ -87,160 +44,6 @@ class Runtime:
     # The launch: the whole argument line SGLang parsed, what it resolved that
     # decides compiling and capture, and what it logged about them.
     launch: dict[str, Any] = field(default_factory=dict)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def world_size(server_args: Any) -> int:
-    """The ranks of the launch's world, as SGLang's own bootstrap counts them
-    (tensor-parallel x pipeline-parallel ranks)."""
-    return max(1, int(getattr(server_args, "tp_size", 1) or 1)) * max(1, int(getattr(server_args, "pp_size", 1) or 1))
-
-
-def _distributed(log: UndoLog, server_args: Any, rank: int) -> None:
-    """SGLang's world: a world of one (gloo) for a one-GPU launch; for a
-    launch over N GPUs, the traced rank of N ranks over torch's fake process
-    group (emulation/world.py), whose groups SGLang then builds with the
-    backend its server asks for."""
-    from torch._dynamo import trace_rules
-
-    _, init = require("sglang.srt.distributed.parallel_state:init_distributed_environment")
-    if torch.distributed.is_initialized():
-        return
-    size = world_size(server_args)
-    # torch.distributed's initialization clears Dynamo's trace-rule caches;
-    # the map the emulation built (torch.distributed imported) is kept:
-    # docs/design.md, "SGLang's set-up calls".
-    with UndoLog() as keep:
-        keep.setattr(trace_rules, "clear_lru_cache", lambda: None)
-        if size > 1:
-            world.join(log, size, rank, node_gpus=torch.cuda.device_count())
-            world.no_peer_queue(log, optional("sglang.srt.distributed.device_communicators.shm_broadcast:MessageQueue"))
-            world.answer_node_check(log, optional("sglang.srt.distributed.parallel_state:in_the_same_node_as"))
-            # SGLang tests peer-to-peer access between the node's GPUs by
-            # copying between them in a subprocess (no GPU there); its own
-            # switch trusts the driver's report instead, which the emulated
-            # node answers (every pair of one node reaches the other).
-            log.setenv("SGLANG_SKIP_P2P_CHECK", "1")
-            init(world_size=size, rank=rank, local_rank=rank % max(1, torch.cuda.device_count()),
-                 backend="nccl", distributed_init_method="fake://")
-        else:
-            init(world_size=1, rank=0, local_rank=0, backend="gloo",
-                 distributed_init_method=f"tcp://127.0.0.1:{_free_port()}")
-    destroy = optional("sglang.srt.distributed.parallel_state:destroy_distributed_environment")
-    log.call_on_undo(destroy if destroy is not None else torch.distributed.destroy_process_group)
-
-
-def declare_collectives(log: UndoLog) -> None:
-    """SGLang's own collective operators, read from its code, declared to the
-    emulated world (with ``log``): each function of SGLang's loaded modules
-    that it registered as an operator of its own (``torch.ops.sglang.<name>``)
-    and that is defined in the module holding its process groups (its
-    all-reduce, its all-gather) or calls FlashInfer's communication package
-    (its fused all-reduce + RMSNorm). Under the emulation such an operator
-    runs its fake, not its body: the operator itself is the collective."""
-    ops = getattr(torch.ops, "sglang", None)
-    parallel = importlib.import_module("sglang.srt.distributed.parallel_state")
-    found = {}
-    for module in [m for name, m in list(sys.modules.items()) if name.startswith("sglang.") and m is not None]:
-        for name, value in list(vars(module).items()):
-            wrapped = getattr(value, "__wrapped__", None)
-            if (not callable(wrapped) or getattr(value, "__module__", None) != module.__name__
-                    or ops is None or not hasattr(ops, name)):
-                continue
-            if module is parallel or _calls_communication(wrapped):
-                wrapper = getattr(getattr(value, "__code__", None), "co_filename", "")
-                found[f"sglang::{name}"] = (getattr(module, "__file__", "") or "", wrapper)
-    world.declare_collectives(log, found)
-
-
-def _calls_communication(function: Any) -> bool:
-    """Whether ``function`` reads a module of FlashInfer's communication package."""
-    code = getattr(function, "__code__", None)
-    if code is None:
-        return False
-    for name in code.co_names:
-        value = getattr(function, "__globals__", {}).get(name)
-        if isinstance(value, types.ModuleType) and value.__name__.split(".")[:2] == ["flashinfer", "comm"]:
-            return True
-    return False
-
-
-def _layout(server_args: Any) -> dict[str, int]:
-    """The launch's parallel layout and the traced rank: tensor-, pipeline-
-    and expert-parallel sizes as SGLang resolved them, the world, the rank."""
-    here = world.joined() or world.World(1, 0)
-    sizes = {name: int(getattr(server_args, f"{name}_size", 1) or 1) for name in ("tp", "pp", "ep", "dp")}
-    return {**sizes, **here.as_dict()}
-
-
-def _model_parallel(log: UndoLog, server_args: Any) -> list[str]:
-    """SGLang's model-parallel groups at the launch's widths (older releases
-    take them as arguments; newer ones read the published launch). Returns
-    what SGLang logged meanwhile about the communicators it set up or declined."""
-    parallel = importlib.import_module("sglang.srt.distributed.parallel_state")
-    if parallel.model_parallel_is_initialized():
-        return []
-    unset = [name for name, value in vars(parallel).items() if name.startswith("_") and name.isupper() and value is None]
-    many = world.joined() is not None
-    with launch.sglang_log(launch.COMMUNICATION_WORDS) as said:
-        call(parallel.initialize_model_parallel,
-             tensor_model_parallel_size=int(getattr(server_args, "tp_size", 1) or 1),
-             pipeline_model_parallel_size=int(getattr(server_args, "pp_size", 1) or 1),
-             expert_model_parallel_size=int(getattr(server_args, "ep_size", 1) or 1),
-             backend="nccl" if many else "gloo")
-    # After SGLang's teardown (which runs first): the groups it leaves set
-    # (0.5.9 forgets the attention group) are unset again, so the process can
-    # build once more.
-
-    def unset_groups() -> None:
-        for name in unset:
-            setattr(parallel, name, None)
-
-    log.call_on_undo(unset_groups)
-    destroy = getattr(parallel, "destroy_model_parallel", None)
-    if destroy is not None:
-        log.call_on_undo(destroy)
-    return said
-
-
-def communicators(said: list[str]) -> dict[str, Any]:
-    """The device communicators SGLang set up for each of this rank's process
-    groups of more than one rank, as its group coordinator holds them (each
-    ``*_comm`` / ``*_communicator`` it made: its class, and whether it is
-    enabled), with what SGLang said while it chose them (a communicator it
-    declined for the device's topology, or one that could not be built
-    here)."""
-    parallel = importlib.import_module("sglang.srt.distributed.parallel_state")
-    out = []
-    for name, ref in sorted(getattr(parallel, "_groups", {}).items()):
-        group = ref() if callable(ref) else ref
-        if group is None or int(getattr(group, "world_size", 1) or 1) <= 1:
-            continue
-        made = {type(value).__name__: not getattr(value, "disabled", False)
-                for attr, value in vars(group).items()
-                if value is not None and attr.endswith(("_comm", "_communicator")) and not isinstance(value, bool)}
-        out.append({"group": name, "ranks": int(group.world_size),
-                    "enabled": sorted(k for k, on in made.items() if on),
-                    "disabled": sorted(k for k, on in made.items() if not on)})
-    return {"groups": out, "said": list(said)}
-
-
-def communicator_note(record: dict[str, Any]) -> str:
-    """One line of ``communicators``' record for the findings' notes ("" for
-    a world of one): each group's enabled communicators, then what SGLang said."""
-    groups = record.get("groups") or []
-    if not groups:
-        return ""
-    here = world.joined() or world.World(1, 0)
-    parts = [f"{g['group']} ({g['ranks']} ranks): {', '.join(g['enabled']) or 'none enabled'}" for g in groups]
-    said = "; ".join(one_line(text, 160) for text in record.get("said") or ())
-    return (f"communicators (rank {here.rank} of {here.size}): " + "; ".join(parts)
-            + (f" -- SGLang said: {said}" if said else ""))
 
 
 def _dp_attention(server_args: Any, model_config: Any, log: UndoLog) -> None:
@@ -375,7 +178,7 @@ def set_up(config_dir: str, log: UndoLog, *, launch_args: tuple[str, ...] = (), 
     with launch.sglang_log() as said, launch.rules(server_args_cls) as rules:
         server_args, argv, parser = launch.parse(server_args_cls, version(), config_dir, list(launch_args),
                                                  piecewise=piecewise, extra=extra)
-        _distributed(log, server_args, rank)
+        stood_in = distributed.join_world(log, server_args, rank)
         try:
             _publish(server_args)
         except (ValueError, AssertionError) as e:  # the release's own checks of the resolved launch
@@ -386,7 +189,7 @@ def set_up(config_dir: str, log: UndoLog, *, launch_args: tuple[str, ...] = (), 
         why = "; ".join(said + rules) or "its resolved arguments leave tc_piecewise off"
         raise TargetError(f"SGLang {version()} does not compile the prefill with tc_piecewise for this launch: "
                           f"{why}" + (f" ({force} keeps it on)" if force else ""))
-    talked = _model_parallel(log, server_args)
+    talked = distributed.model_parallel(log, server_args)
     _backend_configs(server_args)
     _, model_config_cls = require("sglang.srt.configs.model_config:ModelConfig")
     _, load_config_cls = require("sglang.srt.configs.load_config:LoadConfig")
@@ -404,8 +207,8 @@ def set_up(config_dir: str, log: UndoLog, *, launch_args: tuple[str, ...] = (), 
     runtime = Runtime(server_args, model_config, quant_config, model_cls=model_cls, architecture=architecture, launch={
         # The facts every framework's launch has (framework, release, resolved), then SGLang's own.
         "framework": "sglang", "release": version(), "arguments": list(launch_args), "command_line": argv,
-        "resolved": fields, "phases": launch.phases(fields), "layout": _layout(server_args),
-        "communicators": communicators(talked), "sglang_said": said, "sglang_rules": rules})
+        "resolved": fields, "phases": launch.phases(fields), "layout": distributed.layout(server_args),
+        "communicators": distributed.communicators(talked, stood_in), "sglang_said": said, "sglang_rules": rules})
     _shared_experts(runtime)
     return runtime
 

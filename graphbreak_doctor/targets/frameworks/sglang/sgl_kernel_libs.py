@@ -27,6 +27,7 @@ from pathlib import Path
 
 import torch
 
+from graphbreak_doctor.emulation.standins import custom_all_reduce
 from graphbreak_doctor.emulation.standins.binaries import (
     StandIns, declared, empty_module, loads, no_op, package_dir, sm_count,
 )
@@ -47,6 +48,7 @@ def install_sgl_kernel(log: UndoLog, out: StandIns) -> None:
     out.lines.append(f"sgl_kernel common_ops: an empty module (the library does not load here: {why})")
     _sgl_kernel_extensions(log, out, home)
     declare_common_ops(log, out, [Path(b) for b in binaries])
+    custom_all_reduce.install(log, out, "sgl_kernel")
 
 
 def declare_common_ops(log: UndoLog, out: StandIns, binaries: list[Path]) -> None:

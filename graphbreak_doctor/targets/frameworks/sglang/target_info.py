@@ -12,7 +12,7 @@ import torch
 from graphbreak_doctor.targets.frameworks.sglang import emulation as sglang_emulation
 from graphbreak_doctor.model import TargetInfo
 from graphbreak_doctor.targets import fit, shards
-from graphbreak_doctor.targets.frameworks.sglang import depth, runtime
+from graphbreak_doctor.targets.frameworks.sglang import depth, distributed, runtime
 from graphbreak_doctor.targets.frameworks.sglang.construction import MlpBlock
 
 # What runs inside the registered ops SGLang's GLM-5 blocks call, where
@@ -79,7 +79,7 @@ def fill_target_info(info: TargetInfo, module: torch.nn.Module, rt: runtime.Runt
     info.notes.append(f"compile state: {state}; eager warm-up: "
                       + ("skipped (--cold)" if cold else "ran first, as SGLang warms up before it compiles"))
     info.notes.extend(rt.notes)
-    talk = runtime.communicator_note(rt.launch.get("communicators") or {})
+    talk = distributed.communicator_note(rt.launch.get("communicators") or {})
     if talk:
         info.notes.append(talk)
     if rt.model_cls is not None:
