@@ -14,6 +14,7 @@ Regions no phase entered are listed as registered only.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import inspect
 import sys
@@ -100,6 +101,11 @@ def trace_region(site: Site, progress: Callable[[str], None] = lambda _m: None,
         region.pieces = sum(g.pieces for g in result.graphs)
         if result.cut_at:  # the framework's own split: the ops it did cut at
             region.split_ops = list(dict.fromkeys(result.cut_at))
+    counts = collections.Counter(op for g in result.graphs for op in g.collectives)
+    # A split op names one op, or the ops of one cut ("a + b").
+    cut_at = {name.strip() for names in region.split_ops for name in names.split(" + ")}
+    region.collectives = [{"op": op, "count": n, "as": "split point" if op in cut_at else "graph op"}
+                          for op, n in counts.items()]
     if result.crashed:
         region.verdict, region.error = REGION_CRASHED, result.error
     elif fullgraph:

@@ -514,3 +514,21 @@ def test_a_crashed_trace_with_no_breaks_does_not_read_as_nothing_to_fix():
     assert "nothing to fix" not in page
     assert "was not traced" in squash(doc.by_id("no-causes-crashed").text())
     assert "before the trace stopped" in squash(doc.by_id("breaks").text())
+
+
+@pytest.mark.parametrize("layout, memory, shown", [
+    ({"tp": 8, "pp": 1, "ep": 1, "dp": 1, "world_size": 8, "rank": 0}, {"text": "fits: weights 58.8 GB per GPU"}, True),
+    ({"tp": 1, "pp": 1, "ep": 1, "dp": 1, "world_size": 1, "rank": 0}, {}, False),
+    # Findings from elsewhere: a layout of the wrong types is not shown, and does not stop the page.
+    ({"world_size": "8", "rank": [0]}, {"text": 5}, False)])
+def test_the_layout_and_memory_fit_of_a_tensor_parallel_launch_are_shown_up_front(layout, memory, shown):
+    from hostile_material import make_findings
+
+    findings = make_findings(1)
+    findings.target.facts["launch"] = {"layout": layout}
+    findings.target.facts["memory"] = memory
+    page = parse(html.render(findings))
+    assert len(page.find_all(id="layout")) == len(page.find_all(id="memory")) == int(shown)
+    if shown:
+        assert page.by_id("layout").text() == "rank 0 of 8 (tp 8, pp 1, ep 1, dp 1)"
+        assert page.by_id("memory").text().startswith("fits: weights 58.8 GB")

@@ -60,3 +60,7 @@ def test_qwen3_moe_at_tp4_maps_on_h100_as_rank_0_of_4(cli):
             # vLLM's all-reduce: after the vocab-parallel embedding, after each attention and each MoE.
             reduced = sum(c["count"] for c in capture["collectives"] if c["op"] == "vllm::all_reduce")
             assert reduced == 1 + 2 * layers, capture["collectives"]
+    # The compile map: vLLM compiles the whole forward and cuts it only at its
+    # attention, so each all-reduce is an operator inside a compiled graph.
+    (region,) = [r for r in findings["regions"] if r["calls"] and r["function"].endswith("Model.forward")]
+    assert region["collectives"] == [{"op": "vllm::all_reduce", "count": 1 + 2 * layers, "as": "graph op"}], region

@@ -111,3 +111,16 @@ def test_a_node_check_answers_from_the_nodes_size():
         assert holder.in_the_same_node_as is in_the_same_node_as
     finally:
         del sys.modules[holder.__name__]
+
+
+@pytest.mark.parametrize("name", ["in_place", "functional"])
+def test_a_traced_graph_lists_the_collectives_it_calls(name):
+    # Dynamo turns an in-place torch.distributed.all_reduce into the
+    # functional collective and its wait, as it does the functional one.
+    ops = ["_c10d_functional::all_reduce", "_c10d_functional::wait_tensor"]
+    from graphbreak_doctor.diagnose import target_builder, trace_mode
+
+    with UndoLog() as log:
+        world.join(log, 8, 0)
+        findings = trace_mode(target_builder(f"fixtures.tensor_parallel:{name}"), "explain", device="sm120", cold=True)
+    assert [g.collectives for g in findings.graphs if g.collectives] == [ops], [g.op_names for g in findings.graphs]

@@ -32,6 +32,7 @@ from graphbreak_doctor.capture.events import (BreakEvent, event_for, frames_from
 from graphbreak_doctor.capture.listener import GraphBreakListener
 from graphbreak_doctor.capture.result import ModeResult, RawHazard
 from graphbreak_doctor.capture.unknown_values import unknown_read, unknown_site
+from graphbreak_doctor.emulation import world
 from graphbreak_doctor.model import FULLGRAPH_MODES, Frame, GraphInfo
 from graphbreak_doctor.frames import actionable_frame
 from graphbreak_doctor.patching import UndoLog
@@ -129,7 +130,7 @@ def _backend(result: ModeResult, split_ops: tuple[str, ...],
     def backend(gm: torch.fx.GraphModule, example_inputs: list[Any]):
         ops = [_op_name(n) for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module")]
         info = GraphInfo(index=len(result.graphs), mode=result.mode, ops=len(ops), op_names=ops,
-                         decompiled=gm.code.strip(), registered_ops=_registered_ops(gm))
+                         decompiled=gm.code.strip(), registered_ops=_registered_ops(gm), collectives=_collectives(gm))
         if split_ops and splitter is not None:  # the framework's own split
             info.pieces, cut = splitter(gm)
             result.cut_at.extend(cut)
@@ -151,6 +152,19 @@ def _op_schema_name(target: Any) -> str:
 
 # Namespaces of torch's own operators: not library code behind an op.
 _TORCH_NAMESPACES = ("aten", "prims", "_c10d_functional", "c10d_functional")
+
+
+def _collectives(gm: torch.fx.GraphModule) -> list[str]:
+    """'ns::name' of each collective the graph calls, in order (emulation/world.py decides)."""
+    out = []
+    for node in gm.graph.nodes:
+        target = node.target
+        if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload | torch._ops.OpOverloadPacket):
+            continue
+        op = target.default if isinstance(target, torch._ops.OpOverloadPacket) and hasattr(target, "default") else target
+        if isinstance(op, torch._ops.OpOverload) and world.is_collective(op):
+            out.append(world.op_name(op))
+    return out
 
 
 def _registered_ops(gm: torch.fx.GraphModule) -> list[str]:

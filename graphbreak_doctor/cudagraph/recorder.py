@@ -35,6 +35,7 @@ import ast
 import contextlib
 import functools
 import inspect
+import itertools
 import linecache
 import os
 import sys
@@ -167,6 +168,7 @@ class Recorder:
         # Kernels captured here that read memory still to be registered with
         # the peer ranks: hazards unless the library registers it (settle).
         self.owed: dict[int, CudaGraphHazard] = {}
+        self._owed_keys = itertools.count()
         self._ended: tuple[str, Frame | None] | None = None
         # Between a segment whose graph block closed and the next one: the
         # framework operators (not torch's own) that ran, and where the first ran.
@@ -275,9 +277,7 @@ class Recorder:
         site = actionable_frame(stack)
         if site is not None:
             stack = stack[:len(stack) - stack[::-1].index(site)]
-        key = len(self.owed) + 1
-        while key in self.owed:
-            key += 1
+        key = next(self._owed_keys)
         self.owed[key] = CudaGraphHazard(category=UNREGISTERED, what=what, site=site, stack=stack,
                                          segment=self.capture.segments)
         return lambda: self.owed.pop(key, None) and None
@@ -325,7 +325,8 @@ class _Operators(TorchDispatchMode):
             # what a segment captures.
             body = world.body_of(func) if world.is_collective(func) else None
             if body is not None:
-                with _Collectives(self.recorder, world.op_name(func)) if cuda_graph.capturing() else contextlib.nullcontext():
+                watch = _Collectives(self.recorder, world.op_name(func)) if cuda_graph.capturing() else None
+                with watch or contextlib.nullcontext():
                     return self._body(func, body, args, kwargs)
             if (cuda_graph.capturing() and func.namespace not in _TORCH_NAMESPACES
                     and not world.is_collective(func)):
@@ -347,7 +348,6 @@ class _Operators(TorchDispatchMode):
             value = True if dtype == torch.bool else 1.0 if dtype.is_floating_point else 1
             self.recorder.assume(f"a device value read on the host ({dtype}): {value!r}")
             return value
-
 
     def _body(self, func: Any, body: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         try:

@@ -22,10 +22,9 @@ log is open; it imports nothing.
 from __future__ import annotations
 
 import ctypes
-import sys
 from typing import Any, Callable
 
-from graphbreak_doctor.emulation.dsl_dry import on_import
+from graphbreak_doctor.emulation.dsl_dry import now_or_on_import
 from graphbreak_doctor.emulation.preset import KIB, DevicePreset
 from graphbreak_doctor.patching import UndoLog
 
@@ -60,11 +59,7 @@ def install(log: UndoLog, preset: DevicePreset, gpus: int, note: Callable[[str],
     def patch(module: Any) -> None:
         _answer(log, module, preset, gpus, note)
 
-    module = sys.modules.get(_DRIVER)
-    if module is not None:
-        patch(module)
-    else:
-        on_import(log, _DRIVER, patch)
+    now_or_on_import(log, _DRIVER, patch)
 
 
 def _answer(log: UndoLog, driver: Any, preset: DevicePreset, gpus: int, note: Callable[[str], None]) -> None:

@@ -121,6 +121,16 @@ def on_import(log: UndoLog, name: str, then) -> None:
     log.call_on_undo(lambda: sys.meta_path.remove(finder))
 
 
+def now_or_on_import(log: UndoLog, name: str, then) -> None:
+    """``then(module)`` for the module ``name``: now if it is imported, else
+    when it is (while ``log`` is open)."""
+    module = sys.modules.get(name)
+    if module is not None:
+        then(module)
+    else:
+        on_import(log, name, then)
+
+
 def _triton(log: UndoLog, record) -> None:
     import torch.utils._triton as torch_triton
     from triton.runtime.autotuner import Autotuner

@@ -26,11 +26,10 @@ log is open; it imports nothing.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from graphbreak_doctor.emulation.dsl_dry import on_import
+from graphbreak_doctor.emulation.dsl_dry import now_or_on_import
 from graphbreak_doctor.emulation.preset import DevicePreset
 from graphbreak_doctor.patching import UndoLog
 
@@ -61,11 +60,7 @@ def install(log: UndoLog, preset: DevicePreset, gpus: int, note: Callable[[str],
     def patch(module: Any) -> None:
         answer(log, module, preset, gpus, note)
 
-    module = sys.modules.get(_BINDING)
-    if module is not None:
-        patch(module)
-    else:
-        on_import(log, _BINDING, patch)
+    now_or_on_import(log, _BINDING, patch)
 
 
 def answer(log: UndoLog, nvml: Any, preset: DevicePreset, gpus: int, note: Callable[[str], None]) -> None:

@@ -214,4 +214,6 @@ def _leave() -> None:
         dist.destroy_process_group()
 
 
-__all__ = ["FAKE", "TORCH_COLLECTIVE_NAMESPACES", "World", "answer_node_check", "body_of", "declare_collectives", "files_of", "is_collective", "join", "joined", "listen", "no_peer_queue", "op_name", "ran_in_library", "same_node"]
+__all__ = ["FAKE", "TORCH_COLLECTIVE_NAMESPACES", "World", "answer_node_check", "body_of", "declare_collectives",
+           "files_of", "is_collective", "join", "joined", "listen", "no_peer_queue", "op_name", "ran_in_library",
+           "same_node"]

@@ -215,6 +215,9 @@ class GraphInfo:
     # Registered ops outside torch's own (aten, prims) the graph calls, as
     # 'ns::name': library code Dynamo did not trace into.
     registered_ops: list[str] = field(default_factory=list)
+    # The collectives the graph calls, in graph order ('ns::name': torch's own,
+    # or a framework's declared to the emulated world).
+    collectives: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -293,6 +296,10 @@ class Region:
     # pieces the traced graph is cut into there (0: no graph was captured).
     split_ops: list[str] = field(default_factory=list)
     pieces: int = 0
+    # The collectives its traced graphs call: {"op", "count", "as"}, "as"
+    # being "split point" (a piecewise backend cuts the graph there: it runs
+    # outside the compiled pieces) or "graph op" (inside a compiled graph).
+    collectives: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def entered(self) -> bool:

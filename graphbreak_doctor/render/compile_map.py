@@ -28,6 +28,8 @@ class Row:
     pieces: str = ""
     # Its breaks, one line each: category, where to change, the fix.
     breaks_found: list[str] = field(default_factory=list)
+    # The collectives its graphs call ('sglang::inplace_all_reduce x9 (split point)').
+    collectives: str = ""
 
 
 def options_text(region: Region) -> str:
@@ -51,7 +53,7 @@ def rows(findings: Findings) -> list[Row]:
             verdict += " (nothing to capture: the traced call ran no tensor operation)"
         out.append(Row(r.function, at(r.site), phases, options_text(r), shapes,
                        verdict, str(r.graphs) if r.traced else "-", str(len(r.breaks)) if r.traced else "-",
-                       recompile_lines(r), pieces_text(r), break_lines(r)))
+                       recompile_lines(r), pieces_text(r), break_lines(r), collectives_text(r)))
     return out
 
 
@@ -75,6 +77,12 @@ def pieces_text(region: Region) -> str:
     if not region.pieces:
         return "no pieces: no graph was captured to cut at " + ", ".join(region.split_ops)
     return f"the graph is cut into {counted(region.pieces, 'piece')} at " + ", ".join(region.split_ops)
+
+
+def collectives_text(region: Region) -> str:
+    """'sglang::inplace_all_reduce x9 (split point), vllm::all_reduce x9 (graph op)': the
+    collectives the region's traced graphs call ('' for none)."""
+    return ", ".join(f"{c.get('op')} x{c.get('count')} ({c.get('as')})" for c in region.collectives)
 
 
 def recompile_lines(region: Region) -> list[str]:
@@ -157,6 +165,8 @@ def terminal_lines(findings: Findings) -> list[str]:
         lines.extend(f"      break: {text}" for text in row.breaks_found)
         if row.pieces:
             lines.append(f"      piecewise backend: {row.pieces}")
+        if row.collectives:
+            lines.append(f"      collectives: {row.collectives}")
         if row.recompiles:
             lines.append(f"      recompiled {counted(len(row.recompiles), 'time')} while its phases ran:")
             lines.extend(f"        {text}" for text in row.recompiles)

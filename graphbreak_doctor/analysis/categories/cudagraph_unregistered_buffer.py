@@ -13,8 +13,8 @@ from graphbreak_doctor.analysis.categories.category import Category
 CATEGORY = Category(
     name="cudagraph-unregistered-buffer",
     why="a collective captured into a CUDA graph reads buffers that were never registered with the peer ranks",
-    evidence="at the end of the capture phase: a communicator's kernel captured in a segment still owes the "
-             "registration of the buffers it reads (its graph buffers were not exchanged with the peers)",
+    evidence="at the end of the capture phase: a captured collective reads buffers its communicator never "
+             "registered with the peer ranks (captured outside the framework's graph-capture context)",
     rules=(),
     advice="capture-in-communicator-context",
     ladder=(),

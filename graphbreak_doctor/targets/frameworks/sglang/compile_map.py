@@ -16,8 +16,8 @@ import torch
 from graphbreak_doctor.patching import UndoLog
 from graphbreak_doctor.targets import LaunchRefused, PhaseNotRun, Target, TargetError
 from graphbreak_doctor.targets.provider import pick_sizes
-from graphbreak_doctor.targets.frameworks.sglang import (PHASES, cudagraphs, decode_compile, depth, forward,
-                                                          prefill_compile, runtime)
+from graphbreak_doctor.targets.frameworks.sglang import (PHASES, cudagraphs, decode_compile, depth, distributed,
+                                                          forward, prefill_compile, runtime)
 from graphbreak_doctor.targets.frameworks.sglang import launch as sglang_launch
 from graphbreak_doctor.targets.frameworks.sglang.construction import load_model
 from graphbreak_doctor.targets.frameworks.sglang.eager import forward_state, run_eagerly
@@ -42,6 +42,9 @@ def discover_compile_regions(target: Target, log: UndoLog, phase_scope: Callable
 
     rt, model, layers, full = load_model(config_dir, log, piecewise=False, launch_args=launch_args,
                                                  layers_for=depth.reduced_layer_count, resolved=publish)
+    # Every SGLang module the phases run is loaded by now: its collective
+    # operators are known to the world, so the traced graphs list them.
+    distributed.declare_collectives(log)
     log.enter(torch.no_grad())
     values: list[str] = []
     # Per phase, what the map's phase line adds: SGLang's own compile of the
