@@ -1,5 +1,5 @@
-"""An NCCL library for a rank of the emulated world, where libnccl cannot
-load (no GPU, no driver).
+"""An NCCL library for a rank of the emulated world, whose peers are not
+there (and where libnccl cannot load at all: no GPU, no driver).
 
 Serving frameworks drive NCCL directly, besides torch.distributed, through a
 ctypes wrapper of their own (PyNccl): it is the communicator they enable
@@ -20,7 +20,6 @@ the reference points at.
 
 from __future__ import annotations
 
-import ctypes
 import itertools
 from typing import Any, Callable
 
@@ -107,12 +106,11 @@ class EmulatedLibrary:
 
 def install(log: UndoLog, wrapper_cls: Any, so_file: str) -> bool:
     """Put the emulated library in ``wrapper_cls``'s caches for ``so_file``
-    (undone with ``log``), unless the real one loads here. Whether it did."""
-    try:
-        ctypes.CDLL(so_file)
+    (undone with ``log``): in a world whose peers are not there, even a real
+    libnccl that loads would wait for them at its first communicator.
+    Whether it did (a wrapper without the caches is left alone)."""
+    if not all(hasattr(wrapper_cls, cache) for cache in ("path_to_library_cache", "path_to_dict_mapping")):
         return False
-    except OSError:
-        pass
     names = [f.name for f in list(getattr(wrapper_cls, "exported_functions", ()))
              + list(getattr(wrapper_cls, "exported_functions_symm_mem", ()))]
     library = EmulatedLibrary(names)

@@ -67,7 +67,7 @@ def join_world(log: UndoLog, server_args: Any, rank: int) -> list[str]:
             wrapper = optional("sglang.srt.distributed.device_communicators.pynccl_wrapper:NCCLLibrary")
             where = optional("sglang.srt.distributed.device_communicators.pynccl_wrapper:find_nccl_library")
             if wrapper is not None and where is not None and nccl.install(log, wrapper, where()):
-                stood_in.append(f"{where()}: the emulated NCCL library (libnccl does not load here): SGLang's "
+                stood_in.append(f"{where()}: the emulated NCCL library (a rank whose peers are not there): SGLang's "
                                 "PyNccl wrapper runs over it, its collectives move nothing")
             stood_in += _cuda_runtime(log)
             init(world_size=size, rank=rank, local_rank=rank % max(1, torch.cuda.device_count()),
