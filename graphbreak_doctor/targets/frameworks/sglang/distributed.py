@@ -40,9 +40,9 @@ def join_world(log: UndoLog, server_args: Any, rank: int) -> list[str]:
     """SGLang's world: a world of one (gloo) for a one-GPU launch; for a
     launch over N GPUs, the traced rank of N ranks over torch's fake process
     group (emulation/world.py), whose groups SGLang then builds with the
-    backend its server asks for, with the NCCL library its PyNccl
-    communicator loads stood in where it cannot load (standins/nccl.py).
-    Returns a line for each stand-in."""
+    backend its server asks for, with the node's topology answered and the
+    libraries its communicators load stood in (standins/nccl.py,
+    standins/cuda_ipc.py). Returns a line for each stand-in."""
     from torch._dynamo import trace_rules
 
     _, init = require("sglang.srt.distributed.parallel_state:init_distributed_environment")
