@@ -256,42 +256,41 @@ class Recorder:
             self._collectives[key] = Collective(op=name, via=via, site=site, segment=self.capture.segments)
 
     def hazard(self, category: str, what: str) -> None:
-        if not cuda_graph.capturing():
-            return
-        stack = _user_stack(sys._getframe(1))
+        if cuda_graph.capturing():
+            self._keep(self._found(category, what, sys._getframe(1)))
+
+    def _found(self, category: str, what: str, frame: types.FrameType) -> CudaGraphHazard:
+        """A hazard of ``category`` at the frame to change above ``frame``, with its stack."""
+        stack = _user_stack(frame)
         site = actionable_frame(stack)
         if site is not None:  # what runs below the frame to change is torch's own
             stack = stack[:len(stack) - stack[::-1].index(site)]
-        key = (category, site.file if site else "", site.line if site else 0, what)
+        return CudaGraphHazard(category=category, what=what, site=site, stack=stack, segment=self.capture.segments)
+
+    def _keep(self, hazard: CudaGraphHazard) -> bool:
+        """Count ``hazard`` with one already kept at its site; True when it is new."""
+        site = hazard.site
+        key = (hazard.category, site.file if site else "", site.line if site else 0, hazard.what)
         if key in self._hazards:
             self._hazards[key].count += 1
-            return
-        self._hazards[key] = CudaGraphHazard(category=category, what=what, site=site, stack=stack,
-                                             segment=self.capture.segments)
+            return False
+        self._hazards[key] = hazard
+        return True
 
     def unregistered(self, what: str) -> Callable[[], None]:
         """A kernel captured now reads memory (``what``) to be registered with
         the peer ranks before replay: owed, with the frame that ran it, until
         the call returned is made."""
-        stack = _user_stack(sys._getframe(1))
-        site = actionable_frame(stack)
-        if site is not None:
-            stack = stack[:len(stack) - stack[::-1].index(site)]
         key = next(self._owed_keys)
-        self.owed[key] = CudaGraphHazard(category=UNREGISTERED, what=what, site=site, stack=stack,
-                                         segment=self.capture.segments)
+        self.owed[key] = self._found(UNREGISTERED, what, sys._getframe(1))
         return lambda: self.owed.pop(key, None) and None
 
     def unsettled(self) -> None:
         """What is still owed when the capture phase is over becomes this
         capture's hazards (one per site and what, counted)."""
         for owed in self.owed.values():
-            key = (owed.category, owed.site.file if owed.site else "", owed.site.line if owed.site else 0, owed.what)
-            if key in self._hazards:
-                self._hazards[key].count += 1
-                continue
-            self._hazards[key] = owed
-            self.capture.hazards.append(owed)
+            if self._keep(owed):
+                self.capture.hazards.append(owed)
         self.owed.clear()
 
     def assume(self, what: str) -> None:

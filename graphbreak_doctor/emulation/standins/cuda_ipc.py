@@ -19,7 +19,7 @@ from __future__ import annotations
 import itertools
 from typing import Any, Callable
 
-from graphbreak_doctor.emulation.standins.nccl import EmulatedLibrary
+from graphbreak_doctor.emulation.standins.nccl import EmulatedLibrary, write_through
 from graphbreak_doctor.patching import UndoLog
 
 # What the emulated library stands in for (where no real one is mapped).
@@ -28,18 +28,13 @@ _SUCCESS = 0
 _addresses = itertools.count(0x7F0000000000, 0x10000000)
 
 
-def _out(reference: Any, value: int) -> None:
-    target = getattr(reference, "_obj", reference)
-    target.value = value
-
-
 def _address(pointer: Any) -> int:
     return int(getattr(pointer, "value", pointer) or 0)
 
 
 def functions() -> dict[str, Callable[..., Any]]:
     def cudaMalloc(pointer: Any, size: int) -> int:
-        _out(pointer, next(_addresses))
+        write_through(pointer, next(_addresses))
         return _SUCCESS
 
     def cudaIpcGetMemHandle(handle: Any, pointer: Any) -> int:
@@ -50,7 +45,7 @@ def functions() -> dict[str, Callable[..., Any]]:
         return _SUCCESS
 
     def cudaIpcOpenMemHandle(pointer: Any, handle: Any, flags: int = 0) -> int:
-        _out(pointer, next(_addresses))
+        write_through(pointer, next(_addresses))
         return _SUCCESS
 
     def cudaGetErrorString(error: int) -> bytes:

@@ -90,9 +90,10 @@ def _get_graph_buffer_ipc_meta(fa: int) -> tuple[list[int], list[int]]:
 
 
 def _register_graph_buffers(fa: int, handles: list, offsets: list) -> None:
-    for settle in _owed.pop(int(fa), []):
+    owed = _owed.setdefault(int(fa), [])
+    for settle in owed:
         settle()
-    _owed[int(fa)] = []
+    owed.clear()
 
 
 _KERNELS = {"init_custom_ar": _init_custom_ar, "all_reduce": _all_reduce, "dispose": _dispose,

@@ -32,8 +32,8 @@ _SUCCESS = 0
 _handles = itertools.count(0x10000, 0x100)
 
 
-def _out(reference: Any, value: int) -> None:
-    """Write ``value`` where a ``ctypes.byref`` reference points."""
+def write_through(reference: Any, value: int) -> None:
+    """Write ``value`` where a ``ctypes.byref`` reference points (a C output argument)."""
     target = getattr(reference, "_obj", reference)
     if hasattr(target, "value"):
         target.value = value
@@ -44,22 +44,22 @@ def _functions() -> dict[str, Callable[..., Any]]:
         return b"the emulated NCCL library reports no error"
 
     def ncclGetVersion(version: Any) -> int:
-        _out(version, VERSION)
+        write_through(version, VERSION)
         return _SUCCESS
 
     def ncclGetUniqueId(unique_id: Any) -> int:
         return _SUCCESS  # all zeros: one id for the whole (fake) world
 
     def ncclCommInitRank(comm: Any, *args: Any) -> int:
-        _out(comm, next(_handles))
+        write_through(comm, next(_handles))
         return _SUCCESS
 
     def ncclCommWindowRegister(comm: Any, buffer: Any, size: int, window: Any, *args: Any) -> int:
-        _out(window, next(_handles))
+        write_through(window, next(_handles))
         return _SUCCESS
 
     def ncclMemAlloc(pointer: Any, size: int) -> int:
-        _out(pointer, next(_handles))
+        write_through(pointer, next(_handles))
         return _SUCCESS
 
     return {"ncclGetErrorString": ncclGetErrorString, "ncclGetVersion": ncclGetVersion,
@@ -119,4 +119,4 @@ def install(log: UndoLog, wrapper_cls: Any, so_file: str) -> bool:
     return True
 
 
-__all__ = ["COLLECTIVES", "VERSION", "EmulatedLibrary", "install"]
+__all__ = ["COLLECTIVES", "VERSION", "EmulatedLibrary", "install", "write_through"]
