@@ -32,12 +32,22 @@ def _run(cli, *args: str, model: str = "glm5-nvfp4", device: str = "sm120", env:
     return result, (json.loads(out.read_text()) if out.exists() else None), out
 
 
+# The public recipe's line for GLM-5-NVFP4 on 8x RTX PRO 6000, as SGLang 0.5.23
+# takes it: its own decode-size option, and its DSA attention (FlashInfer's
+# SM120 sparse MLA, the indexer on DeepGEMM) where the recipe, written for an
+# older release, asked for Triton's MLA attention (see the next test).
+RTX_PRO_6000_LINE = ("--tp 8 --ep-size 1 --disable-shared-experts-fusion --chunked-prefill-size 8192 "
+                     "--mem-fraction-static 0.85 --cuda-graph-max-bs-decode 64")
+
+
 @pytest.mark.slow
-def test_glm5_at_tp8_maps_as_rank_0_of_8_with_its_own_shards(cli):
-    result, findings, _ = _run(cli, "--sglang-args", f"--tp {TP}")
-    assert result.returncode in (0, 1) and findings is not None, result.stderr[-3000:]
+def test_glm5_recipe_line_on_8_rtx_pro_6000_maps_as_rank_0_of_8_with_its_own_shards(cli):
+    result, findings, _ = _run(cli, "--sglang-args", RTX_PRO_6000_LINE)
+    assert result.returncode == 0 and findings is not None, result.stderr[-3000:]
     facts = findings["target"]["facts"]
     assert facts["launch"]["layout"] == {"tp": TP, "pp": 1, "ep": 1, "dp": 1, "world_size": TP, "rank": 0}
+    resolved = facts["launch"]["resolved"]
+    assert (resolved["attention_backend"], resolved["kv_cache_dtype"]) == ("dsa", "fp8_e4m3"), resolved
     assert findings["target"]["shapes"]["tp"] == TP
     config = json.loads((Path(default_folder()) / "config.json").read_text())
     hidden, heads = config["hidden_size"], config["num_attention_heads"]
@@ -55,7 +65,7 @@ def test_glm5_at_tp8_maps_as_rank_0_of_8_with_its_own_shards(cli):
     # The MoE: every expert on every rank (no expert parallelism), each sliced by TP.
     t = moe["tensors"]
     experts, w13_rows, w13_cols = t["mlp.experts.w13_weight"]["shape"]
-    assert experts >= config["n_routed_experts"]
+    assert experts == config["n_routed_experts"]  # --disable-shared-experts-fusion: the routed ones only
     assert [w13_rows, w13_cols] == [2 * config["moe_intermediate_size"] // TP, hidden // 2]
     assert t["mlp.experts.w2_weight"]["shape"][1:] == [hidden, config["moe_intermediate_size"] // TP // 2]
     found = findings["cudagraphs"]
@@ -67,7 +77,8 @@ def test_glm5_at_tp8_maps_as_rank_0_of_8_with_its_own_shards(cli):
                                 "moe": config["num_hidden_layers"] - config["first_k_dense_replace"]}
     assert memory["weights_bytes"] == memory["outside_layers_bytes"] + sum(
         memory["layer_bytes"][kind] * n for kind, n in memory["layers"].items())
-    assert memory["fits"] and 0 < memory["kv_cache_bytes"] < memory["device_memory_bytes"] - memory["weights_bytes"]
+    assert memory["fits"] and memory["fraction"] == 0.85
+    assert memory["kv_cache_bytes"] == int(0.85 * memory["device_memory_bytes"]) - memory["weights_bytes"] > 0
     assert any(note.startswith("memory (rank 0 of 8): fits: ") for note in findings["target"]["notes"])
     _tp8_weights.append(memory["weights_bytes"])
     # The communicators SGLang chose for the node's topology: eight PCIe GPUs,
@@ -80,6 +91,9 @@ def test_glm5_at_tp8_maps_as_rank_0_of_8_with_its_own_shards(cli):
     assert any(note.startswith(f"communicators (rank 0 of 8): {tp['group']} (8 ranks): ")
                for note in findings["target"]["notes"])
     layers = facts["layers_built"]
+    # The sizes the launch captures: decode up to its 64, prefill up to its chunk of 8192.
+    sizes = {p["phase"]: p["sizes"] for p in found["phases"]}
+    assert max(sizes["decode"]) == 64 and max(sizes["prefill"]) == 8192, sizes
     for phase in found["phases"]:
         assert phase["captures"] and all(c["error"] == "" for c in phase["captures"]), phase["captures"]
         for capture in phase["captures"]:
@@ -184,6 +198,19 @@ def test_a_custom_all_reduce_captured_outside_the_capture_context_is_a_hazard(cl
             assert "register_graph_buffers" in hazard["what"] and hazard["fix"] == "capture-in-communicator-context"
             assert any("custom_all_reduce" in f["file"] for f in hazard["stack"]), hazard["stack"]
     assert any(_communicator_calls(c, "sglang::outplace_all_reduce") for c in captures)
+
+
+@pytest.mark.slow
+def test_the_recipe_line_with_tritons_mla_attention_stops_in_sglangs_own_code(cli):
+    """With ``--attention-backend triton`` SGLang 0.5.23 gives GLM-5 on SM120
+    its FP8 DSA KV pool (its default from SM100 on), whose plain MLA write
+    asserts it is not one: the real server stops there at its first forward.
+    One line, SGLang's own check and where it is, exit 2, nothing written."""
+    result, findings, out = _run(cli, "--sglang-args", RTX_PRO_6000_LINE + " --attention-backend triton")
+    assert result.returncode == 2 and findings is None and not out.exists(), result.stderr[-2000:]
+    said = [line for line in result.stderr.splitlines() if line.startswith("graphbreak-doctor:")]
+    assert len(said) == 1, result.stderr[-2000:]
+    assert "dsa_kv_cache_store_fp8" in said[0] and "memory_pool.py:" in said[0], said
 
 
 def test_tp7_is_sglangs_own_refusal_in_one_line(cli):

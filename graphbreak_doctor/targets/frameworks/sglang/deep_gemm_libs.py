@@ -5,9 +5,14 @@
   and the package binds every op by name when it is imported. The stand-in
   is an empty module of that name plus every schema the binary declares,
   read from its bytes, with no kernel.
-- DeepGEMM's kernel library (``deep_gemm/_C.so``, a tvm-ffi module): the
-  package loads it at import, and some SGLang releases import the package
-  at module level (0.5.21's DSA backend). The package is imported with
+- DeepGEMM 0.2.3 (SGLang 0.5.23's ``sgl-deep-gemm``): ``deep_gemm/_C.so``
+  is again a torch op library, which the package loads by path with
+  ``torch.ops.load_library`` at import and binds lazily by name. The
+  stand-in declares every schema the binary declares, as for the older
+  one, and that one load does nothing.
+- DeepGEMM's kernel library as a tvm-ffi module (``deep_gemm/_C.so``, the
+  releases between): the package loads it at import, and some SGLang
+  releases import the package at module level (0.5.21's DSA backend). The package is imported with
   tvm-ffi's ``load_module`` answering for that one file with
   ``UnloadedLibrary``: every function the package binds is found, and each
   raises ``StandInCalled`` when called.
@@ -28,7 +33,8 @@ from pathlib import Path
 import torch
 
 from graphbreak_doctor.emulation.standins.binaries import (
-    StandIns, UnloadedLibrary, declared, empty_module, loads, no_op, op_library, package_dir, sm_count,
+    StandIns, UnloadedLibrary, declared, empty_module, loads, no_load_of, no_op, op_library, package_dir,
+    sm_count,
 )
 from graphbreak_doctor.emulation.standins.schemas import schemas_in
 from graphbreak_doctor.patching import UndoLog
@@ -43,6 +49,9 @@ def install_deep_gemm(log: UndoLog, out: StandIns) -> None:
         _deep_gemm_ops(log, out, ops_library[0])
         return
     binary = home / "_C.so"
+    if binary.exists() and _op_library(binary):  # DeepGEMM 0.2.3: a torch op library loaded by path
+        _deep_gemm_ops(log, out, binary)
+        return
     loaded = sys.modules.get("deep_gemm")
     if loaded is not None:  # an earlier build in this process imported it
         if isinstance(getattr(loaded, "_C", None), UnloadedLibrary):
@@ -73,10 +82,12 @@ def install_deep_gemm(log: UndoLog, out: StandIns) -> None:
 
 
 def _deep_gemm_ops(log: UndoLog, out: StandIns, binary: Path) -> None:
-    """The older DeepGEMM (bundled with sgl-kernel 0.3): its package imports
-    ``deep_gemm_cpp``, which registers the ``torch.ops.deep_gemm`` ops, and
-    binds every op by name at import. Stand-in: an empty module of that name
-    and every schema the binary declares, with no kernel; ``init`` does
+    """DeepGEMM as a torch op library: the older one (bundled with sgl-kernel
+    0.3), whose package imports ``deep_gemm_cpp`` (which registers the
+    ``torch.ops.deep_gemm`` ops) and binds every op by name at import, or
+    0.2.3, whose package loads ``_C.so`` by path. Stand-in: an empty module
+    of that name, or a load of that path that does nothing, and every schema
+    the binary declares, with no kernel; ``init`` does
     nothing, ``get_num_sms`` answers the device's SM count, and the ops that
     only write their arguments do nothing (what a dry kernel does). Undone
     with ``log``; a later build in the process declares them again, and the
@@ -98,12 +109,20 @@ def _deep_gemm_ops(log: UndoLog, out: StandIns, binary: Path) -> None:
         for name, dry in DEEP_GEMM_DRY.items():
             if any(text.startswith(f"{name}(") for text in schemas):
                 library.impl(name, dry, "CompositeExplicitAutograd")
-    if "deep_gemm" not in sys.modules:
+    if binary.name == "_C.so":  # the package loads it by path when it is imported
+        no_load_of(log, {str(binary.resolve())})
+    elif "deep_gemm" not in sys.modules:
         empty_module(log, "deep_gemm.deep_gemm_cpp", "DeepGEMM's deep_gemm_cpp")
     out.lines.append(f"deep_gemm::{{{len(schemas)} ops}}: the schemas {binary.name} declares, no kernel; init and the "
                      f"{len(silent) - 1} ops that only write their arguments do nothing, get_num_sms answers the "
                      f"device's SM count, {', '.join(DEEP_GEMM_DRY)} return an empty tensor of their output's shape "
                      f"(the library does not load here: {why})")
+
+
+def _op_library(binary: Path) -> bool:
+    """Whether ``binary`` is a torch op library of DeepGEMM's (it declares
+    the ``init`` schema every DeepGEMM op library has), not a tvm-ffi module."""
+    return any(text.startswith("init(") for text in schemas_in(binary))
 
 
 def _deep_gemm_line(why: str) -> str:

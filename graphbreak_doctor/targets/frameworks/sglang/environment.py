@@ -28,15 +28,15 @@ from graphbreak_doctor.targets.frameworks.environment import (
 # than it. DeepGEMM: from 0.5.10 the releases pin sgl-deep-gemm (0.5.9 bundles
 # DeepGEMM in sgl-kernel), and 0.5.12-0.5.21 call it on CUDA without a torch
 # path (0.5.21 imports it at module level); its kernel library gets a
-# stand-in. From 0.5.22 the doctor runs without it: those releases take their
-# torch path for the indexer's MQA logits (forward.SETTINGS), and the stand-in
-# does not cover the kernel library of the DeepGEMM they pin. FlashMLA: from
-# 0.5.22 the profile installs sgl-flash-mla, which SGLang's DSA attention
-# calls on Hopper (its op libraries get a stand-in, flash_mla_libs.py); a
-# release that pins another version gets its own.
+# stand-in (deep_gemm_libs.py), a tvm-ffi module up to the DeepGEMM 0.5.21
+# pins and a torch op library again in 0.2.3, which 0.5.23 pins. FlashMLA:
+# from 0.5.22 the profile installs sgl-flash-mla, which SGLang's DSA
+# attention calls on Hopper (its op libraries get a stand-in,
+# flash_mla_libs.py). A release that pins another version of either gets its
+# own.
 SGLANG_PROFILES = (
     ("0.5.9", "sglang-0.5.9.txt", "sglang-0.5.9-nodeps.txt", ("sgl-deep-gemm",)),
-    ("0.5.22", "sglang.txt", "sglang-nodeps.txt", ("sgl-flash-mla",)),
+    ("0.5.22", "sglang.txt", "sglang-nodeps.txt", ("sgl-flash-mla", "sgl-deep-gemm")),
 )
 # Packages whose version follows the SGLang release's own == pin when that is
 # newer than the profile's (installed with their dependencies): a release's

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib
+import importlib.util
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -33,21 +34,28 @@ from graphbreak_doctor.targets.frameworks.sglang import runtime
 DECODE_CONTEXT = 4096
 
 # SGLang settings the doctor makes, each a documented SGLang environment
-# variable, and why.
+# variable, why, and when (None: always). DeepGEMM is one of SGLang's own
+# requirements: where it is installed, its kernels are called as on the
+# server (their library gets a stand-in, deep_gemm_libs.py); only where it
+# is missing does the indexer take SGLang's torch path.
 SETTINGS = {
     "SGLANG_FP8_PAGED_MQA_LOGITS_TORCH": (
-        "1", "DeepGEMM (the indexer's MQA-logits kernels) is not installed here: SGLang's torch path for them"),
+        "1", "DeepGEMM (the indexer's MQA-logits kernels) is not installed here: SGLang's torch path for them",
+        lambda: importlib.util.find_spec("deep_gemm") is None),
     "SGLANG_OPT_USE_TOPK_V2": (
         "0", "the v2 top-k plans its launch with an occupancy query to the CUDA driver at metadata time: "
-             "SGLang's v1 top-k kernel (same sgl-kernel op family)"),
+             "SGLang's v1 top-k kernel (same sgl-kernel op family)", None),
 }
 
 
 def settings(log: UndoLog) -> list[str]:
-    """Make SGLANG's settings above (undone with ``log``); one line each."""
-    for name, (value, _) in SETTINGS.items():
-        log.setenv(name, value)
-    return [f"{name}={value}: {why}" for name, (value, why) in SETTINGS.items()]
+    """Make SGLANG's settings above that apply here (undone with ``log``); one line each."""
+    made = []
+    for name, (value, why, when) in SETTINGS.items():
+        if when is None or when():
+            log.setenv(name, value)
+            made.append(f"{name}={value}: {why}")
+    return made
 
 
 def build_model(rt: runtime.Runtime, layers: int) -> torch.nn.Module:
