@@ -50,8 +50,13 @@ with inside_device("sm120") as (dev, log):
     cache = torch.empty(64, 64, 1, 132, dtype=torch.uint8, device="cuda")
     blocks = torch.empty(16, 64, dtype=torch.int32, device="cuda")
     record["decode"] = shape(deep_gemm.fp8_paged_mqa_logits(q, cache, weights[:16], lens, blocks, schedule, 4096))
+    # A 7168 x 7168 FP8 weight's 128 x 128 block scales, as its GEMMs want them on SM120:
+    # one row of scales per output row, packed four to an int32, MN-major.
+    blocks = torch.empty(56, 56, dtype=torch.float32, device="cuda")
+    packed = deep_gemm.transform_sf_into_required_layout(blocks, 7168, 7168, (1, 128, 128), is_sfa=False)
+    record["weight_scales"] = shape(packed) + [list(packed.stride())]
     try:
-        deep_gemm.get_mn_major_tma_aligned_tensor(sf)
+        deep_gemm.get_mqa_logits_metadata(ks, ks, 4096, 64)
     except Exception as e:
         record["no_kernel"] = f"{type(e).__name__}: {e}"
 print("RESULT " + json.dumps(record))
@@ -74,7 +79,8 @@ def test_the_packages_own_python_runs_on_its_stood_in_library():
     # logits of each request's token up to the longest context.
     assert record["schedule"] == [[189, 2], "int32", "cuda"]
     assert record["decode"] == [[16, 4096], "float32", "cuda"]
+    assert record["weight_scales"] == [[7168, 14], "int32", "cuda", [1, 7168]]
     # An op that returns a tensor and has no dry answer is declared but has no kernel: a call names it.
-    assert "get_mn_major_tma_aligned_tensor" in record["no_kernel"]
+    assert "get_mqa_logits_metadata" in record["no_kernel"]
     # Undone with the trace: the declarations are gone.
     assert lines["AFTER"] is False
