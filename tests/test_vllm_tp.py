@@ -60,6 +60,15 @@ def test_qwen3_moe_at_tp4_maps_on_h100_as_rank_0_of_4(cli):
             # vLLM's all-reduce: after the vocab-parallel embedding, after each attention and each MoE.
             reduced = sum(c["count"] for c in capture["collectives"] if c["op"] == "vllm::all_reduce")
             assert reduced == 1 + 2 * layers, capture["collectives"]
+            # Each runs the communicator vLLM chose here: PyNccl, over the emulated NCCL library.
+            ran = {c["op"]: c["count"] for c in capture["collectives"] if c["via"] == "vllm::all_reduce"}
+            assert ran == {"nccl::ncclAllReduce": 1 + 2 * layers}, capture["collectives"]
+    # The communicators vLLM set up for its tensor-parallel group, and what it said.
+    talk = facts["launch"]["communicators"]
+    (tp,) = [g for g in talk["groups"] if g["group"].startswith("tp")]
+    assert tp["ranks"] == TP and "PyNcclCommunicator" in tp["enabled"], talk
+    assert any("nccl==2.27.3" in line for line in talk["said"]), talk["said"]
+    assert any(note.startswith(f"communicators (rank 0 of {TP}): ") for note in findings["target"]["notes"])
     # The compile map: vLLM compiles the whole forward and cuts it only at its
     # attention, so each all-reduce is an operator inside a compiled graph.
     (region,) = [r for r in findings["regions"] if r["calls"] and r["function"].endswith("Model.forward")]

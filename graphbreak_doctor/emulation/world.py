@@ -30,6 +30,7 @@ import torch.distributed as dist
 from torch.distributed import distributed_c10d
 
 from graphbreak_doctor.patching import UndoLog, references
+from graphbreak_doctor.text import one_line
 
 FAKE = "fake"
 # torch.distributed's own operators: every collective a framework runs
@@ -202,6 +203,32 @@ def no_peer_queue(log: UndoLog, queue_cls: Any, factory: str = "create_from_proc
         log.setattr(queue_cls, factory, staticmethod(lambda *args, **kwargs: None))
 
 
+def communicators_of(holder: Any) -> dict[str, list[str]]:
+    """The device communicators a framework's process group holds (its group
+    coordinator, or the device communicator that holds them for it): each
+    ``*_comm`` / ``*_communicator`` it made, by class, enabled unless it says
+    it is disabled."""
+    made = {type(value).__name__: not getattr(value, "disabled", False)
+            for attr, value in (getattr(holder, "__dict__", None) or {}).items()
+            if value is not None and attr.endswith(("_comm", "_communicator")) and not isinstance(value, bool)}
+    return {"enabled": sorted(k for k, on in made.items() if on),
+            "disabled": sorted(k for k, on in made.items() if not on)}
+
+
+def communicator_note(record: dict[str, Any], framework: str) -> str:
+    """One line of a communicators record (``{groups: [{group, ranks,
+    enabled, disabled}], said}``) for the findings' notes ("" for a world of
+    one): each group's enabled communicators, then what the framework said."""
+    groups = record.get("groups") or []
+    if not groups:
+        return ""
+    here = joined() or World(1, 0)
+    parts = [f"{g['group']} ({g['ranks']} ranks): {', '.join(g['enabled']) or 'none enabled'}" for g in groups]
+    said = "; ".join(one_line(text, 160) for text in record.get("said") or ())
+    return (f"communicators (rank {here.rank} of {here.size}): " + "; ".join(parts)
+            + (f" -- {framework} said: {said}" if said else ""))
+
+
 def _fake(group: Any) -> bool:
     try:
         return dist.get_backend(group) == FAKE
@@ -214,6 +241,7 @@ def _leave() -> None:
         dist.destroy_process_group()
 
 
-__all__ = ["FAKE", "TORCH_COLLECTIVE_NAMESPACES", "World", "answer_node_check", "body_of", "declare_collectives",
+__all__ = ["FAKE", "TORCH_COLLECTIVE_NAMESPACES", "World", "answer_node_check", "body_of", "communicator_note",
+           "communicators_of", "declare_collectives",
            "files_of", "is_collective", "join", "joined", "listen", "no_peer_queue", "op_name", "ran_in_library",
            "same_node"]

@@ -21,7 +21,6 @@ from graphbreak_doctor.emulation.standins import cuda_ipc, nccl
 from graphbreak_doctor.patching import UndoLog, references
 from graphbreak_doctor.targets.frameworks.sglang import launch
 from graphbreak_doctor.targets.frameworks.sglang.release import call, optional, require
-from graphbreak_doctor.text import one_line
 
 
 def _free_port() -> int:
@@ -184,37 +183,23 @@ def model_parallel(log: UndoLog, server_args: Any) -> list[str]:
 
 def communicators(said: list[str], stood_in: list[str]) -> dict[str, Any]:
     """The device communicators SGLang set up for each of this rank's process
-    groups of more than one rank, as its group coordinator holds them (each
-    ``*_comm`` / ``*_communicator`` it made: its class, and whether it is
-    enabled), with what SGLang said while it chose them (a communicator it
-    declined for the device's topology, or one that could not be built
-    here)."""
+    groups of more than one rank, as its group coordinator holds them
+    (world.communicators_of), with what SGLang said while it chose them (a
+    communicator it declined for the device's topology, or one that could
+    not be built here)."""
     parallel = importlib.import_module("sglang.srt.distributed.parallel_state")
     out = []
     for name, ref in sorted(getattr(parallel, "_groups", {}).items()):
         group = ref() if callable(ref) else ref
         if group is None or int(getattr(group, "world_size", 1) or 1) <= 1:
             continue
-        made = {type(value).__name__: not getattr(value, "disabled", False)
-                for attr, value in vars(group).items()
-                if value is not None and attr.endswith(("_comm", "_communicator")) and not isinstance(value, bool)}
-        out.append({"group": name, "ranks": int(group.world_size),
-                    "enabled": sorted(k for k, on in made.items() if on),
-                    "disabled": sorted(k for k, on in made.items() if not on)})
+        out.append({"group": name, "ranks": int(group.world_size), **world.communicators_of(group)})
     return {"groups": out, "said": list(said), "stand_ins": list(stood_in)}
 
 
 def communicator_note(record: dict[str, Any]) -> str:
-    """One line of ``communicators``' record for the findings' notes ("" for
-    a world of one): each group's enabled communicators, then what SGLang said."""
-    groups = record.get("groups") or []
-    if not groups:
-        return ""
-    here = world.joined() or world.World(1, 0)
-    parts = [f"{g['group']} ({g['ranks']} ranks): {', '.join(g['enabled']) or 'none enabled'}" for g in groups]
-    said = "; ".join(one_line(text, 160) for text in record.get("said") or ())
-    return (f"communicators (rank {here.rank} of {here.size}): " + "; ".join(parts)
-            + (f" -- SGLang said: {said}" if said else ""))
+    """One line of ``communicators``' record for the findings' notes."""
+    return world.communicator_note(record, "SGLang")
 
 
 __all__ = ["communicator_note", "communicators", "declare_collectives", "join_world", "layout", "model_parallel",

@@ -98,6 +98,11 @@ def _build(target: Target, config: Any, log: UndoLog) -> vllm_model.Built:
                              model_class=type(built.model).__qualname__,
                              compiled_module=type(built.backbone).__qualname__)
     target.info.notes.extend(built.notes)
+    talk = built.communicators
+    target.info.stand_ins.extend(talk.get("stand_ins") or ())
+    if talk.get("groups"):
+        target.info.facts["launch"]["communicators"] = talk
+        target.info.notes.append(world.communicator_note(talk, "vLLM"))
     parallel = config.parallel_config
     here = world.joined() or world.World(1, 0)
     target.info.facts["launch"]["layout"] = {

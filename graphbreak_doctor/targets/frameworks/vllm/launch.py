@@ -33,11 +33,14 @@ from graphbreak_doctor.text import one_line
 # vLLM's log messages kept as its reasons: the ones about compiling,
 # capturing and eager execution.
 _REASON = re.compile(r"compil|cuda ?graph|eager|dynamo|inductor|breakable", re.IGNORECASE)
+# ... and the ones about its communicators (which it chose, which it declined).
+COMMUNICATION = re.compile(r"all-?reduce|nccl|communicator|symmetric memory|p2p", re.IGNORECASE)
 
 
 class _Said(logging.Handler):
-    def __init__(self) -> None:
+    def __init__(self, about: re.Pattern = _REASON) -> None:
         super().__init__(logging.INFO)
+        self.about = about
         self.lines: list[str] = []
 
     def emit(self, record: logging.LogRecord) -> None:
@@ -45,13 +48,15 @@ class _Said(logging.Handler):
             text = one_line(record.getMessage(), 400)
         except Exception as e:  # a record whose arguments do not format: keep what it was
             text = f"{record.msg!r} ({type(e).__name__})"
-        if _REASON.search(text) and text not in self.lines:
+        if self.about.search(text) and text not in self.lines:
             self.lines.append(text)
 
 
 @contextlib.contextmanager
-def _listening() -> Iterator[_Said]:
-    said = _Said()
+def listening(about: re.Pattern = _REASON) -> Iterator[_Said]:
+    """What vLLM's loggers say meanwhile (INFO and above), ``about`` compiling
+    and capturing by default; nothing else is kept."""
+    said = _Said(about)
     logger = logging.getLogger("vllm")
     level = logger.level
     logger.addHandler(said)
@@ -115,7 +120,7 @@ def resolve(args: tuple[str, ...], model_dir: str) -> tuple[Any, list[str]]:
     from vllm.engine.arg_utils import AsyncEngineArgs
 
     namespace = _parse(args, model_dir)
-    with _listening() as said:
+    with listening() as said:
         try:
             engine_args = AsyncEngineArgs.from_cli_args(namespace)
             try:

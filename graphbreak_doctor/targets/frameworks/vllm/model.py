@@ -27,9 +27,10 @@ from typing import Any, Callable, Hashable, Iterator
 import torch
 
 from graphbreak_doctor.emulation import world
+from graphbreak_doctor.emulation.standins import nccl
 from graphbreak_doctor.patching import UndoLog
 from graphbreak_doctor.targets import LaunchRefused, TargetError, refused_by_check, shards
-from graphbreak_doctor.targets.frameworks.vllm.launch import version
+from graphbreak_doctor.targets.frameworks.vllm.launch import COMMUNICATION, listening, version
 from graphbreak_doctor.text import one_line
 
 
@@ -41,36 +42,58 @@ class Built:
     full: int  # decoder layers in the config
     notes: list[str] = field(default_factory=list)
     kinds: list[str] = field(default_factory=list)  # each decoder layer's kind, as built (shards.layer_kind)
+    # The communicators vLLM set up for this rank's groups (world.communicator_note's record).
+    communicators: dict[str, Any] = field(default_factory=dict)
 
 
-def init_distributed(vllm_config: Any, log: UndoLog, folder: Path, rank: int = 0) -> None:
+def init_distributed(vllm_config: Any, log: UndoLog, folder: Path, rank: int = 0) -> dict[str, Any]:
     """vLLM's process groups at the launch's layout: for one GPU, a world of
     one (gloo on the host: no NCCL); for several, the traced rank of a world
     of that many over torch's fake process group (emulation/world.py),
-    whose groups vLLM builds with the backend its worker asks for."""
+    whose groups vLLM builds with the backend its worker asks for, with the
+    NCCL library its PyNccl communicator loads stood in (standins/nccl.py).
+    Returns the communicators vLLM set up for each group of more than one
+    rank, what it said while it chose them, and the stand-ins."""
     from vllm.distributed import parallel_state
 
     config = vllm_config.parallel_config
     tp, pp = int(config.tensor_parallel_size), int(config.pipeline_parallel_size)
     size = int(getattr(config, "world_size", tp * pp) or tp * pp)
+    stood_in: list[str] = []
     if size > 1:
-        from vllm.distributed.device_communicators import shm_broadcast
+        from vllm.distributed.device_communicators import pynccl_wrapper, shm_broadcast
 
         world.join(log, size, rank)
         world.no_peer_queue(log, getattr(shm_broadcast, "MessageQueue", None))
-        parallel_state.init_distributed_environment(world_size=size, rank=rank, local_rank=rank, backend="nccl",
-                                                    distributed_init_method="fake://")
-    else:
-        parallel_state.init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
-                                                    distributed_init_method=f"file://{folder / 'dist-init'}")
-    parallel_state.ensure_model_parallel_initialized(tp, pp)
-    world.declare_collectives(log, collective_ops(parallel_state))
+        wrapper, where = getattr(pynccl_wrapper, "NCCLLibrary", None), getattr(pynccl_wrapper, "find_nccl_library", None)
+        if wrapper is not None and where is not None and nccl.install(log, wrapper, where()):
+            stood_in.append(f"{where()}: the emulated NCCL library (a rank whose peers are not there): vLLM's "
+                            "PyNccl wrapper runs over it, its collectives move nothing")
+    with listening(COMMUNICATION) as said:
+        if size > 1:
+            parallel_state.init_distributed_environment(world_size=size, rank=rank, local_rank=rank, backend="nccl",
+                                                        distributed_init_method="fake://")
+        else:
+            parallel_state.init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
+                                                        distributed_init_method=f"file://{folder / 'dist-init'}")
+        parallel_state.ensure_model_parallel_initialized(tp, pp)
+    ops = collective_ops(parallel_state)
+    # A CUDA-graph capture runs each one's body (the function vLLM registered),
+    # which reaches the communicator vLLM chose.
+    world.declare_collectives(log, ops, {name: getattr(parallel_state, name.split("::", 1)[1]) for name in ops})
 
     def destroy() -> None:
         parallel_state.destroy_model_parallel()
         parallel_state.destroy_distributed_environment()
 
     log.call_on_undo(destroy)
+    groups = []
+    for name, ref in sorted(getattr(parallel_state, "_groups", {}).items()):
+        group = ref() if callable(ref) else ref
+        if group is not None and int(getattr(group, "world_size", 1) or 1) > 1:
+            groups.append({"group": name, "ranks": int(group.world_size),
+                           **world.communicators_of(getattr(group, "device_communicator", None))})
+    return {"groups": groups, "said": said.lines if groups else [], "stand_ins": stood_in}
 
 
 def collective_ops(parallel_state: Any) -> dict[str, tuple[str, str]]:
@@ -114,7 +137,7 @@ def build(vllm_config: Any, log: UndoLog) -> Built:
     from vllm.model_executor.model_loader.base_loader import BaseModelLoader
 
     log.enter(set_current_vllm_config(vllm_config))
-    init_distributed(vllm_config, log, Path(tempfile.mkdtemp(prefix="graphbreak-doctor-vllm-dist-")))
+    talk = init_distributed(vllm_config, log, Path(tempfile.mkdtemp(prefix="graphbreak-doctor-vllm-dist-")))
     full = int(getattr(vllm_config.model_config.hf_config, "num_hidden_layers", 0) or 0)
     reduced: dict[str, Any] = {}
     # Where the loader makes the model: its create_model, or in an older
@@ -145,7 +168,8 @@ def build(vllm_config: Any, log: UndoLog) -> Built:
     backbone = getattr(model, "model", model)
     kinds = reduced.get("kinds") or [shards.layer_kind(layer) for layer in getattr(backbone, "layers", None) or ()]
     layers, notes = reduced.get("depth") or _reduce(backbone, full)
-    return Built(model=model, backbone=backbone, layers=layers, full=full, notes=notes, kinds=kinds)
+    return Built(model=model, backbone=backbone, layers=layers, full=full, notes=notes, kinds=kinds,
+                 communicators=talk)
 
 
 def _structure(layer: torch.nn.Module) -> Hashable:
