@@ -21,11 +21,14 @@ driver says of a feature it lacks) and is named in the findings'
 here (``EmulatedHandle``); only these functions read them.
 
 ``install`` patches the binding when it is imported, now or later while the
-log is open; it imports nothing.
+log is open; it imports nothing. A framework that ships its own copy of the
+binding (vLLM's ``vllm.third_party.pynvml``) has it answered the same way
+with ``answer_copy`` while a device is emulated.
 """
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -61,6 +64,20 @@ def install(log: UndoLog, preset: DevicePreset, gpus: int, note: Callable[[str],
         answer(log, module, preset, gpus, note)
 
     now_or_on_import(log, _BINDING, patch)
+    log.setattr(sys.modules[__name__], "_copies", patch)
+
+
+# While a device is emulated: what answers a copy of the binding (install's patch).
+_copies: Callable[[Any], None] | None = None
+
+
+def answer_copy(module: Any) -> bool:
+    """Answer a framework's own copy of the binding as the emulated device
+    answers ``pynvml`` (undone with the device); whether a device is emulated."""
+    if _copies is None:
+        return False
+    _copies(module)
+    return True
 
 
 def answer(log: UndoLog, nvml: Any, preset: DevicePreset, gpus: int, note: Callable[[str], None]) -> None:
@@ -170,4 +187,4 @@ def _unsupported(nvml: Any, name: str, note: Callable[[str], None]) -> Callable[
     return unanswered
 
 
-__all__ = ["DRIVER_VERSION", "EmulatedHandle", "answer", "install", "links"]
+__all__ = ["DRIVER_VERSION", "EmulatedHandle", "answer", "answer_copy", "install", "links"]

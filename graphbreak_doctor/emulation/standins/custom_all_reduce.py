@@ -1,6 +1,8 @@
 """The custom all-reduce kernel library (the IPC all-reduce that SGLang's
-sgl-kernel ships; vLLM's custom-AR extension has the same ops), stood in
-where its binary cannot load.
+sgl-kernel ships; vLLM's custom-AR extension has the same ops, and more:
+its own shared-buffer allocation and IPC handles, an all-gather and a
+reduce-scatter on the same communicator), stood in where its binary cannot
+load.
 
 What the real library does, and the stand-in keeps account of: each
 communicator (``init_custom_ar``'s handle) holds the buffers it has
@@ -65,6 +67,8 @@ def _init_custom_ar(ipc_tensors: list, rank_data: Any, rank: int, full_nvlink: b
 
 
 def _all_reduce(fa: int, inp: Any, out: Any, reg_buffer: int, reg_buffer_sz_bytes: int) -> None:
+    """The all-reduce (and vLLM's all-gather and reduce-scatter on the same
+    communicator, which look their input up the same way)."""
     if cuda_graph.capturing():
         what = ("the custom all-reduce's staging buffer, as a graph buffer" if reg_buffer
                 else "the custom all-reduce's input, as a graph buffer")
@@ -96,32 +100,59 @@ def _register_graph_buffers(fa: int, handles: list, offsets: list) -> None:
     owed.clear()
 
 
+# Made-up device addresses of the shared buffers (never dereferenced).
+_addresses = itertools.count(0x7F0000000000, 0x10000000)
+
+
+def _allocate_shared_buffer_and_handle(size: int) -> tuple[int, torch.Tensor]:
+    """A buffer the peers can open: its address, and its exported handle's bytes (host memory)."""
+    return next(_addresses), torch.zeros(_HANDLE_BYTES, dtype=torch.uint8, device="cpu")
+
+
+def _open_mem_handle(mem_handle: Any) -> int:
+    return next(_addresses)
+
+
+def _free_shared_buffer(ptr: int) -> None:
+    return None
+
+
 _KERNELS = {"init_custom_ar": _init_custom_ar, "all_reduce": _all_reduce, "dispose": _dispose,
             "meta_size": _meta_size, "register_buffer": _register_buffer,
             "get_graph_buffer_ipc_meta": _get_graph_buffer_ipc_meta,
-            "register_graph_buffers": _register_graph_buffers}
+            "register_graph_buffers": _register_graph_buffers,
+            # vLLM's extension only (given kernels where its library declares them):
+            "allocate_shared_buffer_and_handle": _allocate_shared_buffer_and_handle,
+            "open_mem_handle": _open_mem_handle, "free_shared_buffer": _free_shared_buffer,
+            "custom_all_gather": _all_reduce, "custom_reduce_scatter": _all_reduce}
 # Ops with a tensor argument: reached through the emulated GPU's fake tensors.
-_ON_TENSORS = ("init_custom_ar", "all_reduce")
+_ON_TENSORS = ("init_custom_ar", "all_reduce", "custom_all_gather", "custom_reduce_scatter")
+# The collectives a capture lists.
+_COLLECTIVES = ("all_reduce", "custom_all_gather", "custom_reduce_scatter")
 
 
 def install(log: UndoLog, out: StandIns, namespace: str) -> None:
     """The library's ops in ``namespace`` get the stand-in's kernels (those
     missing declared first); ``all_reduce`` is a collective of the world."""
     library = out.library(log, namespace)
-    for name, schema in SCHEMAS.items():
+    done = []
+    for name, kernel in _KERNELS.items():
         qualname = f"{namespace}::{name}"
         if not declared(qualname):
-            library.define(schema)
+            if name not in SCHEMAS:
+                continue  # an op of another library's
+            library.define(SCHEMAS[name])
         if qualname in out.declared:
             out.declared.remove(qualname)
         if name in _ON_TENSORS:
-            torch.library.register_fake(qualname, _KERNELS[name], lib=library)
+            torch.library.register_fake(qualname, kernel, lib=library)
         else:
-            library.impl(name, _KERNELS[name], "CompositeExplicitAutograd")
-    world.declare_collectives(log, {f"{namespace}::all_reduce": ("", "")})
+            library.impl(name, kernel, "CompositeExplicitAutograd")
+        done.append(name)
+    world.declare_collectives(log, {f"{namespace}::{name}": ("", "") for name in _COLLECTIVES if name in done})
     log.call_on_undo(_owed.clear)
-    out.lines.append(f"{namespace}::{{{', '.join(SCHEMAS)}}}: the custom all-reduce library's ops, stood in: "
-                     "each all-reduce moves nothing, and one captured in a CUDA graph owes the registration of its "
+    out.lines.append(f"{namespace}::{{{', '.join(done)}}}: the custom all-reduce library's ops, stood in: "
+                     "each collective moves nothing, and one captured in a CUDA graph owes the registration of its "
                      "buffer with the peers until register_graph_buffers")
 
 

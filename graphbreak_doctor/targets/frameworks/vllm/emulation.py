@@ -29,6 +29,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from graphbreak_doctor.emulation import nvml
 from graphbreak_doctor.patching import UndoLog
 
 CHANGES = {
@@ -70,13 +71,32 @@ def isolate_caches(log: UndoLog, folder: Path) -> None:
 
 
 def install_platform(log: UndoLog) -> Any:
-    """vLLM's CUDA platform as its current platform; returns it."""
+    """vLLM's CUDA platform as its current platform, chosen as vLLM chooses
+    it when its platform module is imported: the one that asks NVML where
+    NVML starts (the emulated node answers it: emulation/nvml.py), else the
+    one without; returns it."""
     import vllm.platforms as platforms
     from vllm.platforms import cuda
 
-    platform = cuda.NonNvmlCudaPlatform()
+    binding = getattr(cuda, "pynvml", None)  # vLLM's own copy of NVML's binding
+    chosen = cuda.NonNvmlCudaPlatform
+    if binding is not None and hasattr(cuda, "NvmlCudaPlatform"):
+        nvml.answer_copy(binding)
+        if _nvml_starts(binding):
+            chosen = cuda.NvmlCudaPlatform
+    platform = chosen()
     log.setattr(platforms, "_current_platform", platform)
     return platform
+
+
+def _nvml_starts(nvml: Any) -> bool:
+    """vLLM's test: NVML initializes (its error says it does not)."""
+    try:
+        nvml.nvmlInit()
+    except nvml.NVMLError:
+        return False
+    nvml.nvmlShutdown()
+    return True
 
 
 def inspect_in_process(log: UndoLog) -> None:

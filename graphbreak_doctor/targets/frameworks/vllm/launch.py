@@ -34,7 +34,7 @@ from graphbreak_doctor.text import one_line
 # capturing and eager execution.
 _REASON = re.compile(r"compil|cuda ?graph|eager|dynamo|inductor|breakable", re.IGNORECASE)
 # ... and the ones about its communicators (which it chose, which it declined).
-COMMUNICATION = re.compile(r"all-?reduce|nccl|communicator|symmetric memory|p2p", re.IGNORECASE)
+COMMUNICATION = re.compile(r"all-?reduce|collectives|nccl|communicator|symmetric memory|p2p", re.IGNORECASE)
 
 
 class _Said(logging.Handler):

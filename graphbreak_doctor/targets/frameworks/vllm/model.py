@@ -63,15 +63,18 @@ def init_distributed(vllm_config: Any, log: UndoLog, folder: Path, rank: int = 0
     if size > 1:
         from vllm.distributed.device_communicators import pynccl_wrapper, shm_broadcast
 
-        world.join(log, size, rank)
+        world.join(log, size, rank, node_gpus=torch.cuda.device_count())
         world.no_peer_queue(log, getattr(shm_broadcast, "MessageQueue", None))
+        world.answer_node_check(log, getattr(parallel_state, "in_the_same_node_as", None))
         wrapper, where = getattr(pynccl_wrapper, "NCCLLibrary", None), getattr(pynccl_wrapper, "find_nccl_library", None)
         if wrapper is not None and where is not None and nccl.install(log, wrapper, where()):
             stood_in.append(f"{where()}: the emulated NCCL library (a rank whose peers are not there): vLLM's "
                             "PyNccl wrapper runs over it, its collectives move nothing")
     with listening(COMMUNICATION) as said:
         if size > 1:
-            parallel_state.init_distributed_environment(world_size=size, rank=rank, local_rank=rank, backend="nccl",
+            parallel_state.init_distributed_environment(world_size=size, rank=rank,
+                                                        local_rank=rank % max(1, torch.cuda.device_count()),
+                                                        backend="nccl",
                                                         distributed_init_method="fake://")
         else:
             parallel_state.init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",

@@ -22,7 +22,7 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from graphbreak_doctor.emulation.standins import catalogue
+from graphbreak_doctor.emulation.standins import catalogue, custom_all_reduce
 from graphbreak_doctor.emulation.standins.binaries import (
     StandIns, declared, empty_module, loads, no_load_of, package_dir,
 )
@@ -63,6 +63,11 @@ def install_vllm(log: UndoLog, out: StandIns) -> None:
             out.lines.append(f"{module}: {len(unparsed)} schemas not declared, this torch cannot parse them "
                              f"({', '.join(n for n, _ in unparsed[:4])}{', ...' if len(unparsed) > 4 else ''}: "
                              f"{unparsed[0][1]})")
+    # vLLM's custom all-reduce: its ops keep the library's account of the
+    # buffers registered with the peers, in the namespace vLLM calls them by.
+    for namespace in sorted(references.get("init_custom_ar", ())):
+        if declared(f"{namespace}::init_custom_ar"):
+            custom_all_reduce.install(log, out, namespace)
 
 
 def _declare(log: UndoLog, out: StandIns, so: Path,
