@@ -37,6 +37,18 @@ def _cache_key(tmp_path_factory):
     os.environ["GRAPHBREAK_DOCTOR_CACHE_KEY"] = str(tmp_path_factory.mktemp("cache-key") / "cache-key")
 
 
+def run_script(code: str) -> tuple[subprocess.CompletedProcess, dict]:
+    """Run ``code`` in a fresh interpreter (what it imports stays there) and
+    read back what it printed as ``LABEL <json>`` lines, by label."""
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    said = {}
+    for line in result.stdout.splitlines():
+        label, _, rest = line.partition(" ")
+        if label.isupper() and rest:
+            said[label] = json.loads(rest)
+    return result, said
+
+
 def run_cli(*args: str, cwd: Path = ROOT, env: dict | None = None) -> subprocess.CompletedProcess:
     """Run the installed console entry point the way a user does."""
     full_env = {**os.environ, **(env or {})}

@@ -9,13 +9,10 @@ environment (`make test-sglang`)."""
 from __future__ import annotations
 
 import importlib.util
-import json
-import subprocess
-import sys
 
 import pytest
 
-from conftest import ROOT
+from conftest import run_script
 
 HAS_DEEP_GEMM = importlib.util.find_spec("deep_gemm") is not None
 pytestmark = [pytest.mark.sglang, pytest.mark.skipif(not HAS_DEEP_GEMM, reason="sgl-deep-gemm is not installed")]
@@ -65,9 +62,7 @@ print("AFTER " + json.dumps(hasattr(torch.ops.deep_gemm, "fp8_mqa_logits")))
 
 
 def test_the_packages_own_python_runs_on_its_stood_in_library():
-    result = subprocess.run([sys.executable, "-c", _CALLS], cwd=ROOT, capture_output=True, text=True, timeout=600)
-    lines = {x.split(" ", 1)[0]: json.loads(x.split(" ", 1)[1]) for x in result.stdout.splitlines()
-             if x.startswith(("RESULT ", "AFTER "))}
+    result, lines = run_script(_CALLS)
     assert result.returncode == 0 and "RESULT" in lines, result.stderr[-3000:]
     record = lines["RESULT"]
     # The library's own schemas, its load by path skipped; the SM count the device's.

@@ -8,13 +8,10 @@ SGLang environment (`make test-sglang`)."""
 from __future__ import annotations
 
 import importlib.util
-import json
-import subprocess
-import sys
 
 import pytest
 
-from conftest import ROOT
+from conftest import run_script
 
 HAS_FLASH_MLA = importlib.util.find_spec("flash_mla") is not None
 pytestmark = [pytest.mark.sglang, pytest.mark.skipif(not HAS_FLASH_MLA, reason="sgl-flash-mla is not installed")]
@@ -58,9 +55,7 @@ print("AFTER " + json.dumps(hasattr(torch.ops.flash_mla_legacy, "sparse_prefill_
 
 
 def test_the_wheels_own_python_runs_on_its_stood_in_libraries():
-    result = subprocess.run([sys.executable, "-c", _CALLS], cwd=ROOT, capture_output=True, text=True, timeout=600)
-    lines = {x.split(" ", 1)[0]: json.loads(x.split(" ", 1)[1]) for x in result.stdout.splitlines()
-             if x.startswith(("RESULT ", "AFTER "))}
+    result, lines = run_script(_CALLS)
     assert result.returncode == 0 and "RESULT" in lines, result.stderr[-3000:]
     record = lines["RESULT"]
     # Both libraries, each in the namespace the wheel's loader calls, its load skipped.
