@@ -219,3 +219,21 @@ def test_tp7_is_sglangs_own_refusal_in_one_line(cli):
     said = [line for line in result.stderr.splitlines() if line.startswith("graphbreak-doctor:")]
     assert len(said) == 1, result.stderr[-2000:]
     assert "assert num_heads % attn_tp_size == 0" in said[0] and "deepseek_v2.py:" in said[0], said
+
+
+@pytest.mark.slow
+def test_fix_runs_its_ladder_at_the_launchs_layout(cli):
+    """``fix`` takes the same layout: every trace of its ladder is rank 0 of 8
+    at this rank's shapes. What a world of one never reaches is then the
+    first failure: SGLang 0.5.23's all-reduce asks a parallel-state getter
+    whose deprecation wrapper reads its caller's frame (``sys._getframe``)."""
+    out = Path(tempfile.mkdtemp()) / "fix.json"
+    result = cli("fix", "--model", "--model-path", "glm5-nvfp4", "--device", "sm120", "--sglang-args", f"--tp {TP}",
+                 "--steps", "2", "--json", str(out), "--no-html", "--in-process")
+    assert result.returncode in (0, 1) and out.exists(), result.stderr[-3000:]
+    findings = json.loads(out.read_text())
+    assert findings["target"]["facts"]["launch"]["layout"]["world_size"] == TP
+    assert findings["target"]["shapes"]["tp"] == TP
+    first = next(b for b in findings["breaks"] if b["id"] == findings["fullgraph"]["break_id"])
+    assert [f["function"] for f in first["stack"]][-2:] == ["tensor_model_parallel_all_reduce", "wrapper"], first
+    assert "_getframe" in first["reason"], first["reason"]
