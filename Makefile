@@ -5,6 +5,14 @@
 # graphbreak_doctor/matrix/requirements/ (shipped in the wheel).
 
 PYTHON ?= python3
+# Python writes the bytecode of what it imports, whatever the machine's
+# environment says (some images set PYTHONDONTWRITEBYTECODE): the tests start
+# a Python process per command they run, and each would otherwise compile the
+# doctor's own modules (an editable install) and the packages of the matrix's
+# environments (uv installs them without bytecode) from source again: under a
+# second for the doctor, about ten for torch in a matrix environment, in every
+# process.
+unexport PYTHONDONTWRITEBYTECODE
 VENV := .venv
 VENV063 := .venv-fi063
 VENVSGL := .venv-sglang

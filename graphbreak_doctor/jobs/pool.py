@@ -145,6 +145,11 @@ def _shared(job: Job, run_dir: Path, shared: dict[tuple[str, str, str], Shared])
     home = "" if job.python else str(Path(graphbreak_doctor.__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join([*filter(None, [job.path, home]),
                                          *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))])
+    if job.path:
+        # A written patch's proof reads the folder it proves and writes
+        # nothing there: no bytecode beside the patch's modules (the folder
+        # holds what the doctor wrote, and nothing else).
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
     folder = run_dir / f"shared-{len(list(run_dir.glob('shared-*')))}"
     shared[_key(job)] = started = Shared(job.python or sys.executable, folder, {"sys_path": job.import_path()}, env,
                                          job.cwd or None)
