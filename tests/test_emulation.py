@@ -814,3 +814,42 @@ def test_a_target_that_asks_the_gpu_about_itself_gets_the_presets_answers(tmp_pa
         assert not findings.fullgraph.ok and first.gb_type == "torch.* op returned non-Tensor", refused
         assert query in first.reason and first.category == "opaque-call"
         assert all(b.actionable_frame.file.endswith("fixtures/device_queries.py") for b in findings.breaks)
+
+
+def test_op_schemas_are_read_from_a_librarys_data_not_its_gpu_code(tmp_path):
+    """A library built by the machine's compiler: the schema strings in its
+    read-only data are read (in order); one in a section of GPU code
+    (``.nv_fatbin``, most of a CUDA library's bytes) and one in a section the
+    loader does not map are not -- the reader looks only where a host
+    program keeps its strings."""
+    import shutil
+    import subprocess
+
+    from graphbreak_doctor.emulation.standins import schemas
+
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        pytest.skip("no C compiler on PATH")
+    source = tmp_path / "ops.c"
+    source.write_text(
+        'const char *first = "first_op(Tensor a) -> Tensor";\n'
+        'const char *second = "second_op(Tensor(a!) out, int n) -> ()";\n'
+        '__attribute__((section(".nv_fatbin"), used)) const char gpu[] = "gpu_code_op(Tensor a) -> Tensor";\n'
+        '__asm__(".section .unmapped_strings,\\"\\",@progbits\\n.asciz \\"unmapped_op(int a) -> int\\"\\n.previous");\n'
+        'const char **names(void) { static const char *all[] = {0, 0}; all[0] = first; all[1] = second; return all; }\n')
+    library = tmp_path / "libops.so"
+    subprocess.run([compiler, "-shared", "-fPIC", "-O0", "-o", str(library), str(source)], check=True,
+                   capture_output=True)
+    import mmap
+
+    with open(library, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        ranges = schemas.data_ranges(data)
+        whole = bytes(data)
+    assert ranges and ranges != [(0, len(whole))]
+    gpu, unmapped = whole.index(b"gpu_code_op("), whole.index(b"unmapped_op(")
+    assert not any(first <= at < last for first, last in ranges for at in (gpu, unmapped)), ranges
+    assert schemas.schemas_in(library) == ("first_op(Tensor a) -> Tensor", "second_op(Tensor(a!) out, int n) -> ()")
+    # Not an ELF file (or one whose section table is cut off): the whole of it.
+    cut = tmp_path / "cut.so"
+    cut.write_bytes(whole[:64] + b"\x00later(int a) -> ()\x00")
+    assert schemas.schemas_in(cut) == ("later(int a) -> ()",)
