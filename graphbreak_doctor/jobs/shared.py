@@ -5,7 +5,9 @@ SHARED.json FD``).
 The pool (jobs/pool.py) starts one shared worker for the jobs of a run that
 run in the same interpreter (same ``Job.python``, ``Job.path``, ``Job.cwd``).
 It imports torch and the doctor's own modules a worker imports anyway before
-it builds a target (worker.py: ``PRELOAD``), nothing of any target, and then
+it builds a target (worker.py: ``PRELOAD``; for jobs on a GPU, emulated or
+real, Inductor's CUDA-graph trees too: ``GPU_PRELOAD``), nothing of any
+target, and then
 waits on a Unix socket (its end is FD). For each job the pool sends a request
 -- the job's files and folder -- with the write end of a pipe of the job's
 own; the shared worker forks, and the child becomes that job's worker as a

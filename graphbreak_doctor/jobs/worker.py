@@ -28,21 +28,36 @@ import sys
 # before they are imported, and FlashInfer keeps process-wide state.
 PRELOAD = ("torch", "graphbreak_doctor.jobs.local", "graphbreak_doctor.diagnose", "graphbreak_doctor.capture.trace",
            "graphbreak_doctor.emulation.device", "graphbreak_doctor.jobs.output", "graphbreak_doctor.progress")
+# What a job on a GPU (emulated or real) imports too: Dynamo's reset, which
+# the capture runs before each mode, imports Inductor's CUDA-graph trees
+# whenever CUDA is available (about 600 modules, 2-3 s). Imported outside the
+# device all the same: while they import, those modules ask torch only
+# whether it was built with CUDA, which the emulation does not change.
+GPU_PRELOAD = ("torch._inductor.cudagraph_trees",)
 
 
-def _preload(stderr: str) -> str:
-    """Import ``PRELOAD``; returns what this process printed meanwhile (each
-    job's worker repeats it where its own output goes)."""
-    before = set(sys.modules)
-    try:
-        for name in PRELOAD:
-            importlib.import_module(name)
-    except Exception:
-        # Not this process's to report: each job imports the same modules
-        # again, from as clean a state as this, and fails there with an
-        # outcome of its own, as a worker of its own would.
-        for name in set(sys.modules) - before:
-            del sys.modules[name]
+def preload_for(device: str) -> list[tuple[str, ...]]:
+    """The groups of modules a shared worker imports for jobs on ``device``
+    (``cpu``: no GPU, emulated or real)."""
+    return [PRELOAD, GPU_PRELOAD] if device != "cpu" else [PRELOAD]
+
+
+def _preload(groups: list[list[str]], stderr: str) -> str:
+    """Import each group of modules (``preload_for``), until one fails;
+    returns what this process printed meanwhile (each job's worker repeats
+    it where its own output goes)."""
+    for group in groups:
+        before = set(sys.modules)
+        try:
+            for name in group:
+                importlib.import_module(name)
+        except Exception:
+            # Not this process's to report: each job imports the same modules
+            # again, from as clean a state as this, and fails there with an
+            # outcome of its own, as a worker of its own would.
+            for name in set(sys.modules) - before:
+                del sys.modules[name]
+            break
     sys.stdout.flush()
     sys.stderr.flush()
     try:
@@ -86,7 +101,7 @@ def main(argv: list[str]) -> int:
     for entry in reversed(shared["sys_path"]):
         if entry not in sys.path:
             sys.path.insert(0, entry)
-    request = serve(int(control), _preload(shared["stderr"]))
+    request = serve(int(control), _preload(shared.get("preload", [PRELOAD]), shared["stderr"]))
     # From here on: one job's worker, forked for it. It splits in two: this
     # process stays behind as the job's supervisor, which dies with the shared
     # worker and takes along every process the job starts (jobs/lifetime.py);
