@@ -1,8 +1,9 @@
 """`ingest`: what a real run left behind gives the same diagnosis as a live trace.
 
 Every artifact read here is recorded at test time: the fixture targets run
-under plain torch.compile in a child process (``fixtures.plain_compile``: no
-capture or analysis code of the doctor in it) with TORCH_TRACE or
+under plain torch.compile, each mode in a child process of its own
+(``fixtures.plain_compile --runs``: no capture or analysis code of the doctor
+in it; one torch import, forked per run) with TORCH_TRACE or
 TORCH_LOGS=graph_breaks set, and their fullgraph exceptions are taken from
 that process's stderr, as a server prints them.
 """
@@ -18,7 +19,6 @@ import shutil
 import subprocess
 import sys
 import sysconfig
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -36,30 +36,53 @@ HAS_OP = not FLASHINFER.startswith("0.6.")
 
 def record(spec: str, out: Path, *, mode: str = "both", emulate: str | None = None, logs: bool = False,
            extra: tuple[str, ...] = (), verbose: bool = False) -> Path:
-    """Run ``spec`` under plain torch.compile in a child process; TORCH_TRACE goes
-    to ``out/trace`` (or TORCH_LOGS=graph_breaks to ``out/graph_breaks.log``),
-    its stderr -- the fullgraph exception -- to ``out/stderr.txt``."""
+    """Run ``spec`` under plain torch.compile, each mode in a process of its
+    own; TORCH_TRACE goes to ``out/trace`` (or TORCH_LOGS=graph_breaks to
+    ``out/graph_breaks.log``), its stderr -- the fullgraph exception -- to
+    ``out/stderr.txt``."""
+    runs = plain_runs(spec, out, mode=mode, emulate=emulate, logs=logs, extra=extra)
+    run_plain(runs, verbose=verbose)
+    return collect(out, runs, logs=logs)
+
+
+def plain_runs(spec: str, out: Path, *, mode: str = "both", emulate: str | None = None, logs: bool = False,
+               extra: tuple[str, ...] = ()) -> list[dict]:
+    """The runs of ``fixtures.plain_compile --runs`` that record ``spec``:
+    each mode in a process of its own, as the doctor traces them (a mode
+    never sees the state the other left in FlashInfer)."""
     out.mkdir(parents=True, exist_ok=True)
+    logging = {"TORCH_LOGS": "graph_breaks"} if logs else {"TORCH_TRACE": str(out / "trace")}
+    runs = []
+    for each in (["explain", "fullgraph"] if mode == "both" else [mode]):
+        argv = [spec, "--mode", each, *(["--emulate", emulate] if emulate else []), *extra]
+        runs.append({"argv": argv, "env": logging, "stderr": str(out / f"stderr-{each}.part")})
+    return runs
+
+
+def run_plain(runs: list[dict], *, verbose: bool = False) -> None:
+    """The runs in a child process (``fixtures.plain_compile --runs``: one
+    torch import, a process forked per run)."""
     env = {k: v for k, v in os.environ.items() if k not in ("TORCH_TRACE", "TORCH_LOGS")}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     if verbose:
         env["TORCHDYNAMO_VERBOSE"] = "1"
-    if logs:
-        env["TORCH_LOGS"] = "graph_breaks"
-    else:
-        env["TORCH_TRACE"] = str(out / "trace")
+    listing = Path(runs[0]["stderr"]).with_name("runs.json")
+    listing.write_text(json.dumps(runs))
+    done = subprocess.run([sys.executable, "-m", "fixtures.plain_compile", "--runs", str(listing)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=900)
+    listing.unlink()
+    told = "".join(Path(r["stderr"]).read_text()[-2000:] for r in runs if Path(r["stderr"]).exists())
+    assert done.returncode == 0, done.stderr[-3000:] + told[-6000:]
+
+
+def collect(out: Path, runs: list[dict], *, logs: bool = False) -> Path:
+    """The runs' stderr, in order, as one file in ``out``."""
     stderr = []
-    # Each mode in a process of its own, as the doctor traces them (a mode
-    # never sees the state the other left in FlashInfer).
-    for each in (["explain", "fullgraph"] if mode == "both" else [mode]):
-        argv = [sys.executable, "-m", "fixtures.plain_compile", spec, "--mode", each]
-        if emulate:
-            argv += ["--emulate", emulate]
-        argv += extra
-        done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-        assert done.returncode == 0, done.stderr[-3000:]
-        assert "graphbreak_doctor.capture" not in done.stderr
-        stderr.append(done.stderr)
+    for run in runs:
+        part = Path(run["stderr"])
+        stderr.append(part.read_text())
+        part.unlink()
+        assert "graphbreak_doctor.capture" not in stderr[-1]
     (out / ("graph_breaks.log" if logs else "stderr.txt")).write_text("".join(stderr))
     return out
 
@@ -95,9 +118,9 @@ def modes_read_back(b) -> list[str]:
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory) -> dict[str, Path]:
     base = tmp_path_factory.mktemp("recorded")
-    with ThreadPoolExecutor(max_workers=3) as pool:
-        jobs = {name: pool.submit(record, f"fixtures.breaks.{name}:target", base / name) for name in BREAK_FIXTURES}
-        return {name: job.result() for name, job in jobs.items()}
+    runs = {name: plain_runs(f"fixtures.breaks.{name}:target", base / name) for name in BREAK_FIXTURES}
+    run_plain([run for each in runs.values() for run in each])
+    return {name: collect(base / name, each) for name, each in runs.items()}
 
 
 @pytest.fixture(scope="module")
