@@ -22,8 +22,7 @@ import graphbreak_doctor
 from graphbreak_doctor.model import CRASHED, TIMED_OUT, Findings
 from graphbreak_doctor.jobs import lifetime
 from graphbreak_doctor.jobs.job import Interrupted, Job, Outcome
-from graphbreak_doctor.jobs.shared import Forked, Shared
-from graphbreak_doctor.jobs.worker import preload_for
+from graphbreak_doctor.jobs.shared import Forked, Shared, preload_for
 from graphbreak_doctor.patching import UndoLog
 
 _POLL = 0.05  # seconds between looks at the running workers
@@ -152,7 +151,8 @@ def _shared(job: Job, run_dir: Path, shared: dict[tuple[str, str, str], Shared])
         # holds what the doctor wrote, and nothing else).
         env["PYTHONDONTWRITEBYTECODE"] = "1"
     folder = run_dir / f"shared-{len(list(run_dir.glob('shared-*')))}"
-    shared[_key(job)] = started = Shared(job.python or sys.executable, folder, {"sys_path": job.import_path(), "preload": preload_for(job.device)}, env,
+    config = {"sys_path": job.import_path(), "preload": preload_for(job.device)}
+    shared[_key(job)] = started = Shared(job.python or sys.executable, folder, config, env,
                                          job.cwd or None)
     return started
 

@@ -5,7 +5,7 @@ SHARED.json FD``).
 The pool (jobs/pool.py) starts one shared worker for the jobs of a run that
 run in the same interpreter (same ``Job.python``, ``Job.path``, ``Job.cwd``).
 It imports torch and the doctor's own modules a worker imports anyway before
-it builds a target (worker.py: ``PRELOAD``; for jobs on a GPU, emulated or
+it builds a target (``PRELOAD``; for jobs on a GPU, emulated or
 real, Inductor's CUDA-graph trees too: ``GPU_PRELOAD``), nothing of any
 target, and then
 waits on a Unix socket (its end is FD). For each job the pool sends a request
@@ -53,6 +53,26 @@ from typing import Any
 
 _POLL = 0.05  # seconds between looks at the forked jobs
 _MAX_MESSAGE = 1 << 16
+
+
+# What every job's worker imports anyway before it builds its target: torch,
+# Dynamo (through the capture) and the doctor's own modules. Nothing of a
+# target, and not FlashInfer or SGLang: the emulated device must be in place
+# before they are imported, and FlashInfer keeps process-wide state.
+PRELOAD = ("torch", "graphbreak_doctor.jobs.local", "graphbreak_doctor.diagnose", "graphbreak_doctor.capture.trace",
+           "graphbreak_doctor.emulation.device", "graphbreak_doctor.jobs.output", "graphbreak_doctor.progress")
+# What a job on a GPU (emulated or real) imports too: Dynamo's reset, which
+# the capture runs before each mode, imports Inductor's CUDA-graph trees
+# whenever CUDA is available (about 600 modules, a second of CPU). Imported outside the
+# device all the same: while they import, those modules ask torch only
+# whether it was built with CUDA, which the emulation does not change.
+GPU_PRELOAD = ("torch._inductor.cudagraph_trees",)
+
+
+def preload_for(device: str) -> list[tuple[str, ...]]:
+    """The groups of modules a shared worker imports for jobs on ``device``
+    (``cpu``: no GPU, emulated or real)."""
+    return [PRELOAD, GPU_PRELOAD] if device != "cpu" else [PRELOAD]
 
 
 # ---------------------------------------------------------------- the pool's side

@@ -2,7 +2,7 @@
 
 Started once per interpreter a run's jobs use (jobs/pool.py), it imports
 torch and the doctor's modules a job needs before it builds its target
-(``PRELOAD``), then forks one worker per job (jobs/shared.py: ``serve``).
+(jobs/shared.py: ``PRELOAD``), then forks one worker per job (``serve``).
 Each forked worker runs one job (jobs/local.py) and writes its outcome as
 JSON -- the findings in their own JSON form -- to the job's RESULT.json,
 whole or not at all. No result file means the worker ended early (the target
@@ -22,28 +22,8 @@ import os
 import signal
 import sys
 
-# What every job's worker imports anyway before it builds its target: torch,
-# Dynamo (through the capture) and the doctor's own modules. Nothing of a
-# target, and not FlashInfer or SGLang: the emulated device must be in place
-# before they are imported, and FlashInfer keeps process-wide state.
-PRELOAD = ("torch", "graphbreak_doctor.jobs.local", "graphbreak_doctor.diagnose", "graphbreak_doctor.capture.trace",
-           "graphbreak_doctor.emulation.device", "graphbreak_doctor.jobs.output", "graphbreak_doctor.progress")
-# What a job on a GPU (emulated or real) imports too: Dynamo's reset, which
-# the capture runs before each mode, imports Inductor's CUDA-graph trees
-# whenever CUDA is available (about 600 modules, 2-3 s). Imported outside the
-# device all the same: while they import, those modules ask torch only
-# whether it was built with CUDA, which the emulation does not change.
-GPU_PRELOAD = ("torch._inductor.cudagraph_trees",)
-
-
-def preload_for(device: str) -> list[tuple[str, ...]]:
-    """The groups of modules a shared worker imports for jobs on ``device``
-    (``cpu``: no GPU, emulated or real)."""
-    return [PRELOAD, GPU_PRELOAD] if device != "cpu" else [PRELOAD]
-
-
 def _preload(groups: list[list[str]], stderr: str) -> str:
-    """Import each group of modules (``preload_for``), until one fails;
+    """Import each group of modules (shared.py: ``preload_for``), until one fails;
     returns what this process printed meanwhile (each job's worker repeats
     it where its own output goes)."""
     for group in groups:
@@ -90,7 +70,7 @@ def main(argv: list[str]) -> int:
     gc.disable()
     # Die with the doctor, however it ends (jobs/lifetime.py).
     from graphbreak_doctor.jobs.lifetime import PARENT_ENV, die_with_parent, supervise
-    from graphbreak_doctor.jobs.shared import serve
+    from graphbreak_doctor.jobs.shared import PRELOAD, serve
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     parent = os.environ.pop(PARENT_ENV, "")
