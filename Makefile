@@ -101,8 +101,8 @@ trace: $(VENV)/.installed
 
 # The stages share their traces (tests/conftest.py) in one folder,
 # emptied first, and run independently: with -j2 (.ci/run) the environments
-# build while a stage runs, the main stage and then vLLM's run on one line,
-# and SGLang's, flashinfer 0.6.3's and the wheel's on the other. The tests that compare
+# build while a stage runs, the main stage, vLLM's and the wheel's run on one
+# line, and SGLang's, flashinfer 0.6.3's and the matrix's on the other. The tests that compare
 # the two FlashInfer environments (marked `both_versions`) run last, on both
 # stages' traces.
 test:
@@ -110,17 +110,17 @@ test:
 	GRAPHBREAK_DOCTOR_TEST_TRACES=$(TEST_TRACES) $(MAKE) test-stages
 	GRAPHBREAK_DOCTOR_TEST_TRACES=$(TEST_TRACES) $(MAKE) test-both-versions
 
-# Two lines of stages, about as long as each other (CI's 2 cores): the main
-# stage then vLLM's; SGLang's, then flashinfer 0.6.3's, the wheel's and the
-# matrix's vLLM axis.
+# Two lines of stages, about as long as each other (CI's 2 cores; the
+# stages' times are in docs/benchmarks.md): the main stage, then vLLM's and
+# the wheel's; SGLang's, then flashinfer 0.6.3's and the matrix's vLLM axis.
 test-stages: test-main-then-vllm test-sglang-line
 
 test-main-then-vllm: test-main $(VENVVLLM)/.installed
 	$(MAKE) test-vllm
+	$(MAKE) test-wheel
 
 test-sglang-line: test-sglang $(VENV063)/.installed
 	$(MAKE) test-fi063
-	$(MAKE) test-wheel
 	$(MAKE) test-vllm-matrix
 
 # Fourth environment: vLLM 0.33.0 (its Python; its native libraries get
