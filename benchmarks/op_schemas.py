@@ -59,7 +59,7 @@ def main() -> int:
     if not found:
         print(f"no op library of {', '.join(PACKAGES)} installed here")
         return 1
-    print(f"| library | size | schemas | whole file | data sections | speed-up | same |")
+    print("| library | size | schemas | whole file | data sections | speed-up | same |")
     print("|---|---|---|---|---|---|---|")
     ok = True
     for path in found:

@@ -5,10 +5,9 @@ SHARED.json FD``).
 The pool (jobs/pool.py) starts one shared worker for the jobs of a run that
 run in the same interpreter (same ``Job.python``, ``Job.path``, ``Job.cwd``).
 It imports torch and the doctor's own modules a worker imports anyway before
-it builds a target (``PRELOAD``; for jobs on a GPU, emulated or
-real, Inductor's CUDA-graph trees too: ``GPU_PRELOAD``), nothing of any
-target, and then
-waits on a Unix socket (its end is FD). For each job the pool sends a request
+it builds a target (``PRELOAD``; for jobs on a GPU, emulated or real,
+Inductor's CUDA-graph trees too: ``GPU_PRELOAD``), nothing of any target,
+and then waits on a Unix socket (its end is FD). For each job the pool sends a request
 -- the job's files and folder -- with the write end of a pipe of the job's
 own; the shared worker forks, and the child becomes that job's worker as a
 fresh worker process would have been, from the state it was forked in: its
@@ -63,9 +62,10 @@ PRELOAD = ("torch", "graphbreak_doctor.jobs.local", "graphbreak_doctor.diagnose"
            "graphbreak_doctor.emulation.device", "graphbreak_doctor.jobs.output", "graphbreak_doctor.progress")
 # What a job on a GPU (emulated or real) imports too: Dynamo's reset, which
 # the capture runs before each mode, imports Inductor's CUDA-graph trees
-# whenever CUDA is available (about 600 modules, a second of CPU). Imported outside the
-# device all the same: while they import, those modules ask torch only
-# whether it was built with CUDA, which the emulation does not change.
+# whenever CUDA is available (about 600 modules, a second of CPU). Imported
+# outside the device all the same: while they import, those modules ask
+# torch only whether it was built with CUDA, which the emulation does not
+# change.
 GPU_PRELOAD = ("torch._inductor.cudagraph_trees",)
 
 
