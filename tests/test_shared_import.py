@@ -237,3 +237,68 @@ def test_a_killed_shared_worker_ends_its_jobs_and_says_so(probe):
     while any(_alive(r["pid"]) for r in runs.values()) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not any(_alive(r["pid"]) for r in runs.values()), runs
+
+
+# A shared worker that serves one fork request, its forked process held (by a
+# wrapper around os.fork, here only) right after the fork until the shared
+# worker is gone: the window in which a killed doctor takes the shared worker
+# along. The job writes its pid to argv[2] if it runs anyway.
+_HELD_FORK = textwrap.dedent('''\
+    import os, sys, time
+
+    from graphbreak_doctor.jobs import lifetime, shared
+
+    real_fork = os.fork
+
+
+    def fork_then_wait():
+        parent = os.getpid()
+        pid = real_fork()
+        if pid == 0:
+            os.fork = real_fork
+            while os.getppid() == parent:
+                time.sleep(0.01)
+        return pid
+
+
+    os.fork = fork_then_wait
+    request = shared.serve(int(sys.argv[1]), "")
+    lifetime.supervise(request["zygote"])
+    with open(sys.argv[2], "w") as f:
+        f.write(str(os.getpid()))
+    time.sleep(300)
+''')
+
+
+def test_a_job_forked_just_before_its_shared_worker_dies_ends_too(tmp_path):
+    import socket
+
+    marker = tmp_path / "ran"
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    worker = subprocess.Popen([sys.executable, "-c", _HELD_FORK, str(theirs.fileno()), str(marker)],
+                              env={**os.environ, "PYTHONPATH": str(ROOT)}, pass_fds=(theirs.fileno(),),
+                              stdin=subprocess.DEVNULL)
+    theirs.close()
+    forked = None
+    try:
+        request = {"op": "fork", "index": 0, "job": str(tmp_path / "job.json"),
+                   "result": str(tmp_path / "result.json"), "tmp": str(tmp_path)}
+        with open(os.devnull, "wb") as sink:
+            socket.send_fds(ours, [json.dumps(request).encode()], [sink.fileno()])
+        ours.settimeout(60)
+        started = json.loads(ours.recv(4096))
+        assert started["op"] == "started", started
+        forked = started["pid"]
+        worker.kill()
+        worker.wait(timeout=30)
+        wait_for(lambda: not _alive(forked), 30, "the forked job to end with its shared worker")
+        assert not marker.exists(), "the job ran on after its shared worker died"
+    finally:
+        for pid in filter(None, [forked, int(marker.read_text() or 0) if marker.exists() else None]):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        worker.kill()
+        worker.wait()
+        ours.close()

@@ -261,11 +261,15 @@ def serve(fd: int, preload: str) -> dict[str, Any]:
                 sys.stdout.flush()
                 sys.stderr.flush()
                 gc.freeze()  # what is here now is never scanned in the job (copy-on-write pages stay shared)
+                # Read before the fork: a child asking for its parent after it
+                # would read init's pid if this process were killed meanwhile,
+                # and then outlive it (jobs/lifetime.py checks the parent).
+                zygote = os.getpid()
                 pid = os.fork()
                 if pid == 0:
                     selector.close()
                     sock.close()
-                    return _become_job(request, fds[0], preload)
+                    return _become_job(request, fds[0], preload, zygote)
                 os.close(fds[0])
                 children[pid] = False
                 _send(sock, {"op": "started", "index": request["index"], "pid": pid})
@@ -297,10 +301,10 @@ def _end_children(children: dict[int, bool]) -> None:
         os.waitpid(pid, 0)
 
 
-def _become_job(request: dict[str, Any], stderr: int, preload: str) -> dict[str, Any]:
+def _become_job(request: dict[str, Any], stderr: int, preload: str, zygote: int) -> dict[str, Any]:
     """In the forked process: reset what a fork inherits and a fresh worker
-    would not have."""
-    zygote = os.getppid()
+    would not have. ``zygote``: the shared worker's pid, read before the
+    fork."""
     os.setsid()  # its own session and process group, as the pool starts a worker
     os.dup2(stderr, 2)
     os.close(stderr)
