@@ -31,6 +31,15 @@ PIP_FLAGS := -q --disable-pip-version-check
 # by name, at the version $(MATRIX_REQ)/ci.txt pins.
 MATRIX_REQ := graphbreak_doctor/matrix/requirements
 UV := $(shell grep -m1 '^uv==' $(MATRIX_REQ)/ci.txt)
+# Each environment gets uv first (pip installs it), and uv installs the
+# pinned files: it unpacks each wheel once into its cache for every
+# environment (torch is in five of them) and writes no bytecode (a module is
+# compiled when it is first imported), where pip took one to three minutes per
+# environment. uv reads no pip configuration: the wheel folders pip is
+# configured with are handed to it as the matrix hands them
+# (matrix/envs.py: pip_find_links). $(call uv_install,ENV) ARGS...
+uv_install = links=$$(PYTHONPATH=$(CURDIR) $(1)/bin/python -c 'from graphbreak_doctor.matrix.envs import pip_find_links; print(*("--find-links=" + p for p in dict.fromkeys(pip_find_links())))') && \
+	$(1)/bin/uv pip install --quiet --python $(1)/bin/python $$links
 
 .PHONY: trace test test-torch test-stages test-main-then-vllm test-sglang-line test-wheel test-vllm test-vllm-matrix test-main test-fi063 test-both-versions test-sglang test-sglang-0.5.9 test-sglang-0.5.21 chromium bench bench-matrix clean venv
 
@@ -38,14 +47,15 @@ venv: $(VENV)/.installed $(VENV063)/.installed $(VENVSGL)/.installed $(VENVVLLM)
 
 $(VENV)/.installed: pyproject.toml $(MATRIX_REQ)/ci.txt requirements/ray.txt requirements/test.txt
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install $(PIP_FLAGS) -r $(MATRIX_REQ)/ci.txt -r requirements/ray.txt -r requirements/test.txt
+	$(VENV)/bin/pip install $(PIP_FLAGS) $(UV)
+	$(call uv_install,$(VENV)) -r $(MATRIX_REQ)/ci.txt -r requirements/ray.txt -r requirements/test.txt
 	$(VENV)/bin/pip install $(PIP_FLAGS) --no-deps --no-build-isolation -e .
 	touch $@
 
 $(VENV063)/.installed: pyproject.toml requirements/fi063.txt requirements/test.txt
 	$(PYTHON) -m venv $(VENV063)
-	$(VENV063)/bin/pip install $(PIP_FLAGS) -r requirements/fi063.txt -r requirements/test.txt
 	$(VENV063)/bin/pip install $(PIP_FLAGS) $(UV)
+	$(call uv_install,$(VENV063)) -r requirements/fi063.txt -r requirements/test.txt
 	$(VENV063)/bin/pip install $(PIP_FLAGS) --no-deps --no-build-isolation -e .
 	touch $@
 
@@ -54,20 +64,20 @@ $(VENV063)/.installed: pyproject.toml requirements/fi063.txt requirements/test.t
 # dependencies (see its header).
 $(VENVSGL)/.installed: pyproject.toml $(MATRIX_REQ)/sglang.txt $(MATRIX_REQ)/sglang-nodeps.txt requirements/test.txt
 	$(PYTHON) -m venv $(VENVSGL)
-	$(VENVSGL)/bin/pip install $(PIP_FLAGS) -r $(MATRIX_REQ)/sglang.txt
-	$(VENVSGL)/bin/pip install $(PIP_FLAGS) --no-deps -r $(MATRIX_REQ)/sglang-nodeps.txt
 	$(VENVSGL)/bin/pip install $(PIP_FLAGS) $(UV)
-	$(VENVSGL)/bin/pip install $(PIP_FLAGS) -r requirements/test.txt
+	$(call uv_install,$(VENVSGL)) -r $(MATRIX_REQ)/sglang.txt
+	$(call uv_install,$(VENVSGL)) --no-deps -r $(MATRIX_REQ)/sglang-nodeps.txt
+	$(call uv_install,$(VENVSGL)) -r requirements/test.txt
 	$(VENVSGL)/bin/pip install $(PIP_FLAGS) --no-deps --no-build-isolation -e .
 	touch $@
 
 # Optional: SGLang 0.5.9, the oldest release with GLM-5 (not part of `make test`).
 $(VENVSGL059)/.installed: pyproject.toml $(MATRIX_REQ)/sglang-0.5.9.txt $(MATRIX_REQ)/sglang-0.5.9-nodeps.txt requirements/test.txt
 	$(PYTHON) -m venv $(VENVSGL059)
-	$(VENVSGL059)/bin/pip install $(PIP_FLAGS) -r $(MATRIX_REQ)/sglang-0.5.9.txt
-	$(VENVSGL059)/bin/pip install $(PIP_FLAGS) --no-deps -r $(MATRIX_REQ)/sglang-0.5.9-nodeps.txt
 	$(VENVSGL059)/bin/pip install $(PIP_FLAGS) $(UV)
-	$(VENVSGL059)/bin/pip install $(PIP_FLAGS) -r requirements/test.txt
+	$(call uv_install,$(VENVSGL059)) -r $(MATRIX_REQ)/sglang-0.5.9.txt
+	$(call uv_install,$(VENVSGL059)) --no-deps -r $(MATRIX_REQ)/sglang-0.5.9-nodeps.txt
+	$(call uv_install,$(VENVSGL059)) -r requirements/test.txt
 	$(VENVSGL059)/bin/pip install $(PIP_FLAGS) --no-deps --no-build-isolation -e .
 	touch $@
 
@@ -75,10 +85,10 @@ $(VENVSGL059)/.installed: pyproject.toml $(MATRIX_REQ)/sglang-0.5.9.txt $(MATRIX
 # runner (not part of `make test`).
 $(VENVSGL0521)/.installed: pyproject.toml requirements/sglang-0.5.21.txt requirements/sglang-0.5.21-nodeps.txt requirements/test.txt
 	$(PYTHON) -m venv $(VENVSGL0521)
-	$(VENVSGL0521)/bin/pip install $(PIP_FLAGS) -r requirements/sglang-0.5.21.txt
-	$(VENVSGL0521)/bin/pip install $(PIP_FLAGS) --no-deps -r requirements/sglang-0.5.21-nodeps.txt
 	$(VENVSGL0521)/bin/pip install $(PIP_FLAGS) $(UV)
-	$(VENVSGL0521)/bin/pip install $(PIP_FLAGS) -r requirements/test.txt
+	$(call uv_install,$(VENVSGL0521)) -r requirements/sglang-0.5.21.txt
+	$(call uv_install,$(VENVSGL0521)) --no-deps -r requirements/sglang-0.5.21-nodeps.txt
+	$(call uv_install,$(VENVSGL0521)) -r requirements/test.txt
 	$(VENVSGL0521)/bin/pip install $(PIP_FLAGS) --no-deps --no-build-isolation -e .
 	touch $@
 
@@ -128,9 +138,9 @@ test-sglang-line: test-sglang $(VENV063)/.installed
 # dependencies (see its header).
 $(VENVVLLM)/.installed: pyproject.toml $(MATRIX_REQ)/vllm.txt requirements/test.txt
 	$(PYTHON) -m venv $(VENVVLLM)
-	$(VENVVLLM)/bin/pip install $(PIP_FLAGS) --no-deps -r $(MATRIX_REQ)/vllm.txt
 	$(VENVVLLM)/bin/pip install $(PIP_FLAGS) $(UV)
-	$(VENVVLLM)/bin/pip install $(PIP_FLAGS) -r requirements/test.txt
+	$(call uv_install,$(VENVVLLM)) --no-deps -r $(MATRIX_REQ)/vllm.txt
+	$(call uv_install,$(VENVVLLM)) -r requirements/test.txt
 	$(VENVVLLM)/bin/pip install $(PIP_FLAGS) --no-deps --no-build-isolation -e .
 	touch $@
 
@@ -186,7 +196,8 @@ test-sglang: $(VENVSGL)/.installed
 # dependencies alone, every command run outside the checkout (.ci/wheel-stage.sh).
 $(VENVWHEEL)/.installed: $(MATRIX_REQ)/ci.txt
 	$(PYTHON) -m venv $(VENVWHEEL)
-	$(VENVWHEEL)/bin/pip install $(PIP_FLAGS) -r $(MATRIX_REQ)/ci.txt
+	$(VENVWHEEL)/bin/pip install $(PIP_FLAGS) $(UV)
+	$(call uv_install,$(VENVWHEEL)) -r $(MATRIX_REQ)/ci.txt
 	touch $@
 
 test-wheel: $(VENVWHEEL)/.installed
