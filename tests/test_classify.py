@@ -5,7 +5,7 @@ import subprocess
 import pytest
 
 from graphbreak_doctor.analysis.categories import CATEGORIES, REGISTRY
-from graphbreak_doctor.analysis.classify import classify, culprit_of, match
+from graphbreak_doctor.analysis.classify import advice_for, classify, culprit_of, match
 from graphbreak_doctor.analysis.registry import gb_id_for
 from graphbreak_doctor.model import Frame
 
@@ -63,6 +63,20 @@ def test_locks_and_memory_pools_are_context_managers_to_enter_outside():
     # A BytesIO is memory, not the file system.
     category, _ = match(gb_id_for("Unsupported context manager"), "_io.BytesIO", stack)
     assert category.name == "unsupported-builtin"
+
+
+def test_a_question_about_the_device_is_asked_once_before_capture_not_made_an_op():
+    """torch's device queries return a str, a tuple or an int: an opaque op
+    cannot return them, so the advice is to ask before capture. Other
+    torch calls that return no tensor (a raw stream handle, which a CUDA
+    graph's own stream changes) keep the opaque-op advice."""
+    stack = [frame("/home/u/model.py", "forward")]
+    returned = gb_id_for("torch.* op returned non-Tensor")
+    for query in ("torch.cuda.get_device_name", "torch.cuda.get_device_capability", "torch.cuda.device_count"):
+        category, rule = match(returned, query, stack)
+        assert (category.name, advice_for(category, rule)) == ("opaque-call", "hoist-call"), query
+    category, rule = match(returned, "torch._C._cuda_getCurrentRawStream", stack)
+    assert (category.name, advice_for(category, rule)) == ("opaque-call", "wrap-custom-op")
 
 
 @pytest.mark.parametrize("exceptions,advice", [

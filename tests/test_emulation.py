@@ -813,6 +813,8 @@ def test_a_target_that_asks_the_gpu_about_itself_gets_the_presets_answers(tmp_pa
         first = findings.break_by_id(findings.fullgraph.break_id)
         assert not findings.fullgraph.ok and first.gb_type == "torch.* op returned non-Tensor", refused
         assert query in first.reason and first.category == "opaque-call"
+        # A str or an int cannot come out of an opaque op: ask once, before capture.
+        assert first.fix.recipe == "hoist-call" and query in first.fix.summary, first.fix
         assert all(b.actionable_frame.file.endswith("fixtures/device_queries.py") for b in findings.breaks)
 
 
