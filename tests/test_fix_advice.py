@@ -202,3 +202,43 @@ def test_findings_written_before_these_fields_still_load():
     assert old.message_fallbacks == {} and old.fullgraph.site is None
     assert old.breaks[0].fallbacks == [] and old.breaks[0].fix.secondary is None and not old.breaks[0].fix.verified
     assert Findings.from_json(findings.to_json()).to_json() == findings.to_json()
+
+
+# A config table searched for the entry nearest a size, over a dict's view:
+# Dynamo's min/max handler takes no key= there. (call, the rewritten call)
+_VIEW_CALLS = [
+    ("min(CONFIGS.keys(), key=lambda k: abs(k - m))", "min(CONFIGS, key=lambda k: abs(k - m))"),
+    ("max(CONFIGS.values(), key=lambda v: -abs(v - m))", "max(list(CONFIGS.values()), key=lambda v: -abs(v - m))"),
+    ("min(CONFIGS.items(), key=lambda kv: abs(kv[0] - m))[1]",
+     "min(list(CONFIGS.items()), key=lambda kv: abs(kv[0] - m))[1]"),
+]
+
+
+@pytest.mark.parametrize("call,rewritten", _VIEW_CALLS)
+def test_a_builtin_over_a_dicts_view_is_rewritten_and_the_rewrite_compiles(tmp_path, monkeypatch, call, rewritten):
+    import importlib
+    import sys
+
+    import torch
+
+    name = f"view_call_{_VIEW_CALLS.index((call, rewritten))}"
+    module = tmp_path / f"{name}.py"
+    module.write_text(
+        "import torch\n\nCONFIGS = {1: 2, 16: 5, 64: 7, 256: 11}\n\n\n"
+        f"def pick(m: int) -> int:\n    return {call}\n\n\n"
+        "def layer(x):\n    return x * pick(x.shape[0])\n\n\n"
+        "def target():\n    return layer, (torch.ones(8, 4),)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    findings = trace(f"{name}:target")
+    (brk,) = findings.breaks
+    assert (brk.category, brk.fix.recipe) == ("unsupported-builtin", "builtin-arguments"), brk.fix
+    after = brk.fix.snippet.split("# after", 1)[1].splitlines()[1:]
+    assert after == [f"    return {rewritten}"], brk.fix.snippet
+    # The rewritten line, in the module, compiles whole and gives eager's output.
+    module.write_text(module.read_text().replace(f"    return {call}", after[0]))
+    sys.modules.pop(name, None)
+    layer = importlib.import_module(name).layer
+    torch._dynamo.reset()
+    x = torch.ones(8, 4)
+    assert torch.equal(torch.compile(layer, fullgraph=True, backend="eager")(x), layer(x))
+    sys.modules.pop(name, None)

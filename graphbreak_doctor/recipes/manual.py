@@ -5,6 +5,8 @@ from the break's own lines (recipes/examples.py)."""
 
 from __future__ import annotations
 
+import re
+
 from graphbreak_doctor.recipes.examples import (
     before_after,
     call_expression,
@@ -28,6 +30,23 @@ def _precompute_example(n: Names) -> str:
     const = constant_name(n.culprit)
     return before_after(n.where, [line], f"{expr} built once, outside the compiled region (at import, in "
                         "__init__ or a warm-up), and reused", [f"{const} = {expr}", line.replace(expr, const, 1)])
+
+
+# A dict's view as a builtin's first argument: what to pass instead (the
+# dict itself iterates its keys; a list holds the values or items).
+_VIEWS = re.compile(r"\(\s*(?P<dict>[\w.\[\]'\"]+)\.(?P<view>keys|values|items)\(\)")
+
+
+def _builtin_arguments_example(n: Names) -> str:
+    expr = call_expression(n.line, short_name(n.culprit))
+    m = _VIEWS.search(expr) if expr else None
+    if m is None or m.start() != len(expr.split("(", 1)[0]):
+        return ""
+    table, view = m.group("dict"), m.group("view")
+    argument = table if view == "keys" else f"list({table}.{view}())"
+    rewritten = f"{expr[:m.start()]}({argument}{expr[m.end():]}"
+    return before_after(n.where, [n.line], "the same call over an argument Dynamo's handler takes (the view "
+                        "becomes the dict itself or a list)", [n.line.replace(expr, rewritten, 1)])
 
 
 def _enter_outside_example(n: Names) -> str:
@@ -157,6 +176,21 @@ RECIPES = (
             "    logger.info(\"...\")",
             names="entry",
             example=_guard_logging_example,
+        ),
+    ),
+    Recipe(
+        "builtin-arguments",
+        Advice(
+            "Call {call} in {function} with arguments Dynamo can handle, or compute it before capture",
+            "Dynamo models this builtin for some kinds of arguments only, and these are not among them "
+            "(its reason names them): min() or max() with key= over a dict's keys() or values() view is one "
+            "case; over the dict itself, a list or a tuple it is traced. Pass such an argument, or compute the "
+            "value once before capture where it depends only on sizes and constants.",
+            "# before\n"
+            "best = min(configs.keys(), key=lambda k: abs(k - m))\n\n"
+            "# after\n"
+            "best = min(configs, key=lambda k: abs(k - m))",
+            example=_builtin_arguments_example,
         ),
     ),
     Recipe(

@@ -33,7 +33,10 @@ CATEGORY = Category(
            # tensor's address as an int (`int(t.data_ptr())` in FlashInfer's
            # CuTe pointers, GB3775), `==` on objects Dynamo keeps opaque
            # (CuTe DSL's argument checks, GB9648).
-           Rule(gb_ids=frozenset({"GB9137", "GB0055", "GB0207", "GB0242", "GB2404", "GB3775", "GB9648"})),),
+           Rule(gb_ids=frozenset({"GB9137", "GB0055", "GB0207", "GB0242", "GB2404", "GB3775", "GB9648"})),
+           # A builtin whose handler in Dynamo takes no such arguments
+           # (`min(table.keys(), key=lambda k: ...)`, GB0193).
+           Rule(gb_ids=frozenset({"GB0193"}), advice="builtin-arguments"),),
     advice="precompute-builtin",
     ladder=("use-registered-op", "hoist-call", "compiler-disable", "wrap-custom-op"),
     priority=70,
