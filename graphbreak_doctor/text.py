@@ -30,16 +30,40 @@ def escape_controls(text: str, keep: str = "") -> str:
     return "".join(c if c.isprintable() or c in keep else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
+def inert(text: str) -> str:
+    """``text`` (one line) with nothing in it a CI runner takes for a
+    workflow command: ``::`` where the line starts once its leading blanks
+    are stripped (GitHub's runner strips them before it looks), and the
+    older ``##[`` form, which it finds anywhere in a line -- their first
+    character shown as its escape."""
+    stripped = text.lstrip()
+    if stripped.startswith("::"):
+        at = len(text) - len(stripped)
+        text = f"{text[:at]}\\x3a{text[at + 1:]}"
+    return text.replace("##[", "#\\x23[")
+
+
 def one_line(text: str, limit: int = 400) -> str:
     """The first line of a message, with control characters (NUL, escape
     sequences) shown as escapes, so a hostile or multi-line message stays one
     readable line on a terminal or in a CI log."""
     first = next((line for line in str(text).splitlines() if line.strip()), "")
-    shown = escape_controls(first)
+    shown = inert(escape_controls(first))
     more = len(str(text).strip().splitlines()) > 1
     if len(shown) > limit:
         shown, more = shown[:limit], True
     return shown + (" ..." if more else "")
+
+
+# A dataclass field holding text of several lines that a terminal renderer
+# shows line by line (a rung's patch): ``field(metadata={LINES: True})``.
+LINES = "lines"
+
+
+class Lines(tuple):
+    """The lines of such a field, each made one line (``escape_controls``,
+    ``inert``): what :func:`one_line_values` puts in its place. A renderer
+    prints each after a gutter that is not blank."""
 
 
 def one_line_values(obj):
@@ -49,9 +73,11 @@ def one_line_values(obj):
     (``escape_controls``). What a terminal renderer reads (render/renderer.py),
     so a value from a file made elsewhere is printed as one line whatever it
     holds: it can neither end the line it is on nor start one of its own (a
-    forged ``::error::`` workflow command, a fake verdict). Strings that are
-    already printable, and so every comparison a renderer makes on them, are
-    unchanged; enum members are kept as they are."""
+    forged ``::error::`` workflow command, a fake verdict), nor hold a
+    workflow command where the line would start (``inert``). Strings that are
+    printable and hold no command, and so every comparison a renderer makes
+    on them, are unchanged; enum members are kept as they are. A field marked
+    ``LINES`` becomes its :class:`Lines`."""
     return _one_line(obj, {})
 
 
@@ -62,7 +88,7 @@ _MAX_DEPTH = 64
 
 def _one_line(obj, seen: dict, depth: int = 0):
     if isinstance(obj, str):
-        return obj if isinstance(obj, enum.Enum) else escape_controls(obj)
+        return obj if isinstance(obj, enum.Enum) else inert(escape_controls(obj))
     if obj is None or isinstance(obj, (bool, int, float, bytes, enum.Enum)):
         return obj
     if depth > _MAX_DEPTH:
@@ -74,8 +100,14 @@ def _one_line(obj, seen: dict, depth: int = 0):
         new = copy.copy(obj)
         seen[key] = new
         for f in dataclasses.fields(obj):
-            if hasattr(obj, f.name):
-                object.__setattr__(new, f.name, _one_line(getattr(obj, f.name), seen, depth + 1))
+            if not hasattr(obj, f.name):
+                continue
+            value = getattr(obj, f.name)
+            if f.metadata.get(LINES) and isinstance(value, str):
+                shown = Lines(inert(escape_controls(line)) for line in value.rstrip("\n").splitlines())
+            else:
+                shown = _one_line(value, seen, depth + 1)
+            object.__setattr__(new, f.name, shown)
         return new
     if isinstance(obj, dict):
         new_dict: dict = {}

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from conftest import ROOT, run_cli
@@ -27,7 +27,7 @@ from graphbreak_doctor.cli.common import UsageError
 from graphbreak_doctor.cli.outputs import check_output, write_file
 from graphbreak_doctor.model import GateReport
 from graphbreak_doctor.render import get
-from graphbreak_doctor.text import escape_controls
+from graphbreak_doctor.text import escape_controls, inert
 from hostile_material import main, make_findings, one_error_line, write_findings
 
 # Prints to stdout on every call: a trace of it has a log to keep.
@@ -241,8 +241,20 @@ def _gate_report(findings) -> GateReport:
     return GateReport(device="cpu", targets=[evaluate(findings.target.spec, findings, Policy())])
 
 
+def _no_command(name: str, line: str) -> None:
+    """GitHub's runner takes a line for a command where it starts with
+    ``::`` once its leading blanks are stripped, or holds the older ``##[``
+    form anywhere; the github renderer's own lines are commands."""
+    assert "##[" not in line, (name, line)
+    if name != "github":
+        assert not line.lstrip().startswith("::"), (name, line)
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(value=ANY_TEXT)
+@example(value="::error::FORGED")
+@example(value="  ::warning file=x::FORGED")
+@example(value="a ##[error]FORGED")
 def test_every_value_prints_as_one_line(value):
     """The one escaper (text.one_line_values, applied by every terminal
     renderer): whatever a value holds, the text has the lines it has for a
@@ -254,8 +266,30 @@ def test_every_value_prints_as_one_line(value):
         assert len(shown) == len(expected), (name, value, shown)
         for line in shown:
             assert escape_controls(line) == line, (name, line)
-            if name != "github":
-                assert not line.startswith("::"), (name, line)
+            _no_command(name, line)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(value=ANY_TEXT)
+@example(value="::error::FORGED")
+@example(value="##[error]FORGED")
+def test_a_rungs_patch_prints_line_by_line_behind_a_gutter(value):
+    """A rung's patch is text of several lines (text.LINES): the ladder shows
+    each line, escaped, behind a gutter that is not blank, so no line is a
+    workflow command even with its indent stripped; every other value stays
+    one line."""
+    from graphbreak_doctor.model import Rung
+
+    patch = f"--- m.py (f)\n+{value}\n::error::FORGED\n"
+    rung = Rung(step=1, break_id="b", category=value, gb_type=value, site=value, recipe="hoist-call",
+                patch=patch, where=value, result="fullgraph ok", detail=value)
+    shown = get("ladder").render(dataclasses.replace(_hostile_findings(value), ladder=[rung])).splitlines()
+    gutter = [line for line in shown if line.startswith("       | ")]
+    assert [line.removeprefix("       | ") for line in gutter] == [
+        inert(escape_controls(line)) for line in patch.rstrip("\n").splitlines()], shown
+    for line in shown:
+        assert escape_controls(line) == line, line
+        _no_command("ladder", line)
 
 
 FILE_NAME = st.text(st.characters(codec="utf-8", exclude_characters="/\x00"), min_size=1, max_size=30).filter(

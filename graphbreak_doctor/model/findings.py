@@ -21,6 +21,7 @@ from graphbreak_doctor.model.loader import build, expect
 from graphbreak_doctor.model.sizes import SizedRun
 from graphbreak_doctor.model.warm_up import WarmUp
 from graphbreak_doctor.model.written_patch import PatchChange, PatchCheck, WrittenPatch
+from graphbreak_doctor.text import LINES
 from graphbreak_doctor.model.vocabulary import (
     COMPLETE,
     CRASHED,
@@ -250,7 +251,8 @@ class Rung:
     gb_type: str
     site: str
     recipe: str
-    patch: str
+    # Several lines: a terminal shows them one by one (text.LINES).
+    patch: str = field(metadata={LINES: True})
     where: str
     # "next failure", "fullgraph ok", "rejected" (undone) or "removed" (the
     # break is gone but the re-trace crashed).

@@ -6,6 +6,7 @@ from graphbreak_doctor.model import Findings, FixOutcome
 from graphbreak_doctor.model.cache_facts import cache_note, not_kept_note
 from graphbreak_doctor.render.renderer import FINDINGS, Renderer
 from graphbreak_doctor.render.terminal import describe_device, describe_target
+from graphbreak_doctor.text import escape_controls, inert
 
 
 def render(findings: Findings) -> str:
@@ -25,8 +26,12 @@ def render(findings: Findings) -> str:
         lines.append(f"  {rung.step}. [{rung.category}] {rung.gb_type} at {rung.site}")
         lines.append(f"     recipe: {rung.recipe} -> {rung.result.upper()}")
         lines.append(f"     change: {rung.where}")
-        for patch_line in rung.patch.rstrip("\n").splitlines():
-            lines.append(f"       {patch_line}")
+        # text.Lines where the findings were made one line per value (the
+        # Renderer does); a gutter, so no line starts as a command of its own.
+        patch = rung.patch if isinstance(rung.patch, tuple) else [
+            inert(escape_controls(line)) for line in rung.patch.rstrip("\n").splitlines()]
+        for patch_line in patch:
+            lines.append(f"       | {patch_line}")
         if rung.detail:
             lines.append(f"     {rung.detail}")
     kept = outcome.recipes
