@@ -211,6 +211,41 @@ def test_no_recipe_in_the_traced_function_itself(name, category):
     assert findings.fix.stopped.startswith(f"no recipe applies to the [{category}] break")
 
 
+_LOGS_WHAT_IT_FOUND = """\
+import importlib.util
+import logging
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+
+def kernels_available() -> bool:
+    found = importlib.util.find_spec("json") is not None
+    logger.debug("optional kernels available: %s", found)
+    return found
+
+
+def layer(x):
+    return x * 2 if kernels_available() else x
+
+
+def target():
+    return layer, (torch.ones(4),)
+"""
+
+
+def test_a_check_that_logs_what_it_found_runs_once_before_capture(tmp_path, monkeypatch):
+    """A log call in a function that takes and returns no tensors (a package
+    availability check): the function is answered from a warm-up."""
+    (tmp_path / "logs_what_it_found.py").write_text(_LOGS_WHAT_IT_FOUND)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    findings = fix(target_builder("logs_what_it_found:target"), device="cpu")
+    assert _steps(findings) == [("logging", "hoist-call", "fullgraph ok")], findings.fix.stopped
+    assert findings.fix.ok and findings.fix.outputs_equal_eager
+    sys.modules.pop("logs_what_it_found", None)
+
+
 def test_step_limit():
     findings = fix(target_builder("fixtures.breaks.compiler_disable:target"), device="cpu", max_steps=0)
     assert findings.ladder == [] and "step limit (0)" in findings.fix.stopped
