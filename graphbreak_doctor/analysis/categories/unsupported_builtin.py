@@ -5,7 +5,7 @@ from graphbreak_doctor.analysis.categories.category import Category, Rule
 CATEGORY = Category(
     name="unsupported-builtin",
     why="a builtin, stdlib object or runtime API Dynamo cannot model",
-    evidence="`SimpleNamespace`, `datetime.now`, locks",
+    evidence="`SimpleNamespace`, `datetime.now`, locks, `min(d.keys(), key=...)`",
     # Locks and generator-based context managers (FlashInfer's autotuner
     # `with self._lock:`), a `class` statement executed on the traced path
     # (LOAD_NAME has no handler), and torch runtime APIs Dynamo skips on
