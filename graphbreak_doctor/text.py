@@ -66,6 +66,13 @@ class Lines(tuple):
     prints each after a gutter that is not blank."""
 
 
+def lines_of(text: str | Lines) -> Lines:
+    """``text``'s lines as :class:`Lines`; ``text`` itself where it already is."""
+    if isinstance(text, Lines):
+        return text
+    return Lines(inert(escape_controls(line)) for line in text.rstrip("\n").splitlines())
+
+
 def one_line_values(obj):
     """A copy of ``obj`` -- a dataclass (findings, a gate report, a diff, a
     matrix), or lists, tuples, sets and dicts of them -- in which every string
@@ -104,7 +111,7 @@ def _one_line(obj, seen: dict, depth: int = 0):
                 continue
             value = getattr(obj, f.name)
             if f.metadata.get(LINES) and isinstance(value, str):
-                shown = Lines(inert(escape_controls(line)) for line in value.rstrip("\n").splitlines())
+                shown = lines_of(value)
             else:
                 shown = _one_line(value, seen, depth + 1)
             object.__setattr__(new, f.name, shown)

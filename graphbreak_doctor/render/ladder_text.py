@@ -6,7 +6,7 @@ from graphbreak_doctor.model import Findings, FixOutcome
 from graphbreak_doctor.model.cache_facts import cache_note, not_kept_note
 from graphbreak_doctor.render.renderer import FINDINGS, Renderer
 from graphbreak_doctor.render.terminal import describe_device, describe_target
-from graphbreak_doctor.text import escape_controls, inert
+from graphbreak_doctor.text import lines_of
 
 
 def render(findings: Findings) -> str:
@@ -26,11 +26,8 @@ def render(findings: Findings) -> str:
         lines.append(f"  {rung.step}. [{rung.category}] {rung.gb_type} at {rung.site}")
         lines.append(f"     recipe: {rung.recipe} -> {rung.result.upper()}")
         lines.append(f"     change: {rung.where}")
-        # text.Lines where the findings were made one line per value (the
-        # Renderer does); a gutter, so no line starts as a command of its own.
-        patch = rung.patch if isinstance(rung.patch, tuple) else [
-            inert(escape_controls(line)) for line in rung.patch.rstrip("\n").splitlines()]
-        for patch_line in patch:
+        # A gutter, so no line starts as a command of its own.
+        for patch_line in lines_of(rung.patch):
             lines.append(f"       | {patch_line}")
         if rung.detail:
             lines.append(f"     {rung.detail}")
