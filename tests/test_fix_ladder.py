@@ -246,6 +246,81 @@ def test_a_check_that_logs_what_it_found_runs_once_before_capture(tmp_path, monk
     sys.modules.pop("logs_what_it_found", None)
 
 
+_SIZE_CHECK_THAT_LOGS = """\
+import logging
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+
+def num_buckets(n: int) -> int:
+    logger.warning("using buckets for %d rows", n)
+    return max(1, n // 4)
+
+
+def layer(x):
+    return x.reshape(num_buckets(x.shape[0]), -1).sum(0)
+
+
+def target():
+    x = torch.randn(16, 3)
+    torch._dynamo.mark_dynamic(x, 0)
+    return layer, (x,)
+"""
+
+
+def test_a_change_that_brings_a_break_of_its_own_is_undone(tmp_path, monkeypatch):
+    """The logging check takes a dynamic size: answered from a warm-up at
+    one size, the lookup itself breaks while tracing (the first failure
+    moved, into the change). That is no progress: the rung is rejected."""
+    (tmp_path / "size_check_that_logs.py").write_text(_SIZE_CHECK_THAT_LOGS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    findings = fix(target_builder("size_check_that_logs:target"), device="cpu")
+    assert _steps(findings) == [("logging", "hoist-call", "rejected")], findings.fix.stopped
+    assert "it brings 1 new break" in findings.ladder[0].detail
+    assert "warm-up of num_buckets" in findings.ladder[0].detail
+    assert not findings.fix.ok and findings.fix.changes == []
+    sys.modules.pop("size_check_that_logs", None)
+
+
+def _prints_between(x):
+    y = x * 2
+    print("between")
+    return y.sum() + 1
+
+
+def _stops_dynamo_then_prints(x):
+    y = x * 2
+    torch._dynamo.mark_static_address(y)  # Dynamo refuses to trace this call
+    print("between")
+    return y.sum() + 1
+
+
+def test_a_state_that_runs_the_forward_outside_the_graphs_is_no_progress():
+    """Real explain traces of the same work. Under Dynamo's suppress_errors
+    a frame Dynamo cannot trace runs eagerly: no break is left, and the
+    graphs hold none of the operators. The ladder's rule calls that no
+    progress; one graph holding them all is."""
+    from graphbreak_doctor.capture.trace import trace
+    from graphbreak_doctor.fix.ladder import Progress
+    from graphbreak_doctor.patching import UndoLog
+    from graphbreak_doctor.targets import Target
+
+    x = torch.ones(4)
+    traced = Progress.of(trace(Target(_prints_between, (x,)), "explain", decompile=False, count_ops=True))
+    with UndoLog() as log:
+        log.set_option(torch._dynamo.config, "suppress_errors", True)
+        hidden = Progress.of(trace(Target(_stops_dynamo_then_prints, (x,)), "explain", decompile=False, count_ops=True))
+    assert len(traced.breaks) == 1 and (traced.held, traced.total) == (3, 3)
+    assert hidden.breaks == {} and (hidden.held, hidden.total) == (0, 3)
+    fixed = next(iter(traced.breaks))
+    assert hidden.worse_than(traced, fixed) == \
+        "the compiled graphs hold a smaller share of the operators (100% -> 0%)"
+    assert Progress({}, 3, 3).worse_than(traced, fixed) == ""
+    assert traced.worse_than(traced, fixed).startswith("the breaks an explain trace finds did not fall")
+
+
 def test_step_limit():
     findings = fix(target_builder("fixtures.breaks.compiler_disable:target"), device="cpu", max_steps=0)
     assert findings.ladder == [] and "step limit (0)" in findings.fix.stopped

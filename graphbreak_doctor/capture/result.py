@@ -38,3 +38,10 @@ class ModeResult:
     # What else holds for the fullgraph verdict: the captured graph's run read
     # a device value the emulated GPU does not know ("" for none).
     note: str = ""
+    # An explain trace asked to count (capture/held_ops.py): operators run
+    # inside the compiled graphs on a call after compilation, and in a plain
+    # call of the target; None when not counted, with why in ops_error when
+    # counting failed.
+    ops_held: int | None = None
+    ops_total: int | None = None
+    ops_error: str = ""

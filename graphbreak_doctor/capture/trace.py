@@ -26,7 +26,7 @@ from typing import Any, Callable
 import torch
 import torch._dynamo
 
-from graphbreak_doctor.capture import exceptions
+from graphbreak_doctor.capture import exceptions, held_ops
 from graphbreak_doctor.capture.events import (BreakEvent, event_for, frames_from_summary, parse_stack, scrub,
                                               stack_in_message, with_causes)
 from graphbreak_doctor.capture.listener import GraphBreakListener
@@ -126,7 +126,8 @@ def _hazards(caught: list[warnings.WarningMessage]) -> list[RawHazard]:
 
 
 def _backend(result: ModeResult, split_ops: tuple[str, ...],
-             splitter: Callable[[torch.fx.GraphModule], tuple[int, list[str]]] | None = None) -> Callable:
+             splitter: Callable[[torch.fx.GraphModule], tuple[int, list[str]]] | None = None,
+             graph_ops: held_ops.GraphOps | None = None) -> Callable:
     def backend(gm: torch.fx.GraphModule, example_inputs: list[Any]):
         ops = [_op_name(n) for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module")]
         info = GraphInfo(index=len(result.graphs), mode=result.mode, ops=len(ops), op_names=ops,
@@ -137,7 +138,7 @@ def _backend(result: ModeResult, split_ops: tuple[str, ...],
         elif split_ops:
             info.pieces = _piece_count(gm, split_ops)
         result.graphs.append(info)
-        return gm.forward
+        return graph_ops.wrap(gm.forward) if graph_ops is not None else gm.forward
 
     return backend
 
@@ -250,11 +251,14 @@ def _check_eager(target: Target) -> None:
 
 
 def trace(target: Target, mode: str, *, decompile: bool = True, on_event: Callable[[BreakEvent], None] | None = None,
-        dynamic: bool | None = None) -> ModeResult:
+        dynamic: bool | None = None, count_ops: bool = False) -> ModeResult:
     """Trace ``target`` once in ``mode`` ('explain', 'fullgraph' or 'piecewise');
-    ``dynamic`` is torch.compile's option of that name (a region's own)."""
+    ``dynamic`` is torch.compile's option of that name (a region's own).
+    ``count_ops`` (explain mode): also count the operators the graphs hold
+    (ModeResult.ops_held, ops_total; capture/held_ops.py)."""
     result = ModeResult(mode=mode)
     fullgraph = mode in FULLGRAPH_MODES
+    graph_ops = held_ops.GraphOps() if count_ops and not fullgraph else None
     split_ops = target.split_ops if mode == "piecewise" else ()
     listener = GraphBreakListener(mode, _trim_harness, on_event)
     with contextlib.ExitStack() as stack:
@@ -269,14 +273,15 @@ def trace(target: Target, mode: str, *, decompile: bool = True, on_event: Callab
             stack.enter_context(UndoLog()).set_option(torch._dynamo.config, "verbose", True)
         caught = stack.enter_context(warnings.catch_warnings(record=True))
         warnings.simplefilter("always")
-        stack.enter_context(listener)
+        compiled = None
         try:
-            # Inside the try: torch.compile reads the callable's attributes
-            # (functools.update_wrapper), which a target may make raise.
-            backend = _backend(result, split_ops, target.splitter)
-            compiled = torch.compile(target.fn, fullgraph=fullgraph, backend=backend,
-                                     dynamic=dynamic)
-            _call(compiled, target.args, target.kwargs)
+            with listener:
+                # Inside the try: torch.compile reads the callable's attributes
+                # (functools.update_wrapper), which a target may make raise.
+                backend = _backend(result, split_ops, target.splitter, graph_ops)
+                compiled = torch.compile(target.fn, fullgraph=fullgraph, backend=backend,
+                                         dynamic=dynamic)
+                _call(compiled, target.args, target.kwargs)
             result.ok = True
         except Exception as e:
             kind = exceptions.failure_kind(e)
@@ -298,12 +303,29 @@ def trace(target: Target, mode: str, *, decompile: bool = True, on_event: Callab
                                 "what runs after it is not traced here" if unknown else
                                 scrub(f"{type(e).__name__}: {one_line(str(e))}".rstrip(": ")))
                 result.crash_site = (unknown_site(e) if unknown else None) or _crash_site(e)
+        if graph_ops is not None and result.ok:
+            # After the listener: a recompile on the counting call would
+            # report its breaks a second time.
+            _count_ops(result, target, compiled, graph_ops)
     if not fullgraph:
         # In fullgraph modes the verdict comes from the exception itself.
         result.events[:0] = listener.events
         result.unparsed = listener.unparsed
     result.hazards = _hazards(caught)
     return result
+
+
+def _count_ops(result: ModeResult, target: Target, compiled: Callable, graph_ops: held_ops.GraphOps) -> None:
+    """The graphs' share of the target's operators, on a second call (the
+    graphs compiled by the first are reused) and a plain call."""
+    try:
+        with graph_ops.counting(), contextlib.redirect_stdout(sys.stderr):
+            _call(compiled, target.args, target.kwargs)
+        result.ops_held = graph_ops.n
+        result.ops_total = held_ops.eager_ops(target.fn, target.args, target.kwargs)
+    except Exception as e:
+        result.ops_held = result.ops_total = None
+        result.ops_error = scrub(f"{type(e).__name__}: {one_line(str(e))}".rstrip(": "))
 
 
 def _failure_event(mode: str, e: Exception, fn: Any = None) -> BreakEvent:

@@ -21,7 +21,7 @@ import torch
 
 from graphbreak_doctor import recipes
 from graphbreak_doctor.analysis import categories
-from graphbreak_doctor.analysis.assemble import assemble, stopped_at
+from graphbreak_doctor.analysis.assemble import assemble, region_breaks, stopped_at
 from graphbreak_doctor.capture import trace as capture
 from graphbreak_doctor.fix import emit
 from graphbreak_doctor.fix.outputs import same
@@ -62,6 +62,70 @@ class LadderOutcome:
         return [r.recipe for r in self.rungs if r.result != RungResult.REJECTED]
 
 
+@dataclass(frozen=True)
+class Progress:
+    """What a rung is judged by: the distinct breaks an explain trace finds
+    ({id: "gb_type at site"}) and the operators the compiled graphs hold of
+    those a plain call runs (capture/held_ops.py). ``breaks`` is None where
+    the explain trace did not finish (``why`` says what stopped it); held and
+    total are None where the operators were not counted."""
+
+    breaks: dict[str, str] | None
+    held: int | None = None
+    total: int | None = None
+    why: str = ""
+
+    @classmethod
+    def of(cls, result: capture.ModeResult) -> "Progress":
+        if result.crashed:
+            return cls(None, why=result.error or "the explain trace crashed")
+        # An explain trace Dynamo stopped (a failure breaks cannot get past)
+        # still counts its breaks, the failure among them.
+        breaks = {b.id: f"{b.gb_type} at {break_site(b)}" for b in region_breaks(result)}
+        why = result.ops_error if result.ok else f"the explain trace stopped at {result.error}"
+        return cls(breaks, result.ops_held, result.ops_total, why)
+
+    @classmethod
+    def captured(cls, result: capture.ModeResult) -> "Progress":
+        """A fullgraph capture: no break, and every operator in its graph."""
+        return cls({}, 1, 1)
+
+    def share(self) -> str:
+        if self.held is None or not self.total:
+            return f"not counted ({self.why})" if self.why else "not counted"
+        return f"{min(100.0, 100 * self.held / self.total):.0f}%"
+
+    def worse_than(self, before: "Progress", fixed: str) -> str:
+        """Why this state is no progress over ``before``, whose first failure
+        was the break ``fixed`` ("" when it is): the distinct breaks strictly
+        fall, none is new, and the graphs' share of the operators does not
+        fall (code moved out of the graphs -- behind a disable, or left to
+        Dynamo's eager fallback -- loses breaks without being fixed). Where
+        either explain trace did not finish, the first failure having moved is
+        all there is to judge by, and nothing is said here."""
+        if self.breaks is None or before.breaks is None:
+            return ""
+        # The fullgraph failure counts as a break before, even where the
+        # explain trace does not reach it.
+        old = set(before.breaks) | {fixed}
+        new = [self.breaks[i] for i in self.breaks if i not in old]
+        if new:
+            return f"it brings {len(new)} new break{'s' * (len(new) > 1)} ({'; '.join(new[:3])})"
+        if len(self.breaks) >= len(old):
+            return f"the breaks an explain trace finds did not fall ({len(old)} before, {len(self.breaks)} after)"
+        if (None not in (self.held, self.total, before.held, before.total) and self.total and before.total
+                and self.held * before.total < before.held * self.total):
+            return f"the compiled graphs hold a smaller share of the operators ({before.share()} -> {self.share()})"
+        return ""
+
+    def since(self, before: "Progress") -> str:
+        """How this state compares with ``before``, in words."""
+        def count(p: Progress) -> str:
+            return "?" if p.breaks is None else str(len(p.breaks))
+
+        return f"Breaks (explain) {count(before)} -> {count(self)}; operators in graphs {before.share()} -> {self.share()}"
+
+
 class FixSession:
     """Climb the ladder for ``target``; patches stay applied until exit.
 
@@ -81,6 +145,11 @@ class FixSession:
         self.max_steps = max_steps
         self.progress = progress
         self.kept: list[PatchSet] = []
+        # The target's breaks and held operators with the kept changes (None
+        # until the first change that is not a demonstration is tried), and
+        # how the last kept change moved them.
+        self._state: Progress | None = None
+        self._said = ""
         self._at_size = at_size
         self._sized: dict[int, Target] = {}
         self.ctx = recipes.FixContext(warm_up=self._warm_up, trace=self._trace, sizes=list(sizes or ()),
@@ -104,10 +173,10 @@ class FixSession:
             self._sized[size] = self._at_size(size)
         self._run(self._sized[size])
 
-    def _trace(self, mode: str | None = None) -> tuple[capture.ModeResult, Break | None]:
+    def _trace(self, mode: str | None = None, count_ops: bool = False) -> tuple[capture.ModeResult, Break | None]:
         mode = mode or self.mode
         with contextlib.redirect_stdout(sys.stderr):
-            result = capture.trace(self.target, mode, decompile=False)
+            result = capture.trace(self.target, mode, decompile=False, count_ops=count_ops)
         if mode == "explain":
             return result, None
         return result, stopped_at(result)
@@ -145,6 +214,23 @@ class FixSession:
             reasons.append(f"{name}: {e}")
             return None
 
+    def _measure(self) -> Progress:
+        """The breaks and held operators of the target as it is now."""
+        self.progress("counting breaks and held operators (explain)")
+        result, _ = self._trace("explain", count_ops=True)
+        return Progress.of(result)
+
+    def _regressed(self, brk: Break) -> str:
+        """Why the change just made is no progress ("" when it is), measured
+        against the state before it (Progress.worse_than). A change kept here
+        becomes the state the next one is measured against."""
+        after = self._measure()
+        worse = after.worse_than(self._state, brk.id)
+        if not worse:
+            self._said = after.since(self._state)
+            self._state = after
+        return worse
+
     # ---------------------------------------------------------------- ladder
 
     def climb(self) -> LadderOutcome:
@@ -158,6 +244,8 @@ class FixSession:
         result, brk = self._trace()
         out.traces.append(result)
         tried: set = set()
+        # Recipes whose change could not be made here, and why, by break.
+        not_applied: dict[str, list[str]] = {}
         while True:
             if result.ok:
                 out.ok, out.stopped = True, "fullgraph ok"
@@ -170,18 +258,22 @@ class FixSession:
                 break
             recipe, plan, reasons, preferred = self._choose(brk, tried)
             if recipe is None or plan is None:
+                reasons = not_applied.get(brk.id, []) + reasons
                 why = "; ".join(reasons) if reasons else f"no recipe for the {brk.category} category"
                 out.stopped = f"no recipe applies to the [{brk.category}] break at {break_site(brk)}: {why}"
                 break
+            if self._state is None and not recipe.demonstration:
+                self._state = self._measure()
             patches = PatchSet(plan.recipe)
             # A patch is undone on every way out of this rung that does not keep it,
             # an unexpected exception (or Ctrl-C) included.
             try:
                 try:
                     applied = plan.apply(patches)
-                except recipes.NotApplicable:
+                except recipes.NotApplicable as e:  # said when the ladder stops at this break
                     patches.undo()
                     tried.add((brk.id, plan.recipe))
+                    not_applied.setdefault(brk.id, []).append(f"{plan.recipe}: {e}")
                     continue
                 step = len(out.rungs) + 1
                 self.progress(f"rung {step}: {plan.recipe} for the [{brk.category}] break; re-tracing")
@@ -210,12 +302,19 @@ class FixSession:
                     continue
                 if new.ok:
                     rung.result = RungResult.FULLGRAPH_OK
+                    rung.detail += f". {Progress.captured(new).since(self._state)}"
                     self.kept.append(patches)
                     result, brk = new, None
                     continue
                 if new_brk is not None and new_brk.id == brk.id:
                     rung.result = RungResult.REJECTED
                     rung.detail = f"{applied}. The same break is still the first failure; change undone."
+                    patches.undo()
+                    tried.add((brk.id, plan.recipe))
+                    continue
+                if new_brk is not None and not new.crashed and (worse := self._regressed(brk)):
+                    rung.result = RungResult.REJECTED
+                    rung.detail = f"{applied}. The first failure moved, but {worse}; change undone."
                     patches.undo()
                     tried.add((brk.id, plan.recipe))
                     continue
@@ -226,7 +325,8 @@ class FixSession:
                     result, brk = new, new_brk
                     continue
                 rung.result = RungResult.NEXT_FAILURE
-                rung.detail = f"{applied}. Next: [{new_brk.category}] {new_brk.gb_type} at {break_site(new_brk)}"
+                rung.detail = (f"{applied}. {self._said}. "
+                               f"Next: [{new_brk.category}] {new_brk.gb_type} at {break_site(new_brk)}")
                 result, brk = new, new_brk
             except BaseException:
                 if patches not in self.kept:
