@@ -60,3 +60,32 @@ def test_a_custom_op_with_the_rule_as_its_fake_compiles_with_a_dynamic_dimension
     for tokens in (3, 17, 64):
         x = torch.randn(tokens, 32)
         torch.testing.assert_close(compiled(x), x * 3.0 + 1)
+
+
+def test_the_dtype_follows_the_argument_that_asks_for_it():
+    """A kernel that takes its output dtype: warmed up at bf16 only, its
+    fake still answers the dtype a caller asks for (torch's own check of a
+    fake against the real op agrees), and the rule says so in a patch."""
+    def project(x, in_dtype, out_dtype):
+        return (x.to(in_dtype) * 2).to(out_dtype)
+
+    calls = [({"x": x, "in_dtype": torch.bfloat16, "out_dtype": torch.bfloat16},
+              project(x, torch.bfloat16, torch.bfloat16)) for x in (torch.randn(4, 8), torch.randn(6, 8))]
+    rule = shape_rule.infer(calls, ["x", "in_dtype", "out_dtype"])
+    assert rule == ("tensor", (("x", 0), ("x", 1)), ("out_dtype",))
+    assert shape_rule.describe(rule, ["x", "in_dtype", "out_dtype"]) == \
+        "x.new_empty((x.shape[0], x.shape[1]), dtype=out_dtype)"
+
+    @torch.library.custom_op("graphbreak_doctor_test::rule_project", mutates_args=())
+    def op(x: torch.Tensor, in_dtype: torch.dtype, out_dtype: torch.dtype) -> torch.Tensor:
+        return project(x, in_dtype, out_dtype)
+
+    @op.register_fake
+    def _(x, in_dtype, out_dtype):
+        return shape_rule.make(rule, {"x": x, "in_dtype": in_dtype, "out_dtype": out_dtype})
+
+    for out_dtype in (torch.float16, torch.float32):
+        torch.library.opcheck(op, (torch.randn(3, 8), torch.bfloat16, out_dtype))
+    # Outputs of different dtypes that no argument names: no rule.
+    mixed = [({"x": x}, x.to(dtype)) for x, dtype in ((torch.randn(2), torch.float16), (torch.randn(2), torch.float32))]
+    assert shape_rule.infer(mixed, ["x"]) is None

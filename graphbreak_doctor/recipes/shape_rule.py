@@ -13,8 +13,12 @@ than they happen to equal them.
 
 The rule is plain literals (a written patch holds it as text): per output,
 ``("tensor", dims, dtype)`` with each dim an ``int`` or ``(parameter,
-dimension)``; several outputs are ``("tuple", (...))``. ``make`` is pasted
-into written patches as it is."""
+dimension)``, and the dtype a name (``"bfloat16"``) or ``(parameter,)``:
+where the function takes a dtype (an ``out_dtype``/``output_dtype``
+argument) and every call's output had the dtype it was given, the fake reads
+it from that argument -- a fake that wrote down the warm-up's bf16 would
+answer bf16 to a server that asks for fp16 or fp32. Several outputs are
+``("tuple", (...))``. ``make`` is pasted into written patches as it is."""
 
 from __future__ import annotations
 
@@ -38,8 +42,18 @@ def infer(calls: list[tuple[dict, Any]], passed: list[str]) -> Rule | None:
                 return None
             parts = [one([o[i] for o in outs]) for i in range(len(first))]
             return None if any(p is None for p in parts) else ("tuple", tuple(parts))
-        if not all(isinstance(o, torch.Tensor) and o.dim() == first.dim() and o.dtype == first.dtype
-                   and o.is_contiguous() for o in outs):
+        if not all(isinstance(o, torch.Tensor) and o.dim() == first.dim() and o.is_contiguous() for o in outs):
+            return None
+        # An argument named for the output wins over another that happened
+        # to hold the same dtype in every call.
+        given = sorted((name for name in passed
+                        if all(args.get(name) is o.dtype for (args, _), o in zip(calls, outs))),
+                       key=lambda name: "out" not in name)
+        if given:
+            dtype: Any = (given[0],)
+        elif all(o.dtype == first.dtype for o in outs):
+            dtype = str(first.dtype).removeprefix("torch.")
+        else:
             return None
         dims: list[Any] = []
         for d in range(first.dim()):
@@ -53,7 +67,7 @@ def infer(calls: list[tuple[dict, Any]], passed: list[str]) -> Rule | None:
                 dims.append(sizes[0])
             else:
                 return None
-        return ("tensor", tuple(dims), str(first.dtype).removeprefix("torch."))
+        return ("tensor", tuple(dims), dtype)
 
     return one([out for _, out in calls])
 
@@ -76,7 +90,8 @@ def make(rule: Any, args: dict) -> Any:
     _, dims, dtype = rule
     device = next((a.device for a in args.values() if isinstance(a, torch.Tensor)), torch.device("cpu"))
     shape = [args[d[0]].shape[d[1]] if isinstance(d, (tuple, list)) else d for d in dims]
-    return torch.empty(shape, dtype=getattr(torch, dtype), device=device)
+    dtype = args[dtype[0]] if isinstance(dtype, (tuple, list)) else getattr(torch, dtype)
+    return torch.empty(shape, dtype=dtype, device=device)
 
 
 def describe(rule: Any, passed: list[str]) -> str:
@@ -86,7 +101,8 @@ def describe(rule: Any, passed: list[str]) -> str:
     _, dims, dtype = rule
     shape = ", ".join(f"{d[0]}.shape[{d[1]}]" if isinstance(d, (tuple, list)) else str(d) for d in dims)
     first = next((d[0] for d in dims if isinstance(d, (tuple, list))), passed[0] if passed else "x")
-    return f"{first}.new_empty(({shape}{',' if len(dims) == 1 else ''}), dtype=torch.{dtype})"
+    dtype = dtype[0] if isinstance(dtype, (tuple, list)) else f"torch.{dtype}"
+    return f"{first}.new_empty(({shape}{',' if len(dims) == 1 else ''}), dtype={dtype})"
 
 
 __all__ = ["describe", "infer", "make"]
