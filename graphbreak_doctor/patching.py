@@ -286,12 +286,16 @@ class UndoLog:
         self.undo()
 
 
-def references(obj: Any, *, exclude: Iterable[str] = ()) -> list[tuple[types.ModuleType, str]]:
-    """(module, name) of every module global that is ``obj`` itself."""
+def references(obj: Any, *, exclude: Iterable[str] = (), within: Iterable[str] = ()) -> list[tuple[types.ModuleType, str]]:
+    """(module, name) of every module global that is ``obj`` itself;
+    ``within``: package prefixes scanned although the scan skips them (a
+    function of torch's own, exported by its package)."""
     excluded = set(exclude)
+    scanned = tuple(within)
     found = []
     for mod_name, module in list(sys.modules.items()):
-        if module is None or mod_name in excluded or mod_name.startswith(_SKIP_PREFIXES):
+        if module is None or mod_name in excluded or (mod_name.startswith(_SKIP_PREFIXES)
+                                                       and not mod_name.startswith(scanned or ("\0",))):
             continue
         try:
             items = list(vars(module).items())
@@ -318,10 +322,12 @@ class PatchSet(UndoLog):
         self.rebound: list[str] = []  # "module.name" entries, for the rung's detail
         self.ops: list[str] = []  # qualified names of temporary ops
 
-    def rebind(self, original: Any, replacement: Any, *, exclude: Iterable[str] = ()) -> list[str]:
-        """Point every module-level reference to ``original`` at ``replacement``."""
+    def rebind(self, original: Any, replacement: Any, *, exclude: Iterable[str] = (),
+               within: Iterable[str] = ()) -> list[str]:
+        """Point every module-level reference to ``original`` at ``replacement``
+        (``within``: see :func:`references`)."""
         names = []
-        for module, name in references(original, exclude=exclude):
+        for module, name in references(original, exclude=exclude, within=within):
             self.setattr(module, name, replacement)
             names.append(f"{module.__name__}.{name}")
         self.rebound.extend(names)

@@ -328,3 +328,50 @@ def test_unseen_flashinfer_code_fresh_process_equals_the_ladder(tmp_path):
     assert findings.fix.patch.verified
     assert [c.outcome for c in findings.fix.patch.checks] == ["fullgraph ok"] * 3
     assert any(c.kind == "custom_op" and c.function == "rmsnorm" for c in findings.fix.changes)
+
+
+STATIC_CACHE = '''\
+import torch
+
+
+class Block(torch.nn.Module):
+    def forward(self, x):
+        cache = x * 2
+        # Meant for before compiling; torch forbids it in a graph.
+        torch._dynamo.mark_static_address(cache)
+        return cache.sum(-1) + 1
+
+
+def target():
+    return Block(), (torch.ones(4, 8),)
+'''
+
+
+def test_a_call_torch_forbids_in_a_graph_runs_only_outside_compile(tmp_path):
+    """`torch._dynamo.mark_static_address` in a forward stops Dynamo with an
+    AssertionError in every mode. It is a forbidden-call failure, not a
+    crash, and its rung makes the function do nothing under compile: in the
+    ladder, and in the written patch, which replaces it in torch's module."""
+    proc, findings, folder = _fix_here(tmp_path, {"static_cache.py": STATIC_CACHE},
+                                       "--target", "static_cache:target", "--device", "cpu")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert findings.fullgraph.break_id and not findings.fullgraph.crashed
+    (rung,) = findings.ladder
+    assert (rung.category, rung.recipe, rung.result) == ("forbidden-call", "skip-when-compiling", "fullgraph ok")
+    assert "if not torch.compiler.is_compiling():" in rung.patch
+    assert "rebound torch._dynamo.mark_static_address, torch._dynamo.decorators.mark_static_address" in rung.detail
+    assert findings.fix.outputs_equal_eager
+    (change,) = findings.fix.changes
+    assert (change.kind, change.module, change.function) == ("outside_compile", "torch._dynamo.decorators",
+                                                              "mark_static_address")
+    assert findings.fix.patch.summary.startswith("verified: fresh process")
+    diff = next(folder.glob("*.patch")).read_text(encoding="utf-8")
+    assert "+++ b/torch/_dynamo/decorators.py" in diff
+    # Loaded as a server loads it, eager calls still mark the tensor.
+    proc = _python("import torch\n"
+                   "t = torch.ones(2)\n"
+                   "torch._dynamo.mark_static_address(t)\n"
+                   "print(getattr(t, '_dynamo_static_input_type', None), "
+                   "hasattr(torch._dynamo.mark_static_address, '__wrapped__'))\n", folder)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["unguarded", "True"]

@@ -56,6 +56,13 @@ CAPTURE_FAILURES: dict[str, str] = {
     "torch._dynamo.exc.UserError": "UserError",
 }
 USER_ERROR = "torch._dynamo.exc.UserError"
+# A call of a function torch marks as never to be traced (its
+# ``forbid_in_graph`` decorator: mark_dynamic, mark_static_address, ...):
+# Dynamo stops with a bare AssertionError in both modes. The failure's type
+# names get this name, the decorator's, where the raising frame holds such a
+# function (:func:`forbidden`).
+FORBIDDEN = "torch._dynamo.decorators.forbid_in_graph"
+FORBIDDEN_LABEL = "Attempt to trace forbidden callable"
 _USER_ERROR_TYPE = "torch._dynamo.exc.UserErrorType."
 # Dynamo wraps a symbolic-shapes error in a UserError. A traceback printed
 # without the chain (Dynamo re-raises with the user's traceback) shows only
@@ -91,6 +98,8 @@ def type_names(exc: BaseException | None) -> list[str]:
         error_type = getattr(e, "error_type", None)
         if error_type is not None and hasattr(error_type, "name"):
             names.append(f"{_qualified(type(error_type))}.{error_type.name}")
+        if forbidden(e) is not None:
+            names.append(FORBIDDEN)
     return names
 
 
@@ -103,9 +112,27 @@ def failure_kind(exc: BaseException) -> str:
 
     if isinstance(exc, Unsupported):
         return BREAK
-    if _known(type(exc)):
+    if _known(type(exc)) or forbidden(exc) is not None:
         return CAPTURE
     return CRASH
+
+
+def forbidden(exc: BaseException | None) -> Any:
+    """The function Dynamo refused because torch forbids it in a graph
+    (``_dynamo_forbidden``, set by ``forbid_in_graph``), held by the Dynamo
+    frame that raised the AssertionError; None for any other failure."""
+    if not isinstance(exc, AssertionError):
+        return None
+    import inspect
+
+    frames = _dynamo_frames(exc)[:1]
+    for value in (frames[0].f_locals.values() if frames else ()):
+        try:
+            if callable(value) and inspect.getattr_static(value, "_dynamo_forbidden", False) is True:
+                return value
+        except Exception:  # a hostile object in Dynamo's locals: not the forbidden function
+            continue
+    return None
 
 
 def _known(tp: type) -> str:
@@ -116,6 +143,8 @@ def _known(tp: type) -> str:
 def label(exc: BaseException) -> str:
     """The name of a capture failure: the most specific known type on the
     chain (a UserError names its UserErrorType)."""
+    if forbidden(exc) is not None:
+        return FORBIDDEN_LABEL
     names = []
     for e in chain(exc):
         names.append(_known(type(e)) or _qualified(type(e)))

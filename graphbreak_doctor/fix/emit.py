@@ -19,7 +19,9 @@ The blocks use torch and the patched library only. Per kind (recipes.Change):
 - ``custom_op``: the function becomes ``torch.ops.graphbreak_doctor_patch.<op>``
   with the catalogue's fake (its source pasted) or the shapes a warm-up saw;
 - ``registered_op``: under torch.compile the function calls the library's own
-  op; outside it, the original (which the op's implementation calls by name).
+  op; outside it, the original (which the op's implementation calls by name);
+- ``outside_compile``: a function torch forbids in a graph does nothing under
+  torch.compile and runs as before outside it (recipes/outside_compile.py).
 """
 
 from __future__ import annotations
@@ -47,7 +49,8 @@ def block(change: Change, step: int, recipe: str, removes: str) -> str:
         raise NotWritable(f"{change.owner + '.' if change.owner else ''}{change.function!r} is not a plain name")
     if change.owner and (change.kind != "memo" or change.member not in ("classmethod", "staticmethod")):
         raise NotWritable(f"{change.owner}.{change.function}: only a memo of a classmethod or staticmethod is written")
-    body = {"memo": _memo, "custom_op": _custom_op, "registered_op": _registered_op}[change.kind](change)
+    body = {"memo": _memo, "custom_op": _custom_op, "registered_op": _registered_op,
+            "outside_compile": _outside_compile}[change.kind](change)
     # A class's method is replaced on its class (a global of the module), as a method of its kind.
     target = f"{change.owner}.{change.function}" if change.owner else change.function
     factory = f"_graphbreak_doctor_{step}_{target.replace('.', '_')}"
@@ -129,6 +132,19 @@ def _memo(change: Change) -> list[str]:
         "    callback_handler.clear = _clear_and_rejoin",
     ]
     return lines
+
+
+def _outside_compile(change: Change) -> list[str]:
+    from graphbreak_doctor.recipes import outside_compile
+
+    return [
+        "import functools",
+        "from typing import Any, Callable",
+        f"_original = globals()[{change.function!r}]",
+        "",
+        *_pasted(outside_compile.outside_compile),
+        f"{change.function} = outside_compile(_original)",
+    ]
 
 
 def _forwarding(change: Change, *, eager_original: bool) -> list[str]:

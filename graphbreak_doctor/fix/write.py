@@ -199,6 +199,8 @@ def _does(change: PatchChange) -> str:
                      "inside",
         "registered_op": f"under torch.compile, {name} calls the op the library registers for it (with the library's "
                          "own fake); outside it, the original",
+        "outside_compile": f"{name}, which torch forbids in a graph, does nothing under torch.compile; outside it, "
+                           "the original",
     }.get(change.kind, change.kind)
 
 

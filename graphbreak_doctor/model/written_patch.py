@@ -13,7 +13,7 @@ class PatchChange:
 
     step: int = 0
     recipe: str = ""
-    kind: str = ""  # memo, custom_op or registered_op
+    kind: str = ""  # memo, custom_op, registered_op or outside_compile
     module: str = ""  # the module whose global ``function`` is replaced
     function: str = ""
     file: str = ""

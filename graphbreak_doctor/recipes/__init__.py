@@ -16,7 +16,7 @@ import functools
 from typing import Any
 
 from graphbreak_doctor import plugins
-from graphbreak_doctor.recipes import cudagraph, custom_op, disable, hoist, manual, registered_op
+from graphbreak_doctor.recipes import cudagraph, custom_op, disable, hoist, manual, outside_compile, registered_op
 from graphbreak_doctor.recipes.recipe import Advice, Change, FixContext, NotApplicable, Plan, Recipe
 
 _FAMILIES: tuple[tuple[Recipe, ...], ...] = (
@@ -24,6 +24,7 @@ _FAMILIES: tuple[tuple[Recipe, ...], ...] = (
     hoist.RECIPES,
     (disable.RECIPE,),
     custom_op.RECIPES,
+    (outside_compile.RECIPE,),
     manual.RECIPES,
     cudagraph.RECIPES,
 )

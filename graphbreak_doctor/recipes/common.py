@@ -47,14 +47,19 @@ _INDEXED: list[int] = [-1]
 
 
 def module_of_file(path: str) -> types.ModuleType | None:
-    if _INDEXED[0] != len(sys.modules):
+    """The imported module whose file is ``path``. The index is rebuilt when
+    the number of modules changed, and on a miss: one module removed and
+    another imported leave the number as it was."""
+    found = _BY_FILE.get(_realpath(path)) if _INDEXED[0] == len(sys.modules) else None
+    if found is None or sys.modules.get(found.__name__) is not found:
         _BY_FILE.clear()
         for module in list(sys.modules.values()):
             file = getattr(module, "__file__", None)
             if file:
                 _BY_FILE.setdefault(_realpath(file), module)
         _INDEXED[0] = len(sys.modules)
-    return _BY_FILE.get(_realpath(path))
+        found = _BY_FILE.get(_realpath(path))
+    return found
 
 
 def _code_of(obj: Any) -> types.CodeType | None:
