@@ -15,6 +15,8 @@ import subprocess
 import sys
 
 import pytest
+import torch
+import torch._dynamo.testing
 
 from conftest import ROOT, run_cli
 
@@ -47,6 +49,19 @@ def test_ten_ranks_hit_the_recompile_limit_with_dynamos_reason_and_a_fix(ranks):
     assert sized["fix"] == "eager-flatten"
     assert "sizes: 10 sizes, 8 compiles (7 recompiles; Dynamo's limit: 8): FAILS" in done.stdout
     assert "fix: eager-flatten: Flatten in an eager wrapper" in done.stdout
+    # Rank 1 takes every rank this element-wise layer was fed; the wrapper it
+    # names gives one graph and eager's outputs.
+    assert "compiled(x.reshape(-1)).reshape(x.shape)" in sized["fix_text"]
+    from fixtures.ranks import layer
+
+    torch._dynamo.reset()
+    counter = torch._dynamo.testing.CompileCounter()
+    compiled = torch.compile(layer, fullgraph=True, backend=counter)
+    for rank in range(0, 10):
+        x = torch.randn((2,) * rank)
+        torch.testing.assert_close(compiled(x.reshape(-1)).reshape(x.shape), layer(x))
+    assert counter.frame_count <= 2  # the first size, then one dynamic dimension
+    torch._dynamo.reset()
 
 
 PLAIN = """

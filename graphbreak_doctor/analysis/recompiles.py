@@ -7,7 +7,10 @@ Dynamo's guard-failure reasons say which guard a call failed:
   dimensions changed. No dynamic dimension covers a new rank: each rank is a
   graph of its own. Fix: flatten in an eager wrapper -- reshape the input to
   one fixed rank before the compiled call and back after it, so the compiled
-  function always sees the same rank (``eager-flatten``).
+  function always sees the same rank (``eager-flatten``). Rank 1 is the
+  general form: it takes every rank, a scalar included, where a function
+  works element by element; one that works along the last dimension (a norm,
+  a projection) keeps that dimension and flattens the rest (rank 2).
 - ``tensor 'x' size mismatch at index 0. expected 8, actual 16`` (a
   dimension Dynamo specialised on: ``dynamic=False``, or one it was told is
   static): fix: mark the dimension dynamic before the first call,
@@ -30,8 +33,9 @@ _RANK = re.compile(r"rank mismatch")
 _SIZE = re.compile(r"size mismatch at index (\d+)")
 
 FIXES = {
-    "eager-flatten": ("Flatten in an eager wrapper: reshape the input to one fixed rank before the compiled call "
-                      "(x.reshape(-1, x.shape[-1])) and back after it; the compiled function then sees one rank, "
+    "eager-flatten": ("Flatten in an eager wrapper: reshape the input to rank 1 before the compiled call and back "
+                      "after it (compiled(x.reshape(-1)).reshape(x.shape)); a function that works along the last "
+                      "dimension keeps it (x.reshape(-1, x.shape[-1])). The compiled function then sees one rank, "
                       "and one dynamic dimension covers every size"),
     "mark-dynamic": ("Mark the dimension dynamic before the first call (torch._dynamo.mark_dynamic(x, {index})), "
                      "or compile with dynamic=True: one graph covers every size"),
