@@ -202,7 +202,7 @@ def test_fixed_function_gives_eager_outputs(name):
     torch._dynamo.reset()
 
 
-@pytest.mark.parametrize("name,category", [("data_dependent", "data-dependent"), ("logging_calls", "logging"),
+@pytest.mark.parametrize("name,category", [("data_dependent", "data-dependent"),
                                            ("builtin_datetime", "unsupported-builtin")])
 def test_no_recipe_in_the_traced_function_itself(name, category):
     findings = fix(target_builder(f"fixtures.breaks.{name}:target"), device="cpu")
@@ -273,15 +273,32 @@ def target():
 def test_a_change_that_brings_a_break_of_its_own_is_undone(tmp_path, monkeypatch):
     """The logging check takes a dynamic size: answered from a warm-up at
     one size, the lookup itself breaks while tracing (the first failure
-    moved, into the change). That is no progress: the rung is rejected."""
+    moved, into the change). That is no progress: the rung is rejected, and
+    the next one -- Dynamo told to skip the Logger call -- holds."""
     (tmp_path / "size_check_that_logs.py").write_text(_SIZE_CHECK_THAT_LOGS)
     monkeypatch.syspath_prepend(str(tmp_path))
     findings = fix(target_builder("size_check_that_logs:target"), device="cpu")
-    assert _steps(findings) == [("logging", "hoist-call", "rejected")], findings.fix.stopped
+    assert _steps(findings) == [("logging", "hoist-call", "rejected"),
+                                ("logging", "ignore-logging-call", "fullgraph ok")], findings.fix.stopped
     assert "it brings 1 new break" in findings.ladder[0].detail
     assert "warm-up of num_buckets" in findings.ladder[0].detail
-    assert not findings.fix.ok and findings.fix.changes == []
+    assert "Breaks (explain) 1 -> 0" in findings.ladder[1].detail
+    assert findings.fix.ok and findings.fix.outputs_equal_eager
+    assert [(c.kind, c.module, c.function) for c in findings.fix.changes] == [
+        ("config", "torch._dynamo.config", "ignore_logging_functions")]
+    # Undone afterwards: the process's Dynamo traces Logger calls as before.
+    assert not torch._dynamo.config.ignore_logging_functions
     sys.modules.pop("size_check_that_logs", None)
+
+
+def test_a_logger_call_is_skipped_while_compiling_and_print_is_left_to_a_person():
+    findings = fix(target_builder("fixtures.breaks.logging_calls:target"), device="cpu")
+    assert _steps(findings) == [("logging", "ignore-logging-call", "next failure")], findings.fix.stopped
+    assert "torch._dynamo.config.ignore_logging_functions.add(logging.Logger.warning)" in findings.ladder[0].patch
+    # print (line 14) is no Logger method: the switch does not apply there.
+    assert findings.fix.stopped.startswith("no recipe applies to the [logging] break at "
+                                           "fixtures/breaks/logging_calls.py:14"), findings.fix.stopped
+    assert "ignore-logging-call: not a break Dynamo names this switch for (GB0291)" in findings.fix.stopped
 
 
 def _prints_between(x):

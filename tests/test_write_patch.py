@@ -375,3 +375,42 @@ def test_a_call_torch_forbids_in_a_graph_runs_only_outside_compile(tmp_path):
                    "hasattr(torch._dynamo.mark_static_address, '__wrapped__'))\n", folder)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["unguarded", "True"]
+
+
+LOGS_THE_SIZE = '''\
+import logging
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+
+def layer(x):
+    logger.info("layer sees %d rows", x.shape[0])
+    return torch.nn.functional.gelu(x) * 2
+
+
+def target():
+    return layer, (torch.randn(6, 4),)
+'''
+
+
+def test_a_dynamo_switch_is_written_into_torchs_config_and_holds_in_a_fresh_process(tmp_path):
+    """A Logger call in the traced function itself: the switch that makes
+    Dynamo skip it is set, in the written patch, in torch._dynamo.config
+    right after torch imports it."""
+    proc, findings, folder = _fix_here(tmp_path, {"logs_the_size.py": LOGS_THE_SIZE},
+                                       "--target", "logs_the_size:target", "--device", "cpu")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (rung,) = findings.ladder
+    assert (rung.category, rung.recipe, rung.result) == ("logging", "ignore-logging-call", "fullgraph ok")
+    (change,) = findings.fix.changes
+    assert (change.kind, change.module, change.function) == ("config", "torch._dynamo.config",
+                                                              "ignore_logging_functions")
+    assert findings.fix.patch.summary.startswith("verified: fresh process")
+    diff = next(folder.glob("*.patch")).read_text(encoding="utf-8")
+    assert "+++ b/torch/_dynamo/config.py" in diff
+    proc = _python("import logging, torch\n"
+                   "print(logging.Logger.info in torch._dynamo.config.ignore_logging_functions)\n", folder)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["True"]

@@ -21,7 +21,9 @@ The blocks use torch and the patched library only. Per kind (recipes.Change):
 - ``registered_op``: under torch.compile the function calls the library's own
   op; outside it, the original (which the op's implementation calls by name);
 - ``outside_compile``: a function torch forbids in a graph does nothing under
-  torch.compile and runs as before outside it (recipes/outside_compile.py).
+  torch.compile and runs as before outside it (recipes/outside_compile.py);
+- ``config``: an option of ``torch._dynamo.config`` set right after that module
+  is imported (recipes/config_switch.py); it replaces no function.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ def block(change: Change, step: int, recipe: str, removes: str) -> str:
     if change.owner and (change.kind != "memo" or change.member not in ("classmethod", "staticmethod")):
         raise NotWritable(f"{change.owner}.{change.function}: only a memo of a classmethod or staticmethod is written")
     body = {"memo": _memo, "custom_op": _custom_op, "registered_op": _registered_op,
-            "outside_compile": _outside_compile}[change.kind](change)
+            "outside_compile": _outside_compile, "config": _config}[change.kind](change)
     # A class's method is replaced on its class (a global of the module), as a method of its kind.
     target = f"{change.owner}.{change.function}" if change.owner else change.function
     factory = f"_graphbreak_doctor_{step}_{target.replace('.', '_')}"
@@ -61,6 +63,8 @@ def block(change: Change, step: int, recipe: str, removes: str) -> str:
     ]
     made = f"{change.member}({change.function})" if change.owner else change.function
     tail = [f"    return {made}", "", "", f"{target} = {factory}()", f"del {factory}"]
+    if change.kind == "config":  # the option is set through the module object: no global is replaced
+        tail = ["", "", f"{factory}()", f"del {factory}"]
     return "\n".join(head + [textwrap.indent(line, "    ") if line else "" for line in body] + tail) + "\n"
 
 
@@ -145,6 +149,14 @@ def _outside_compile(change: Change) -> list[str]:
         *_pasted(outside_compile.outside_compile),
         f"{change.function} = outside_compile(_original)",
     ]
+
+
+def _config(change: Change) -> list[str]:
+    if not change.settings:
+        raise NotWritable(f"no statements set {change.module}.{change.function}")
+    # Through the module object: torch's config module keeps its options
+    # behind attribute access, not in its globals.
+    return ["import sys", "_config = sys.modules[__name__]", *change.settings]
 
 
 def _forwarding(change: Change, *, eager_original: bool) -> list[str]:

@@ -201,6 +201,8 @@ def _does(change: PatchChange) -> str:
                          "own fake); outside it, the original",
         "outside_compile": f"{name}, which torch forbids in a graph, does nothing under torch.compile; outside it, "
                            "the original",
+        "config": f"torch._dynamo.config.{name} is set when torch imports its config, for every compile of the "
+                  "process",
     }.get(change.kind, change.kind)
 
 

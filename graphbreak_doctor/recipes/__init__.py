@@ -16,7 +16,16 @@ import functools
 from typing import Any
 
 from graphbreak_doctor import plugins
-from graphbreak_doctor.recipes import cudagraph, custom_op, disable, hoist, manual, outside_compile, registered_op
+from graphbreak_doctor.recipes import (
+    config_switch,
+    cudagraph,
+    custom_op,
+    disable,
+    hoist,
+    manual,
+    outside_compile,
+    registered_op,
+)
 from graphbreak_doctor.recipes.recipe import Advice, Change, FixContext, NotApplicable, Plan, Recipe
 
 _FAMILIES: tuple[tuple[Recipe, ...], ...] = (
@@ -25,6 +34,7 @@ _FAMILIES: tuple[tuple[Recipe, ...], ...] = (
     (disable.RECIPE,),
     custom_op.RECIPES,
     (outside_compile.RECIPE,),
+    config_switch.RECIPES,
     manual.RECIPES,
     cudagraph.RECIPES,
 )

@@ -113,6 +113,9 @@ class Change:
     # method's kind (classmethod, staticmethod); ``function`` is its name.
     owner: str = ""
     member: str = ""
+    # ``config``: the statements that set the option in torch._dynamo.config
+    # (run in that module, which they name ``_config``); ``function`` is the option.
+    settings: list[str] = field(default_factory=list)
 
 
 @dataclass

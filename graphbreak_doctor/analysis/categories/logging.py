@@ -11,11 +11,11 @@ CATEGORY = Category(
                 through=("logging", "warnings"),
                 culprits=("builtins.print", "print", "_warnings.warn", "warnings.warn", "logging.")),),
     advice="guard-logging",
-    # In the traced code itself this needs a human (a logging guard). Inside
-    # a function that neither takes nor returns tensors (a package
+    # Inside a function that neither takes nor returns tensors (a package
     # availability check that logs what it found) the function runs once
-    # before capture; inside a library function the whole call can become
-    # one op.
-    ladder=("use-registered-op", "hoist-call", "wrap-custom-op"),
+    # before capture; a logging.Logger call anywhere else Dynamo can be told
+    # to skip while compiling (print and warnings need a human: a guard);
+    # inside a library function the whole call can become one op.
+    ladder=("use-registered-op", "hoist-call", "ignore-logging-call", "wrap-custom-op"),
     priority=50,
 )
