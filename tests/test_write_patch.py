@@ -330,6 +330,16 @@ def test_unseen_flashinfer_code_fresh_process_equals_the_ladder(tmp_path):
     assert any(c.kind == "custom_op" and c.function == "rmsnorm" for c in findings.fix.changes)
 
 
+def _one_change_written_and_proven(findings: Findings, folder: Path, kept: tuple[str, str, str]) -> None:
+    """The ladder kept one change, (kind, module, function); the patch was
+    proven in a fresh process, and its diff appends to that module's file."""
+    (change,) = findings.fix.changes
+    assert (change.kind, change.module, change.function) == kept
+    assert findings.fix.patch.summary.startswith("verified: fresh process")
+    diff = next(folder.glob("*.patch")).read_text(encoding="utf-8")
+    assert f"+++ b/{change.module.replace('.', '/')}.py" in diff
+
+
 STATIC_CACHE = '''\
 import torch
 
@@ -361,12 +371,8 @@ def test_a_call_torch_forbids_in_a_graph_runs_only_outside_compile(tmp_path):
     assert "if not torch.compiler.is_compiling():" in rung.patch
     assert "rebound torch._dynamo.mark_static_address, torch._dynamo.decorators.mark_static_address" in rung.detail
     assert findings.fix.outputs_equal_eager
-    (change,) = findings.fix.changes
-    assert (change.kind, change.module, change.function) == ("outside_compile", "torch._dynamo.decorators",
-                                                              "mark_static_address")
-    assert findings.fix.patch.summary.startswith("verified: fresh process")
-    diff = next(folder.glob("*.patch")).read_text(encoding="utf-8")
-    assert "+++ b/torch/_dynamo/decorators.py" in diff
+    _one_change_written_and_proven(findings, folder, ("outside_compile", "torch._dynamo.decorators",
+                                                      "mark_static_address"))
     # Loaded as a server loads it, eager calls still mark the tensor.
     proc = _python("import torch\n"
                    "t = torch.ones(2)\n"
@@ -404,12 +410,7 @@ def test_a_dynamo_switch_is_written_into_torchs_config_and_holds_in_a_fresh_proc
     assert proc.returncode == 0, proc.stderr[-3000:]
     (rung,) = findings.ladder
     assert (rung.category, rung.recipe, rung.result) == ("logging", "ignore-logging-call", "fullgraph ok")
-    (change,) = findings.fix.changes
-    assert (change.kind, change.module, change.function) == ("config", "torch._dynamo.config",
-                                                              "ignore_logging_functions")
-    assert findings.fix.patch.summary.startswith("verified: fresh process")
-    diff = next(folder.glob("*.patch")).read_text(encoding="utf-8")
-    assert "+++ b/torch/_dynamo/config.py" in diff
+    _one_change_written_and_proven(findings, folder, ("config", "torch._dynamo.config", "ignore_logging_functions"))
     proc = _python("import logging, torch\n"
                    "print(logging.Logger.info in torch._dynamo.config.ignore_logging_functions)\n", folder)
     assert proc.returncode == 0, proc.stderr
