@@ -301,6 +301,38 @@ def test_a_logger_call_is_skipped_while_compiling_and_print_is_left_to_a_person(
     assert "ignore-logging-call: not a break Dynamo names this switch for (GB0291)" in findings.fix.stopped
 
 
+_TAGGER = """\
+import torch
+
+
+class Tagger(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lstm = torch.nn.LSTM(8, 16, batch_first=True)
+        self.head = torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        out, _ = self.lstm(x)
+        return self.head(out)
+
+
+def target():
+    torch.manual_seed(0)
+    return Tagger().eval(), (torch.randn(2, 5, 8),)
+"""
+
+
+def test_an_lstm_gets_the_switch_dynamo_names_and_gives_eagers_outputs(tmp_path, monkeypatch):
+    (tmp_path / "lstm_tagger.py").write_text(_TAGGER)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    findings = fix(target_builder("lstm_tagger:target"), device="cpu")
+    assert _steps(findings) == [("other", "allow-rnn", "fullgraph ok")], findings.fix.stopped
+    assert findings.fix.ok and findings.fix.outputs_equal_eager
+    assert [(c.kind, c.function) for c in findings.fix.changes] == [("config", "allow_rnn")]
+    assert torch._dynamo.config.allow_rnn is False  # undone
+    sys.modules.pop("lstm_tagger", None)
+
+
 def _prints_between(x):
     y = x * 2
     print("between")

@@ -1,6 +1,9 @@
 """Dynamo's own switches as fixes: the break names the setting that lets
 Dynamo compile the code as it is, and the change sets it.
 
+- ``allow-rnn``: ``nn.RNN``/``GRU``/``LSTM`` modules are traced
+  (``allow_rnn``; Dynamo calls its support experimental, so the ladder's
+  comparison of compiled and eager outputs matters here);
 - ``ignore-logging-call``: a ``logging.Logger`` method Dynamo cannot trace
   becomes a no-op under torch.compile (``ignore_logging_functions``; older
   releases call it ``ignore_logger_methods``); it logs as before outside
@@ -44,6 +47,18 @@ class Setting:
     value: Any
     statements: list[str]
     shown: str  # the lines a person adds before torch.compile
+
+
+def _flag(option: str) -> Callable[[Break, Any], Setting]:
+    """The boolean option, set to True."""
+    def setting(brk: Break, config: Any) -> Setting:
+        if not hasattr(config, option):
+            raise NotApplicable(f"this torch has no torch._dynamo.config.{option}")
+        if getattr(config, option) is True:
+            raise NotApplicable(f"torch._dynamo.config.{option} is already True")
+        return Setting(option, True, [f"_config.{option} = True"], f"torch._dynamo.config.{option} = True")
+
+    return setting
 
 
 def _logger_method(brk: Break, config: Any) -> Setting:
@@ -91,6 +106,16 @@ def _planner(recipe: str, gb_ids: frozenset[str], setting: Callable[[Break, Any]
 
 
 RECIPES = (
+    Recipe(
+        "allow-rnn",
+        Advice("Let Dynamo trace {call}: torch._dynamo.config.allow_rnn = True",
+               "Dynamo does not trace RNN, GRU and LSTM modules unless told to (its support is experimental: "
+               "compare the compiled outputs with eager ones); otherwise keep the recurrent module outside the "
+               "compiled region.",
+               "torch._dynamo.config.allow_rnn = True   # before torch.compile"),
+        # GB0014: "Attempted to wrap RNN, GRU, or LSTM".
+        plan=_planner("allow-rnn", frozenset({"GB0014"}), _flag("allow_rnn")),
+    ),
     Recipe(
         "ignore-logging-call",
         Advice("Have Dynamo skip {call} while compiling: add it to torch._dynamo.config.ignore_logging_functions",
