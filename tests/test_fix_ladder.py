@@ -333,6 +333,44 @@ def test_an_lstm_gets_the_switch_dynamo_names_and_gives_eagers_outputs(tmp_path,
     sys.modules.pop("lstm_tagger", None)
 
 
+_COUNTS_ITS_CALLS = """\
+import logging
+
+import torch
+
+logger = logging.getLogger(__name__)
+_SEEN = []
+
+
+def parity() -> int:
+    _SEEN.append(1)
+    logger.debug("call %d", len(_SEEN))
+    return 1 + len(_SEEN) % 2
+
+
+def layer(x):
+    return x * parity()
+
+
+def target():
+    return layer, (torch.ones(4),)
+"""
+
+
+def test_a_change_whose_capture_gives_other_outputs_is_undone(tmp_path, monkeypatch):
+    """parity() takes no tensors but is no pure function: answered from a
+    warm-up, the captured graph multiplies by the warm-up's answer, not by
+    the one eager gives now. Fullgraph captures it; the outputs say no."""
+    (tmp_path / "counts_its_calls.py").write_text(_COUNTS_ITS_CALLS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    findings = fix(target_builder("counts_its_calls:target"), device="cpu")
+    first = findings.ladder[0]
+    assert (first.category, first.recipe, first.result) == ("logging", "hoist-call", "rejected"), first.detail
+    assert "Fullgraph captures it, but the compiled outputs differ from eager outputs; change undone." in first.detail
+    assert "hoist-call" not in findings.fix.recipes
+    sys.modules.pop("counts_its_calls", None)
+
+
 def _prints_between(x):
     y = x * 2
     print("between")

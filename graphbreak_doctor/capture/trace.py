@@ -251,11 +251,13 @@ def _check_eager(target: Target) -> None:
 
 
 def trace(target: Target, mode: str, *, decompile: bool = True, on_event: Callable[[BreakEvent], None] | None = None,
-        dynamic: bool | None = None, count_ops: bool = False) -> ModeResult:
+        dynamic: bool | None = None, count_ops: bool = False,
+        on_output: Callable[[Any], None] | None = None) -> ModeResult:
     """Trace ``target`` once in ``mode`` ('explain', 'fullgraph' or 'piecewise');
     ``dynamic`` is torch.compile's option of that name (a region's own).
     ``count_ops`` (explain mode): also count the operators the graphs hold
-    (ModeResult.ops_held, ops_total; capture/held_ops.py)."""
+    (ModeResult.ops_held, ops_total; capture/held_ops.py), and hand what that
+    counting call returned to ``on_output``."""
     result = ModeResult(mode=mode)
     fullgraph = mode in FULLGRAPH_MODES
     graph_ops = held_ops.GraphOps() if count_ops and not fullgraph else None
@@ -306,7 +308,7 @@ def trace(target: Target, mode: str, *, decompile: bool = True, on_event: Callab
         if graph_ops is not None and result.ok:
             # After the listener: a recompile on the counting call would
             # report its breaks a second time.
-            _count_ops(result, target, compiled, graph_ops)
+            _count_ops(result, target, compiled, graph_ops, on_output)
     if not fullgraph:
         # In fullgraph modes the verdict comes from the exception itself.
         result.events[:0] = listener.events
@@ -315,13 +317,16 @@ def trace(target: Target, mode: str, *, decompile: bool = True, on_event: Callab
     return result
 
 
-def _count_ops(result: ModeResult, target: Target, compiled: Callable, graph_ops: held_ops.GraphOps) -> None:
+def _count_ops(result: ModeResult, target: Target, compiled: Callable, graph_ops: held_ops.GraphOps,
+               on_output: Callable[[Any], None] | None) -> None:
     """The graphs' share of the target's operators, on a second call (the
     graphs compiled by the first are reused) and a plain call."""
     try:
         with graph_ops.counting(), contextlib.redirect_stdout(sys.stderr):
-            _call(compiled, target.args, target.kwargs)
+            output = _call(compiled, target.args, target.kwargs)
         result.ops_held = graph_ops.n
+        if on_output is not None:
+            on_output(output)
         result.ops_total = held_ops.eager_ops(target.fn, target.args, target.kwargs)
     except Exception as e:
         result.ops_held = result.ops_total = None

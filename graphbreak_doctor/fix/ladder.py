@@ -13,6 +13,7 @@ undone when the session exits.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -74,6 +75,8 @@ class Progress:
     held: int | None = None
     total: int | None = None
     why: str = ""
+    # Real tensors: the compiled call gave eager's outputs (None: not compared).
+    equal: bool | None = None
 
     @classmethod
     def of(cls, result: capture.ModeResult) -> "Progress":
@@ -103,6 +106,8 @@ class Progress:
         Dynamo's eager fallback -- loses breaks without being fixed). Where
         either explain trace did not finish, the first failure having moved is
         all there is to judge by, and nothing is said here."""
+        if self.equal is False:
+            return "the compiled outputs differ from eager outputs"
         if self.breaks is None or before.breaks is None:
             return ""
         # The fullgraph failure counts as a break before, even where the
@@ -150,6 +155,10 @@ class FixSession:
         # how the last kept change moved them.
         self._state: Progress | None = None
         self._said = ""
+        # Real tensors: eager's outputs, which each measured state's compiled
+        # call must give.
+        self._real = False
+        self._expected: Any = None
         self._at_size = at_size
         self._sized: dict[int, Target] = {}
         self.ctx = recipes.FixContext(warm_up=self._warm_up, trace=self._trace, sizes=list(sizes or ()),
@@ -173,10 +182,10 @@ class FixSession:
             self._sized[size] = self._at_size(size)
         self._run(self._sized[size])
 
-    def _trace(self, mode: str | None = None, count_ops: bool = False) -> tuple[capture.ModeResult, Break | None]:
+    def _trace(self, mode: str | None = None) -> tuple[capture.ModeResult, Break | None]:
         mode = mode or self.mode
         with contextlib.redirect_stdout(sys.stderr):
-            result = capture.trace(self.target, mode, decompile=False, count_ops=count_ops)
+            result = capture.trace(self.target, mode, decompile=False)
         if mode == "explain":
             return result, None
         return result, stopped_at(result)
@@ -215,10 +224,15 @@ class FixSession:
             return None
 
     def _measure(self) -> Progress:
-        """The breaks and held operators of the target as it is now."""
+        """The breaks and held operators of the target as it is now, and --
+        real tensors only -- whether the compiled call gave eager's outputs."""
         self.progress("counting breaks and held operators (explain)")
-        result, _ = self._trace("explain", count_ops=True)
-        return Progress.of(result)
+        equal: list[bool] = []
+        with contextlib.redirect_stdout(sys.stderr):
+            result = capture.trace(self.target, "explain", decompile=False, count_ops=True,
+                                   on_output=(lambda got: equal.append(same(got, self._expected)))
+                                   if self._real else None)
+        return dataclasses.replace(Progress.of(result), equal=equal[0] if equal else None)
 
     def _regressed(self, brk: Break) -> str:
         """Why the change just made is no progress ("" when it is), measured
@@ -235,11 +249,11 @@ class FixSession:
 
     def climb(self) -> LadderOutcome:
         out = LadderOutcome()
-        real = not has_fake_tensor((self.target.args, self.target.kwargs))
+        real = self._real = not has_fake_tensor((self.target.args, self.target.kwargs))
         expected = None
         if real:
             with contextlib.redirect_stdout(sys.stderr):
-                expected = self.target.fn(*self.target.args, **self.target.kwargs)
+                expected = self._expected = self.target.fn(*self.target.args, **self.target.kwargs)
         self.progress("tracing (fullgraph)")
         result, brk = self._trace()
         out.traces.append(result)
@@ -301,6 +315,17 @@ class FixSession:
                     tried.add((brk.id, plan.recipe))
                     continue
                 if new.ok:
+                    # Compared here, not only at the end: a change whose
+                    # capture gives other outputs is no fix, and is undone.
+                    out.outputs_equal = self._check_outputs(expected) if real else None
+                    if out.outputs_equal is False:
+                        out.outputs_equal = None
+                        rung.result = RungResult.REJECTED
+                        rung.detail = (f"{applied}. Fullgraph captures it, but the compiled outputs differ from "
+                                       "eager outputs; change undone.")
+                        patches.undo()
+                        tried.add((brk.id, plan.recipe))
+                        continue
                     rung.result = RungResult.FULLGRAPH_OK
                     rung.detail += f". {Progress.captured(new).since(self._state)}"
                     self.kept.append(patches)
@@ -335,8 +360,9 @@ class FixSession:
         if not out.ok and brk is not None and not result.crashed:
             out.stopped_break = brk.id
         if out.ok and real:
-            out.outputs_equal = self._check_outputs(expected)
-            if out.rungs:
+            if not out.rungs:  # captured as it is: compared here
+                out.outputs_equal = self._check_outputs(expected)
+            else:
                 last = out.rungs[-1]
                 last.detail += {True: "; compiled outputs equal eager outputs",
                                 False: "; compiled outputs DIFFER from eager outputs",
