@@ -114,19 +114,16 @@ def test_without_the_patch_and_without_its_rejoining_the_program_fails(written, 
     assert "first compile: fullgraph failed" in stale.stderr, stale.stderr[-2000:]
 
 
-
-def test_a_patch_that_changes_what_the_function_gives_is_not_verified(tmp_path):
+def test_a_change_that_changes_what_the_function_gives_is_never_written(tmp_path):
     """The other direction: the hoist of a probe whose answer changes per
-    call compiles with fullgraph -- the doctor's own trace says so -- but
-    the compiled function gives the warm-up's answer where eager gives a
-    new one. The user's program fails on it, and so does the doctor's
-    proof: NOT verified, exit 1, with the user's program's reason."""
+    call compiles with fullgraph, but the compiled function gives the
+    warm-up's answer where eager gives a new one. The ladder compares the
+    outputs and undoes it; nothing is written, and the user's program
+    fails as before."""
     folder, findings = _write(tmp_path, VARIES, 1)
-    patch = findings["fix"]["patch"]
-    (check,) = patch["checks"]
-    assert check["outcome"].startswith("fullgraph ok")  # the trace alone would have passed it
-    assert not check["ok"] and not patch["verified"]
-    assert "the compiled outputs' values differ from eager's" in check["program"], check["program"]
-    assert patch["summary"].startswith("NOT verified: fresh process"), patch["summary"]
-    done = _program(folder, VARIES)
-    assert done.returncode != 0 and "outputs differ from eager" in done.stderr, done.stdout + done.stderr
+    (rung,) = findings["ladder"]
+    assert rung["recipe"] == "hoist-subprocess" and rung["result"] == "rejected", rung
+    assert "compiled outputs differ from eager outputs; change undone" in rung["detail"]
+    assert findings["fix"]["patch"] is None and not folder.exists()
+    done = _program(None, VARIES)
+    assert done.returncode != 0 and "fullgraph failed" in done.stderr, done.stdout + done.stderr

@@ -415,3 +415,43 @@ def test_a_dynamo_switch_is_written_into_torchs_config_and_holds_in_a_fresh_proc
                    "print(logging.Logger.info in torch._dynamo.config.ignore_logging_functions)\n", folder)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["True"]
+
+
+SIZE_DEPENDENT = '''\
+import subprocess
+import sys
+
+import torch
+
+
+def toolkit() -> str:
+    return subprocess.check_output([sys.executable, "--version"], text=True)
+
+
+def layer(x):
+    y = x * len(toolkit())
+    if x.shape[0] > 64:
+        print("a large batch")
+    return y
+
+
+def target(size=16):
+    return layer, (torch.ones(size, 4),)
+'''
+
+
+def test_a_patch_its_fresh_process_check_does_not_prove_is_never_written(tmp_path):
+    """Proven at the target's own size, the hoist reaches fullgraph; at one
+    of the server's sizes the code takes a branch that prints. The check at
+    that size fails, so nothing is written (exit 1), and the findings say
+    why."""
+    proc, findings, folder = _fix_here(tmp_path, {"size_dependent.py": SIZE_DEPENDENT},
+                                       "--target", "size_dependent:target", "--device", "cpu", "--sizes", "16,128")
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert findings.fix.ok and [r.recipe for r in findings.ladder] == ["hoist-subprocess"]
+    patch = findings.fix.patch
+    assert not patch.verified and patch.summary.startswith("NOT verified: fresh process"), patch.summary
+    assert [c.ok for c in patch.checks] == [True, False], patch.checks
+    assert "--write-patch: nothing written: the patch does not hold in a fresh process" in proc.stderr
+    assert "patch not written to" in proc.stdout
+    assert not folder.exists() and not list(tmp_path.glob(".patch-*"))

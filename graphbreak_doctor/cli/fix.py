@@ -66,7 +66,9 @@ def run(args: argparse.Namespace) -> int:
             for findings in done.findings:
                 show(ladder.render(findings))
             outputs.write(dict(zip(stems, done.findings)))
-            if staged is not None:  # the patch folder last: a failure or a signal before leaves DIR as it was
+            # The patch folder last: a failure or a signal before leaves DIR as
+            # it was. Only a patch its fresh-process check proved moves in.
+            if staged is not None and staged.written is not None and staged.written.verified:
                 failed, warning = patch.commit(args, staged)
                 not_held = failed or not_held
         finally:
@@ -80,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
             raise
         # Once moved into place the patch is kept: the line says so, and where.
         signum = e.signum if isinstance(e, Interrupted) else signal.SIGINT
-        raise Interrupted(signum, after=_kept(args, staged)) from None
+        raise Interrupted(signum, after=_kept(args)) from None
     code = run_exit_code(done.findings)
     if not_held:
         sys.stderr.write(escape_controls(f"graphbreak-doctor: {not_held}") + "\n")
@@ -88,8 +90,6 @@ def run(args: argparse.Namespace) -> int:
     return code
 
 
-def _kept(args: argparse.Namespace, staged) -> str:
+def _kept(args: argparse.Namespace) -> str:
     """The patch a signal came after, in DIR: what the interrupted line says."""
-    how = "written and verified" if staged.written is not None and staged.written.verified else \
-        "written (it does not hold in a fresh process)"
-    return f"the patch was {how}: {args.write_patch} (kept)"
+    return f"the patch was written and verified: {args.write_patch} (kept)"

@@ -153,7 +153,8 @@ def _check_staged(args: argparse.Namespace, selection: Selection, findings: Find
     written.summary = _summary(written, findings)
     findings.fix.patch = written
     write.update_readme(findings, written, staged)
-    said = "" if written.verified else f"--write-patch: the patch does not hold in a fresh process: {written.summary}"
+    said = "" if written.verified else \
+        f"--write-patch: nothing written: the patch does not hold in a fresh process: {written.summary}"
     return said, log_sections(outcomes)
 
 

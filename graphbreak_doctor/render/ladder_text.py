@@ -51,7 +51,9 @@ def render(findings: Findings) -> str:
 def written_patch(outcome: FixOutcome) -> list[str]:
     """What --write-patch wrote, and whether it held in a fresh process."""
     p = outcome.patch
-    lines = [f"patch written to {p.folder}: {p.diff}, graphbreak_doctor_patch/, sitecustomize.py, README.txt",
+    head = (f"patch written to {p.folder}: {p.diff}, graphbreak_doctor_patch/, sitecustomize.py, README.txt"
+            if p.verified else f"patch not written to {p.folder}: it does not hold in a fresh process")
+    lines = [head,
              f"  proven on {', '.join(f'{d} {v}' for d, v in sorted(p.versions.items())) or 'the files as they are'}",
              f"  {p.summary}"]
     if p.sizes:
@@ -59,7 +61,8 @@ def written_patch(outcome: FixOutcome) -> list[str]:
     for c in outcome.changes:
         lines.append(f"  change {c.step} ({c.recipe}): " + (f"{c.module}.{c.function}; holds for {c.holds}"
                                                              if c.block else f"not written: {c.why_not}"))
-    lines.append(f"  load it: PYTHONPATH={p.folder} <the server's command>")
+    if p.verified:
+        lines.append(f"  load it: PYTHONPATH={p.folder} <the server's command>")
     return lines
 
 
