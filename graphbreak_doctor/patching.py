@@ -294,8 +294,8 @@ def references(obj: Any, *, exclude: Iterable[str] = (), within: Iterable[str] =
     scanned = tuple(within)
     found = []
     for mod_name, module in list(sys.modules.items()):
-        if module is None or mod_name in excluded or (mod_name.startswith(_SKIP_PREFIXES)
-                                                       and not mod_name.startswith(scanned or ("\0",))):
+        skipped = mod_name.startswith(_SKIP_PREFIXES) and not (scanned and mod_name.startswith(scanned))
+        if module is None or mod_name in excluded or skipped:
             continue
         try:
             items = list(vars(module).items())

@@ -21,6 +21,7 @@ back to the message text and counts that it did.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import sys
 import traceback
@@ -123,8 +124,6 @@ def forbidden(exc: BaseException | None) -> Any:
     frame that raised the AssertionError; None for any other failure."""
     if not isinstance(exc, AssertionError):
         return None
-    import inspect
-
     frames = _dynamo_frames(exc)[:1]
     for value in (frames[0].f_locals.values() if frames else ()):
         try:

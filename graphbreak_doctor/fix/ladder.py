@@ -3,11 +3,13 @@
 Each rung takes the break fullgraph mode stops at, picks the first recipe of
 its category's ladder (analysis/categories) that fits, makes the change in
 this process (a PatchSet), and traces again with real Dynamo. A change that
-does not remove its break is undone and recorded as rejected; so is every
-demonstration recipe (``torch.compiler.disable``), which is only tried to
-show that fullgraph forbids what it does. The ladder ends when fullgraph
-succeeds, no recipe applies, or the step limit is reached; every patch is
-undone when the session exits.
+does not remove its break is undone and recorded as rejected; so is one
+that moves the first failure without progress (Progress.worse_than: new
+breaks, no fewer breaks, less of the work in the graphs, or other outputs),
+and every demonstration recipe (``torch.compiler.disable``), which is only
+tried to show that fullgraph forbids what it does. The ladder ends when
+fullgraph succeeds, no recipe applies, or the step limit is reached; every
+patch is undone when the session exits.
 """
 
 from __future__ import annotations
@@ -89,7 +91,7 @@ class Progress:
         return cls(breaks, result.ops_held, result.ops_total, why)
 
     @classmethod
-    def captured(cls, result: capture.ModeResult) -> "Progress":
+    def captured(cls) -> "Progress":
         """A fullgraph capture: no break, and every operator in its graph."""
         return cls({}, 1, 1)
 
@@ -100,12 +102,13 @@ class Progress:
 
     def worse_than(self, before: "Progress", fixed: str) -> str:
         """Why this state is no progress over ``before``, whose first failure
-        was the break ``fixed`` ("" when it is): the distinct breaks strictly
-        fall, none is new, and the graphs' share of the operators does not
-        fall (code moved out of the graphs -- behind a disable, or left to
-        Dynamo's eager fallback -- loses breaks without being fixed). Where
-        either explain trace did not finish, the first failure having moved is
-        all there is to judge by, and nothing is said here."""
+        was the break ``fixed`` ("" when it is): the compiled call gives
+        eager's outputs (where compared), the distinct breaks strictly fall,
+        none is new, and the graphs' share of the operators does not fall
+        (code moved out of the graphs -- behind a disable, or left to Dynamo's
+        eager fallback -- loses breaks without being fixed). Where either
+        explain trace crashed, the first failure having moved is all there is
+        to judge the breaks by."""
         if self.equal is False:
             return "the compiled outputs differ from eager outputs"
         if self.breaks is None or before.breaks is None:
@@ -327,7 +330,7 @@ class FixSession:
                         tried.add((brk.id, plan.recipe))
                         continue
                     rung.result = RungResult.FULLGRAPH_OK
-                    rung.detail += f". {Progress.captured(new).since(self._state)}"
+                    rung.detail += f". {Progress.captured().since(self._state)}"
                     self.kept.append(patches)
                     result, brk = new, None
                     continue
