@@ -107,10 +107,11 @@ def test_each_kept_change_is_written_and_says_for_which_sizes_it_holds(written):
     assert all(c.block and not c.why_not for c in fix.changes)
     by_recipe = {c.recipe: c for c in fix.changes}
     if FLASHINFER.startswith("0.6."):
-        assert set(by_recipe) == {"hoist-subprocess", "hoist-filesystem", "wrap-custom-op"}
-        hoist = by_recipe["hoist-filesystem"]
-        assert hoist.function == "get_fp4_quantization_module"
-        assert "the same calls at sizes 16, 128, 512: they do not depend on the size" in hoist.holds
+        # The JIT loader's hoists move the first failure without lowering the
+        # breaks explain counts: undone (tests/test_fix_ladder.py); the
+        # custom op is the one change kept.
+        assert set(by_recipe) == {"wrap-custom-op"}
+        assert by_recipe["wrap-custom-op"].kind == "custom_op"
     else:
         assert set(by_recipe) == {"use-registered-op"}
         assert by_recipe["use-registered-op"].kind == "registered_op"

@@ -65,15 +65,25 @@ class LadderOutcome:
         return [r.recipe for r in self.rungs if r.result != RungResult.REJECTED]
 
 
+def _key(brk: Break) -> str:
+    """A break as the rule compares states: its kind and the line Dynamo
+    stopped at. Not its id, which names its callers too: Dynamo reports a
+    second break at a line it already broke at as a repeat of the first
+    (with the first one's callers), so a break behind another one at the
+    same library line gets its own id only once the first is fixed."""
+    return f"{brk.gb_type} at {break_site(brk)}"
+
+
 @dataclass(frozen=True)
 class Progress:
-    """What a rung is judged by: the distinct breaks an explain trace finds
-    ({id: "gb_type at site"}) and the operators the compiled graphs hold of
-    those a plain call runs (capture/held_ops.py). ``breaks`` is None where
-    the explain trace did not finish (``why`` says what stopped it); held and
-    total are None where the operators were not counted."""
+    """What a rung is judged by: the breaks an explain trace finds, as
+    {kind and line: hits} (torch._dynamo.explain counts hits), and the
+    operators the compiled graphs hold of those a plain call runs
+    (capture/held_ops.py). ``breaks`` is None where the explain trace
+    crashed (``why`` says what stopped it); held and total are None where
+    the operators were not counted."""
 
-    breaks: dict[str, str] | None
+    breaks: dict[str, int] | None
     held: int | None = None
     total: int | None = None
     why: str = ""
@@ -86,7 +96,9 @@ class Progress:
             return cls(None, why=result.error or "the explain trace crashed")
         # An explain trace Dynamo stopped (a failure breaks cannot get past)
         # still counts its breaks, the failure among them.
-        breaks = {b.id: f"{b.gb_type} at {break_site(b)}" for b in region_breaks(result)}
+        breaks: dict[str, int] = {}
+        for b in region_breaks(result):
+            breaks[_key(b)] = breaks.get(_key(b), 0) + max(1, b.count)
         why = result.ops_error if result.ok else f"the explain trace stopped at {result.error}"
         return cls(breaks, result.ops_held, result.ops_total, why)
 
@@ -95,32 +107,36 @@ class Progress:
         """A fullgraph capture: no break, and every operator in its graph."""
         return cls({}, 1, 1)
 
+    def hits(self) -> int:
+        return sum(self.breaks.values()) if self.breaks is not None else 0
+
     def share(self) -> str:
         if self.held is None or not self.total:
             return f"not counted ({self.why})" if self.why else "not counted"
         return f"{min(100.0, 100 * self.held / self.total):.0f}%"
 
-    def worse_than(self, before: "Progress", fixed: str) -> str:
+    def worse_than(self, before: "Progress", fixed: Break) -> str:
         """Why this state is no progress over ``before``, whose first failure
         was the break ``fixed`` ("" when it is): the compiled call gives
-        eager's outputs (where compared), the distinct breaks strictly fall,
-        none is new, and the graphs' share of the operators does not fall
-        (code moved out of the graphs -- behind a disable, or left to Dynamo's
-        eager fallback -- loses breaks without being fixed). Where either
-        explain trace crashed, the first failure having moved is all there is
-        to judge the breaks by."""
+        eager's outputs (where compared), the breaks explain counts strictly
+        fall, none is at a new line, and the graphs' share of the operators
+        does not fall (code moved out of the graphs -- behind a disable, or
+        left to Dynamo's eager fallback -- loses breaks without being fixed).
+        Where either explain trace crashed, the first failure having moved is
+        all there is to judge the breaks by."""
         if self.equal is False:
             return "the compiled outputs differ from eager outputs"
         if self.breaks is None or before.breaks is None:
             return ""
         # The fullgraph failure counts as a break before, even where the
         # explain trace does not reach it.
-        old = set(before.breaks) | {fixed}
-        new = [self.breaks[i] for i in self.breaks if i not in old]
+        old = dict(before.breaks)
+        old.setdefault(_key(fixed), 1)
+        new = [k for k in self.breaks if k not in old]
         if new:
             return f"it brings {len(new)} new break{'s' * (len(new) > 1)} ({'; '.join(new[:3])})"
-        if len(self.breaks) >= len(old):
-            return f"the breaks an explain trace finds did not fall ({len(old)} before, {len(self.breaks)} after)"
+        if self.hits() >= sum(old.values()):
+            return f"the breaks an explain trace counts did not fall ({sum(old.values())} before, {self.hits()} after)"
         if (None not in (self.held, self.total, before.held, before.total) and self.total and before.total
                 and self.held * before.total < before.held * self.total):
             return f"the compiled graphs hold a smaller share of the operators ({before.share()} -> {self.share()})"
@@ -129,7 +145,7 @@ class Progress:
     def since(self, before: "Progress") -> str:
         """How this state compares with ``before``, in words."""
         def count(p: Progress) -> str:
-            return "?" if p.breaks is None else str(len(p.breaks))
+            return "?" if p.breaks is None else str(p.hits())
 
         return f"Breaks (explain) {count(before)} -> {count(self)}; operators in graphs {before.share()} -> {self.share()}"
 
@@ -242,7 +258,7 @@ class FixSession:
         against the state before it (Progress.worse_than). A change kept here
         becomes the state the next one is measured against."""
         after = self._measure()
-        worse = after.worse_than(self._state, brk.id)
+        worse = after.worse_than(self._state, brk)
         if not worse:
             self._said = after.since(self._state)
             self._state = after
