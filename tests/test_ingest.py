@@ -488,3 +488,31 @@ def test_check_and_baseline_from_an_ingested_run(cli, recorded, tmp_path):
     assert result.returncode == 1
     result = cli("check", "--from", trace, "--target", "fixtures.breaks.clean:target")
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+
+
+_FORBIDDEN_PROGRAM = """
+import torch
+
+def layer(x):
+    cache = x * 2
+    torch._dynamo.mark_static_address(cache)
+    return cache + 1
+
+torch.compile(layer, fullgraph=True, backend="eager")(torch.ones(3))
+"""
+
+
+def test_a_forbidden_call_in_a_plain_compiles_output_is_that_failure(tmp_path):
+    """A plain fullgraph compile stops at `mark_static_address` with a bare
+    AssertionError in Dynamo's words: read back, it is the forbidden-call
+    failure the live trace reports, at the user's line -- not nothing."""
+    (tmp_path / "program.py").write_text(_FORBIDDEN_PROGRAM)
+    done = subprocess.run([sys.executable, "program.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0 and "AssertionError: Attempt to trace forbidden callable" in done.stderr
+    (tmp_path / "run.log").write_text(done.stderr)
+    findings = ingest([str(tmp_path / "run.log")])
+    (brk,) = findings.breaks
+    assert (brk.category, brk.gb_type) == ("forbidden-call", "Attempt to trace forbidden callable")
+    assert brk.site.file.endswith("program.py") and brk.site.line == 6
+    assert "mark_static_address" in brk.site.code
+    assert brk.fix.recipe == "skip-when-compiling"

@@ -64,6 +64,9 @@ USER_ERROR = "torch._dynamo.exc.UserError"
 # function (:func:`forbidden`).
 FORBIDDEN = "torch._dynamo.decorators.forbid_in_graph"
 FORBIDDEN_LABEL = "Attempt to trace forbidden callable"
+# Read back from text, the bare AssertionError is this failure only where
+# its message is Dynamo's words for it.
+FORBIDDEN_TYPE = "AssertionError"
 _USER_ERROR_TYPE = "torch._dynamo.exc.UserErrorType."
 # Dynamo wraps a symbolic-shapes error in a UserError. A traceback printed
 # without the chain (Dynamo re-raises with the user's traceback) shows only
@@ -156,6 +159,8 @@ def label(exc: BaseException) -> str:
 def label_of(names: list[str]) -> str:
     """The name of a capture failure from the qualified type names along its
     chain, outermost first (``type_names``; or :func:`names_in_text`)."""
+    if FORBIDDEN in names:
+        return FORBIDDEN_LABEL
     for name in reversed(names):
         if CAPTURE_FAILURES.get(name, "UserError") != "UserError":
             return CAPTURE_FAILURES[name]
@@ -170,6 +175,8 @@ def names_in_text(name: str, message: str, chained: list[str]) -> list[str]:
     exception's own, the exceptions it was raised from (``chained``,
     outermost first) and, for a UserError printed without its chain, the
     type its message names (:data:`_WRAPPED_PHRASES`)."""
+    if name == FORBIDDEN_TYPE and message.startswith(FORBIDDEN_LABEL):
+        return [f"builtins.{FORBIDDEN_TYPE}", FORBIDDEN, *chained]
     names = [name, *chained]
     if name == USER_ERROR and len(names) == 1:
         wrapped = next((t for phrase, t in _WRAPPED_PHRASES if phrase in message), "")

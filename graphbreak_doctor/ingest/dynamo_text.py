@@ -55,8 +55,12 @@ _RANK = re.compile(r"^\[(?:default)?rank(?P<rank>\d+)\]:\s?")
 EXC_HEADER = re.compile(
     r"^(?P<name>torch\._dynamo\.exc\.\w+|"
     + "|".join(re.escape(name) for name in sorted(exceptions.CAPTURE_FAILURES))
+    # A call torch forbids in a graph: a bare AssertionError, in Dynamo's words.
+    + rf"|{exceptions.FORBIDDEN_TYPE}(?=: {re.escape(exceptions.FORBIDDEN_LABEL)})"
     + r"): ?(?P<rest>.*)$"
 )
+# The capture failures EXC_HEADER names (the forbidden call among them).
+_CAPTURE_NAMES = frozenset(exceptions.CAPTURE_FAILURES) | {exceptions.FORBIDDEN_TYPE}
 _BREAK_AT = re.compile(r"in user code at (?P<file>.+):(?P<line>\d+)\s*$")
 _TRACE_REASON = re.compile(r"^Encountered graph break when attempting to trace \w+:.*:\s*$")
 
@@ -319,7 +323,7 @@ def gb_type_of(message: list[str]) -> str:
 def is_capture_failure(text: str) -> bool:
     """Whether ``text`` is the last line of a capture failure's traceback."""
     m = EXC_HEADER.match(text)
-    return m is not None and m.group("name") in exceptions.CAPTURE_FAILURES
+    return m is not None and m.group("name") in _CAPTURE_NAMES
 
 
 def _break(mode: str, message: str, gb_type: str, stack: list, *, duplicate: bool = False,
@@ -374,7 +378,7 @@ def _exception(lines: list[str], mode: str) -> BreakEvent | Crash | Unparsed:
     m = EXC_HEADER.match(lines[0])
     assert m is not None
     name = m.group("name")
-    if name in exceptions.CAPTURE_FAILURES:
+    if name in _CAPTURE_NAMES:
         return _capture_failure(lines, mode, name, m.group("rest"))
     marker = _marker(lines)
     message = [m.group("rest")] + lines[1:marker if marker is not None else len(lines)]

@@ -112,6 +112,7 @@ RECIPE = Recipe(
         "work belongs to the eager run; skip the call while compiling.",
         "if not torch.compiler.is_compiling():\n"
         "    torch._dynamo.mark_static_address(cache)",
+        unnamed_call="the function torch forbids in a graph",
         example=_example,
     ),
     plan=plan,
