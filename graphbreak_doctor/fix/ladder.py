@@ -268,11 +268,10 @@ class FixSession:
 
     def climb(self) -> LadderOutcome:
         out = LadderOutcome()
-        real = self._real = not has_fake_tensor((self.target.args, self.target.kwargs))
-        expected = None
-        if real:
+        self._real = not has_fake_tensor((self.target.args, self.target.kwargs))
+        if self._real:
             with contextlib.redirect_stdout(sys.stderr):
-                expected = self._expected = self.target.fn(*self.target.args, **self.target.kwargs)
+                self._expected = self.target.fn(*self.target.args, **self.target.kwargs)
         self.progress("tracing (fullgraph)")
         result, brk = self._trace()
         out.traces.append(result)
@@ -336,7 +335,7 @@ class FixSession:
                 if new.ok:
                     # Compared here, not only at the end: a change whose
                     # capture gives other outputs is no fix, and is undone.
-                    out.outputs_equal = self._check_outputs(expected) if real else None
+                    out.outputs_equal = self._check_outputs() if self._real else None
                     if out.outputs_equal is False:
                         out.outputs_equal = None
                         rung.result = RungResult.REJECTED
@@ -378,9 +377,9 @@ class FixSession:
                 raise
         if not out.ok and brk is not None and not result.crashed:
             out.stopped_break = brk.id
-        if out.ok and real:
+        if out.ok and self._real:
             if not out.rungs:  # captured as it is: compared here
-                out.outputs_equal = self._check_outputs(expected)
+                out.outputs_equal = self._check_outputs()
             else:
                 last = out.rungs[-1]
                 last.detail += {True: "; compiled outputs equal eager outputs",
@@ -388,7 +387,7 @@ class FixSession:
                                 None: "; the compiled run failed, outputs not compared"}[out.outputs_equal]
         return out
 
-    def _check_outputs(self, expected: Any) -> bool | None:
+    def _check_outputs(self) -> bool | None:
         """Compiled outputs == eager outputs; None when the compiled run fails."""
         compiled = torch.compile(self.target.fn, fullgraph=True, backend="eager")
         try:
@@ -399,7 +398,7 @@ class FixSession:
             return None
         finally:
             torch._dynamo.reset()
-        return same(got, expected)
+        return same(got, self._expected)
 
     # ------------------------------------------------------------- lifecycle
 
