@@ -89,3 +89,36 @@ def test_the_dtype_follows_the_argument_that_asks_for_it():
     # Outputs of different dtypes that no argument names: no rule.
     mixed = [({"x": x}, x.to(dtype)) for x, dtype in ((torch.randn(2), torch.float16), (torch.randn(2), torch.float32))]
     assert shape_rule.infer(mixed, ["x"]) is None
+
+
+def test_a_size_read_from_the_values_is_left_unbacked_for_a_data_dependent_wrap():
+    """A length regulator: each row repeated as often as ``counts`` says. The
+    warm-up's row count is no constant: the fake leaves it to the op's
+    result, so the compiled call holds for counts the warm-up never saw."""
+    def regulate(x, counts):
+        return torch.repeat_interleave(x, counts, dim=0)
+
+    x, counts = torch.randn(3, 4), torch.tensor([1, 2, 2])
+    calls = [({"x": x, "counts": counts}, regulate(x, counts))]
+    assert shape_rule.infer(calls, ["x", "counts"]) == ("tensor", (5, ("x", 1)), "float32")
+    rule = shape_rule.infer(calls, ["x", "counts"], data_sizes=True)
+    assert rule == ("tensor", (shape_rule.UNBACKED, ("x", 1)), "float32") and shape_rule.unbacked(rule)
+    assert "new_dynamic_size()" in shape_rule.describe(rule, ["x", "counts"])
+
+    @torch.library.custom_op("graphbreak_doctor_test::regulate", mutates_args=())
+    def op(x: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        return regulate(x, counts)
+
+    op.register_fake(lambda x, counts: shape_rule.make(rule, {"x": x, "counts": counts}))
+    def fn(x, c):
+        out = op(x, c)
+        # A size the graph holds as a number: a constant fake bakes in 5.
+        return out.sum(1) + torch.arange(out.shape[0])
+
+    compiled = torch.compile(fn, fullgraph=True, backend="eager")
+    try:
+        for other in (counts, torch.tensor([3, 0, 4])):
+            want = regulate(x, other)
+            assert torch.equal(compiled(x, other), want.sum(1) + torch.arange(want.shape[0]))
+    finally:
+        torch._dynamo.reset()

@@ -91,7 +91,8 @@ def plan(brk: Break, ctx: FixContext, *, recipe: str = "wrap-custom-op") -> Plan
         returns = adapters.return_schema(calls[0][2])
         if returns is None or any(adapters.return_schema(r) != returns for _, _, r in calls):
             raise NotApplicable(f"{culprit} returns something other than tensors")
-        rule = shape_rule.infer([(bound(sig, a, k), r) for a, k, r in calls], passed)
+        rule = shape_rule.infer([(bound(sig, a, k), r) for a, k, r in calls], passed,
+                                data_sizes=brk.category == "data-dependent")
         under = f"{len(calls)} warm-up call(s) under {'fake' if has_fake_tensor(calls) else 'real'} tensors"
         if rule is not None:  # it answers any size, a symbolic one too
             fake, how = _rule_fake(rule, passed), f"fake inferred as a shape rule from {under}"
@@ -123,7 +124,9 @@ def plan(brk: Break, ctx: FixContext, *, recipe: str = "wrap-custom-op") -> Plan
     sizes = f"at each of the server's {len(set(ctx.sizes))} sizes and " if sized else ""
     holds = ("every input: the catalogue's fake computes the output shapes" if known is not None else
              f"the input shapes that follow the shape rule of the warm-up calls ({sizes}at the target's own "
-             "size): each output dimension is one of the inputs' or a constant" if rule is not None else
+             "size): each output dimension is one of the inputs', a constant"
+             + (" or, where it is none of the inputs', the size the op returns (unbacked: it follows the "
+                "values)" if shape_rule.unbacked(rule) else "") if rule is not None else
              f"the input shapes of the warm-up calls ({sizes}at the target's own size) only: the fake inferred "
              "from them answers no other shape")
     every_size = True if known is not None or sized else (False if ctx.sizes else None)

@@ -3,6 +3,14 @@ each output dimension is either one of the inputs' dimensions (the same
 size in every call) or a constant, and each output is contiguous, with the
 dtype every call gave it.
 
+A function wrapped because of a data-dependent break may size its output
+from its inputs' values (a length regulator repeats each frame as many times
+as a duration tensor says): a dimension that is none of the inputs' is then
+no constant, whatever the warm-up gave, but a size the fake leaves unknown
+(``"unbacked"``: ``torch.library.get_ctx().new_dynamic_size()``, an unbacked
+symbol the compiled graph reads from the op's result at run time). A
+constant there would hold only for inputs whose values give that size.
+
 A table of the shapes seen answers only those shapes; under a compile
 that keeps a dimension symbolic (a server's dynamic token count) it
 cannot answer at all. A rule answers any size the inputs come with. Where
@@ -13,7 +21,7 @@ than they happen to equal them.
 
 The rule is plain literals (a written patch holds it as text): per output,
 ``("tensor", dims, dtype)`` with each dim an ``int`` or ``(parameter,
-dimension)``, and the dtype a name (``"bfloat16"``) or ``(parameter,)``:
+dimension)`` or ``"unbacked"``, and the dtype a name (``"bfloat16"``) or ``(parameter,)``:
 where the function takes a dtype (an ``out_dtype``/``output_dtype``
 argument) and every call's output had the dtype it was given, the fake reads
 it from that argument -- a fake that wrote down the warm-up's bf16 would
@@ -25,11 +33,13 @@ from __future__ import annotations
 from typing import Any
 
 Rule = Any
+UNBACKED = "unbacked"
 
 
-def infer(calls: list[tuple[dict, Any]], passed: list[str]) -> Rule | None:
+def infer(calls: list[tuple[dict, Any]], passed: list[str], data_sizes: bool = False) -> Rule | None:
     """The rule every call follows (``calls``: the op's arguments by name,
-    and what the function returned), or None if there is none."""
+    and what the function returned), or None if there is none;
+    ``data_sizes``: a dimension that is none of the inputs' is unbacked."""
     import torch
 
     if not calls:
@@ -63,6 +73,8 @@ def infer(calls: list[tuple[dict, Any]], passed: list[str]) -> Rule | None:
                       if all(_size(args.get(name), k) == size for (args, _), size in zip(calls, sizes))]
             if inputs:
                 dims.append(inputs[0])
+            elif data_sizes:
+                dims.append(UNBACKED)
             elif len(set(sizes)) == 1:
                 dims.append(sizes[0])
             else:
@@ -89,9 +101,17 @@ def make(rule: Any, args: dict) -> Any:
         return tuple(make(r, args) for r in rule[1])
     _, dims, dtype = rule
     device = next((a.device for a in args.values() if isinstance(a, torch.Tensor)), torch.device("cpu"))
-    shape = [args[d[0]].shape[d[1]] if isinstance(d, (tuple, list)) else d for d in dims]
+    shape = [args[d[0]].shape[d[1]] if isinstance(d, (tuple, list)) else
+             torch.library.get_ctx().new_dynamic_size() if d == UNBACKED else d for d in dims]
     dtype = args[dtype[0]] if isinstance(dtype, (tuple, list)) else getattr(torch, dtype)
     return torch.empty(shape, dtype=dtype, device=device)
+
+
+def unbacked(rule: Any) -> bool:
+    """Does the rule leave a dimension to the values (``UNBACKED``)?"""
+    if rule[0] == "tuple":
+        return any(unbacked(r) for r in rule[1])
+    return UNBACKED in rule[1]
 
 
 def describe(rule: Any, passed: list[str]) -> str:
@@ -99,10 +119,11 @@ def describe(rule: Any, passed: list[str]) -> str:
     if rule[0] == "tuple":
         return ", ".join(describe(r, passed) for r in rule[1])
     _, dims, dtype = rule
-    shape = ", ".join(f"{d[0]}.shape[{d[1]}]" if isinstance(d, (tuple, list)) else str(d) for d in dims)
+    shape = ", ".join(f"{d[0]}.shape[{d[1]}]" if isinstance(d, (tuple, list)) else
+                      "torch.library.get_ctx().new_dynamic_size()" if d == UNBACKED else str(d) for d in dims)
     first = next((d[0] for d in dims if isinstance(d, (tuple, list))), passed[0] if passed else "x")
     dtype = dtype[0] if isinstance(dtype, (tuple, list)) else f"torch.{dtype}"
     return f"{first}.new_empty(({shape}{',' if len(dims) == 1 else ''}), dtype={dtype})"
 
 
-__all__ = ["describe", "infer", "make"]
+__all__ = ["UNBACKED", "describe", "infer", "make", "unbacked"]
