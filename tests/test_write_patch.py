@@ -384,6 +384,54 @@ def test_a_call_torch_forbids_in_a_graph_runs_only_outside_compile(tmp_path):
     assert proc.stdout.split() == ["unguarded", "True"]
 
 
+CHECKED_MERGE = '''\
+import torch
+
+
+def merge(text, image):
+    tokens, features = int((text > 0).sum()), image.shape[0]
+    # The message's closure holds counts read from a tensor: Dynamo cannot
+    # turn it into a function it can call later.
+    torch._check(tokens >= features, lambda: f"{tokens} image tokens, {features} features")
+    return text.float().sum() + image.sum()
+
+
+def forward(text, image):
+    return merge(text, image) * 2
+
+
+def target():
+    return forward, (torch.ones(6, dtype=torch.long), torch.ones(3, 4))
+'''
+
+
+def test_a_check_whose_message_dynamo_cannot_convert_keeps_the_check_and_loses_the_message(tmp_path):
+    """`torch._check(cond, lambda: f"{count}...")` with a count read from a
+    tensor stops Dynamo (GB9158, category `other`). The rung keeps the check
+    and passes no message under torch.compile: in the ladder, and in the
+    written patch, which defines `merge` again from its own source with the
+    check without its message under torch.compiler.is_compiling(); outside
+    torch.compile a failing check still says the caller's message."""
+    proc, findings, folder = _fix_here(tmp_path, {"checked_merge.py": CHECKED_MERGE},
+                                       "--target", "checked_merge:target", "--device", "cpu")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (rung,) = findings.ladder
+    assert (rung.category, rung.recipe, rung.result) == ("other", "check-without-message", "fullgraph ok")
+    assert "+    torch._check(tokens >= features) if torch.compiler.is_compiling() else torch._check(" in rung.patch
+    assert findings.fix.outputs_equal_eager
+    _one_change_written_and_proven(findings, folder, ("rewrite", "checked_merge", "merge"))
+    # Loaded as a server loads it: the rewritten merge; outside torch.compile
+    # a failing check still says the caller's message.
+    proc = _python("import torch, checked_merge\n"
+                   "print('is_compiling' in checked_merge.merge.__code__.co_names)\n"
+                   "try:\n"
+                   "    checked_merge.merge(torch.zeros(6, dtype=torch.long), torch.ones(3, 4))\n"
+                   "except RuntimeError as e:\n"
+                   "    print(e)\n", folder, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["True", "0", "image", "tokens,", "3", "features"]
+
+
 LOGS_THE_SIZE = '''\
 import logging
 

@@ -23,7 +23,9 @@ The blocks use torch and the patched library only. Per kind (recipes.Change):
 - ``outside_compile``: a function torch forbids in a graph does nothing under
   torch.compile and runs as before outside it (recipes/outside_compile.py);
 - ``config``: an option of ``torch._dynamo.config`` set right after that module
-  is imported (recipes/config_switch.py); it replaces no function.
+  is imported (recipes/config_switch.py); it replaces no function;
+- ``rewrite``: the function's own source with the change made at the line
+  that broke (recipes/rewrite.py), defined in its module in its place.
 """
 
 from __future__ import annotations
@@ -52,7 +54,8 @@ def block(change: Change, step: int, recipe: str, removes: str) -> str:
     if change.owner and (change.kind != "memo" or change.member not in ("classmethod", "staticmethod")):
         raise NotWritable(f"{change.owner}.{change.function}: only a memo of a classmethod or staticmethod is written")
     body = {"memo": _memo, "custom_op": _custom_op, "registered_op": _registered_op,
-            "outside_compile": _outside_compile, "config": _config}[change.kind](change)
+            "outside_compile": _outside_compile, "config": _config,
+            "rewrite": _rewrite}[change.kind](change)
     # A class's method is replaced on its class (a global of the module), as a method of its kind.
     target = f"{change.owner}.{change.function}" if change.owner else change.function
     factory = f"_graphbreak_doctor_{step}_{target.replace('.', '_')}"
@@ -151,12 +154,22 @@ def _outside_compile(change: Change) -> list[str]:
     ]
 
 
+def _rewrite(change: Change) -> list[str]:
+    if not change.source.startswith(f"def {change.function}("):
+        raise NotWritable(f"the rewritten source is not a definition of {change.function}")
+    return change.source.splitlines()
+
+
 def _config(change: Change) -> list[str]:
     if not change.settings:
         raise NotWritable(f"no statements set {change.module}.{change.function}")
     # Through the module object: torch's config module keeps its options
-    # behind attribute access, not in its globals.
-    return ["import sys", "_config = sys.modules[__name__]", *change.settings]
+    # behind attribute access, not in its globals. A block in another module
+    # (the one that defines what the option names) imports it first.
+    if change.module == "torch._dynamo.config":
+        return ["import sys", "_config = sys.modules[__name__]", *change.settings]
+    return ["import sys", "import torch._dynamo.config", "_config = sys.modules['torch._dynamo.config']",
+            *change.settings]
 
 
 def _forwarding(change: Change, *, eager_original: bool) -> list[str]:
@@ -267,6 +280,7 @@ def _rule_fake(rule: Any) -> list[str]:
 
     return [
         f"_rule = {_literal(rule, 'the shape rule')}",
+        f"UNBACKED = {shape_rule.UNBACKED!r}",
         "",
         *_pasted(shape_rule.make),
         "def _fake(*args):",

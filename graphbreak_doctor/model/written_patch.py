@@ -13,7 +13,7 @@ class PatchChange:
 
     step: int = 0
     recipe: str = ""
-    kind: str = ""  # memo, custom_op, registered_op, outside_compile or config
+    kind: str = ""  # memo, custom_op, registered_op, outside_compile, config or rewrite
     module: str = ""  # the module whose global ``function`` is replaced
     function: str = ""
     file: str = ""

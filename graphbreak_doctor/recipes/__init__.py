@@ -17,6 +17,7 @@ from typing import Any
 
 from graphbreak_doctor import plugins
 from graphbreak_doctor.recipes import (
+    check_message,
     config_switch,
     cudagraph,
     custom_op,
@@ -34,6 +35,7 @@ _FAMILIES: tuple[tuple[Recipe, ...], ...] = (
     (disable.RECIPE,),
     custom_op.RECIPES,
     (outside_compile.RECIPE,),
+    (check_message.RECIPE,),
     config_switch.RECIPES,
     manual.RECIPES,
     cudagraph.RECIPES,

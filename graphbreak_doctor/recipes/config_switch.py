@@ -24,6 +24,7 @@ ladder, which climbs fullgraph failures, never meets the breaks they lift.
 from __future__ import annotations
 
 import inspect
+import sys
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -47,6 +48,10 @@ class Setting:
     value: Any
     statements: list[str]
     shown: str  # the lines a person adds before torch.compile
+    # Where a written patch runs the statements: the config module, or the
+    # module that must be imported before they can run (a library's own
+    # Logger method exists once that library has added it).
+    module: str = _CONFIG
 
 
 def _flag(option: str) -> Callable[[Break, Any], Setting]:
@@ -77,9 +82,13 @@ def _logger_method(brk: Break, config: Any) -> Setting:
     current = set(getattr(config, option))
     if fn in current:
         raise NotApplicable(f"logging.Logger.{method} is already in torch._dynamo.config.{option}")
+    # A method a library adds to Logger (transformers' warning_once) exists
+    # only once that library's module has run: the patch adds it there.
+    owner = getattr(inspect.unwrap(fn), "__module__", None) or "logging"
     return Setting(option, current | {fn},
                    ["import logging", f"_config.{option} = {{*_config.{option}, logging.Logger.{method}}}"],
-                   f"import logging\ntorch._dynamo.config.{option}.add(logging.Logger.{method})")
+                   f"import logging\ntorch._dynamo.config.{option}.add(logging.Logger.{method})",
+                   module=_CONFIG if owner == "logging" or owner not in sys.modules else owner)
 
 
 def _planner(recipe: str, gb_ids: frozenset[str], setting: Callable[[Break, Any], Setting]) -> Callable:
@@ -92,7 +101,8 @@ def _planner(recipe: str, gb_ids: frozenset[str], setting: Callable[[Break, Any]
         site = brk.site
         patch = (f"--- {short_path(site.file)} (before torch.compile, where the process sets up)\n"
                  + "".join(f"+{line}\n" for line in ["import torch._dynamo", *chosen.shown.splitlines()]))
-        change = Change("config", _CONFIG, chosen.option, inspect.getsourcefile(config) or "",
+        home = sys.modules[chosen.module] if chosen.module != _CONFIG else config
+        change = Change("config", chosen.module, chosen.option, inspect.getsourcefile(home) or "",
                         settings=list(chosen.statements),
                         holds="every compile of the process (a setting of torch._dynamo.config)", every_size=True)
 

@@ -116,6 +116,9 @@ class Change:
     # ``config``: the statements that set the option in torch._dynamo.config
     # (run in that module, which they name ``_config``); ``function`` is the option.
     settings: list[str] = field(default_factory=list)
+    # ``rewrite``: the function's new source, a ``def`` of ``function``
+    # (recipes/rewrite.py), defined in ``module`` in its place.
+    source: str = ""
 
 
 @dataclass

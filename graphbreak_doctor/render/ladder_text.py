@@ -59,7 +59,10 @@ def written_patch(outcome: FixOutcome) -> list[str]:
     if p.sizes:
         lines.append(f"  the server's sizes ({len(p.sizes)}, {p.sizes_from}): {', '.join(map(str, p.sizes))}")
     for c in outcome.changes:
-        lines.append(f"  change {c.step} ({c.recipe}): " + (f"{c.module}.{c.function}; holds for {c.holds}"
+        what = (f"torch._dynamo.config.{c.function}" + ("" if c.module == "torch._dynamo.config" else
+                                                         f" (set where {c.module} is imported)")
+                if c.kind == "config" else f"{c.module}.{c.function}")
+        lines.append(f"  change {c.step} ({c.recipe}): " + (f"{what}; holds for {c.holds}"
                                                              if c.block else f"not written: {c.why_not}"))
     if p.verified:
         lines.append(f"  load it: PYTHONPATH={p.folder} <the server's command>")
