@@ -45,10 +45,10 @@ uv_install = links=$$(PYTHONPATH=$(CURDIR) $(1)/bin/python -c 'from graphbreak_d
 
 venv: $(VENV)/.installed $(VENV063)/.installed $(VENVSGL)/.installed $(VENVVLLM)/.installed
 
-$(VENV)/.installed: pyproject.toml $(MATRIX_REQ)/ci.txt requirements/ray.txt requirements/test.txt
+$(VENV)/.installed: pyproject.toml $(MATRIX_REQ)/ci.txt requirements/ray.txt requirements/test.txt requirements/corpus.txt
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install $(PIP_FLAGS) $(UV)
-	$(call uv_install,$(VENV)) -r $(MATRIX_REQ)/ci.txt -r requirements/ray.txt -r requirements/test.txt
+	$(call uv_install,$(VENV)) -r $(MATRIX_REQ)/ci.txt -r requirements/ray.txt -r requirements/test.txt -r requirements/corpus.txt
 	$(VENV)/bin/pip install $(PIP_FLAGS) --no-deps --no-build-isolation -e .
 	touch $@
 
