@@ -307,8 +307,11 @@ def table(records: list[dict]) -> str:
         sb, sa = _share(b), _share(a)
         shares = f"{sb:.0%} -> {sa:.0%}" if sb is not None and sa is not None else "-"
         rungs = "; ".join(f"{x['recipe']}: {x['result']}" for x in r["rungs"]) or r.get("stopped", "")[:90]
-        after = "0 (fullgraph)" if r["status"] == "fixed" else _plain(a)
-        lines.append(f"| {r['model']} | {half} | {r['category']} | {_plain(b)} -> {after} | "
+        def count(p: dict) -> str:
+            return "?" if _plain(p) is None else str(_plain(p))  # explain itself failed
+
+        after = "0 (fullgraph)" if r["status"] == "fixed" else count(a)
+        lines.append(f"| {r['model']} | {half} | {r['category']} | {count(b)} -> {after} | "
                      f"{shares} | {r['status']} | {rungs} |")
     lines += ["", "| models | breaking | breaks removed | models fixed |", "|---|---|---|---|"]
 
