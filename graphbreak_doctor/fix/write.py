@@ -201,9 +201,10 @@ def _does(change: PatchChange) -> str:
                          "own fake); outside it, the original",
         "outside_compile": f"{name}, which torch forbids in a graph, does nothing under torch.compile; outside it, "
                            "the original",
-        "config": f"torch._dynamo.config.{name} is set when torch imports its config"
-                  + ("" if change.module == "torch._dynamo.config" else f" (when {change.module} is imported, which "
-                     "defines what it adds)") + ", for every compile of the process",
+        "config": f"torch._dynamo.config.{name} is set when "
+                  + ("torch imports its config" if change.module == "torch._dynamo.config" else
+                     f"{change.module} is imported (it defines what the option is given)")
+                  + ", for every compile of the process",
         "rewrite": f"{name} is replaced by its own source, changed at the line that broke (the diff shows the "
                    "change)",
     }.get(change.kind, change.kind)

@@ -50,7 +50,7 @@ def _message_index(name: str) -> int | None:
 
 
 def _drop_message(call: ast.Call, globals_: dict) -> ast.expr | None:
-    """``check(...) `` as ``check(<no message>) if torch.compiler.is_compiling()
+    """``check(...)`` as ``check(<no message>) if torch.compiler.is_compiling()
     else check(...)``; None where ``call`` is no torch check with a message.
     The message is left out, not passed as None: Dynamo takes a message that
     is there, None too, for a function it must convert."""
